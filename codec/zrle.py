@@ -1,0 +1,201 @@
+"""ZRLE v1 frames: the numpy reference encoder and decoder (docs/spec.md §3).
+
+The encoder is vectorised (run detection with numpy); the decoder walks the tokens
+in the exact validation order the numba and RTL decoders use.
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import errors as E
+
+MAGIC = 0x5A524C45          # 'ZRLE'
+VERSION = 1
+HEADER_WORDS = 5
+TRAILER_WORDS = 2
+DEFAULT_LMAX_LOG2 = 8
+LMAX_LOG2_MIN, LMAX_LOG2_MAX = 1, 24
+
+
+def check_lmax_log2(lmax_log2: int) -> int:
+    if not (LMAX_LOG2_MIN <= int(lmax_log2) <= LMAX_LOG2_MAX):
+        raise ValueError(f"lmax_log2 must be in {LMAX_LOG2_MIN}..{LMAX_LOG2_MAX}, got {lmax_log2}")
+    return int(lmax_log2)
+
+
+def range_bits(R: float) -> int:
+    r32 = np.float32(R)
+    if not np.isfinite(r32) or r32 <= 0:
+        raise ValueError(f"range R must be a finite float32 > 0, got {R!r}")
+    return int(r32.view(np.uint32))
+
+
+def range_is_valid(bits: int) -> bool:
+    """Finite and > 0: sign 0, exponent not 255, not +0."""
+    return (bits >> 31) == 0 and ((bits >> 23) & 0xFF) != 0xFF and bits != 0
+
+
+def max_frame_words(n: int) -> int:
+    """Upper bound on a frame's length: every token covers >= 1 element and costs 2 words
+    plus its literals, so the body is at most 3n words."""
+    return HEADER_WORDS + 3 * n + TRAILER_WORDS
+
+
+def crc32_words(words: np.ndarray) -> int:
+    """CRC-32 (zlib / IEEE 802.3) over the little-endian bytes of uint32 words."""
+    return zlib.crc32(np.ascontiguousarray(words, dtype="<u4").tobytes()) & 0xFFFFFFFF
+
+
+def tokens(payload: np.ndarray, lmax: int):
+    """Canonical tokens of a flat int32 array: arrays (z, L, literal_start)."""
+    flat = payload.reshape(-1)
+    n = flat.size
+    nz = flat != 0
+    # nonzero runs: [starts, ends)
+    edges = np.diff(np.concatenate(([False], nz, [False])).astype(np.int8))
+    run_s = np.flatnonzero(edges == 1)
+    run_e = np.flatnonzero(edges == -1)
+    prev_end = np.concatenate(([0], run_e[:-1])).astype(np.int64)
+    zeros_before = run_s - prev_end
+    # split each run into ceil(len / LMAX) chunks; only the first keeps the zero count
+    chunks = (run_e - run_s + lmax - 1) // lmax
+    run_of_chunk = np.repeat(np.arange(run_s.size), chunks)
+    first_chunk = np.cumsum(chunks) - chunks
+    idx_in_run = np.arange(run_of_chunk.size) - np.repeat(first_chunk, chunks)
+    lit_s = run_s[run_of_chunk] + idx_in_run * lmax
+    L = np.minimum(lmax, run_e[run_of_chunk] - lit_s)
+    z = np.where(idx_in_run == 0, zeros_before[run_of_chunk], 0)
+    tail = n - (run_e[-1] if run_e.size else 0)
+    if tail > 0:                                   # trailing zeros: final (z, 0) token
+        z = np.append(z, tail)
+        L = np.append(L, 0)
+        lit_s = np.append(lit_s, n)
+    return z.astype(np.int64), L.astype(np.int64), lit_s.astype(np.int64)
+
+
+def encode_frame(payload: np.ndarray, layer_id: int = 0, R: float = 10.0,
+                 lmax_log2: int = DEFAULT_LMAX_LOG2) -> np.ndarray:
+    """int32 payload (any shape, flattened row-major) -> one frame of uint32 words."""
+    payload = np.asarray(payload)
+    if payload.dtype != np.int32:
+        raise TypeError(f"encode_frame expects int32, got {payload.dtype}")
+    lmax_log2 = check_lmax_log2(lmax_log2)
+    flat = payload.reshape(-1)
+    n = flat.size
+    if n >= 2**32:
+        raise ValueError(f"layer of {n} elements does not fit the 32-bit n field")
+    if not (0 <= int(layer_id) < 2**32):
+        raise ValueError(f"layer id must fit 32 bits, got {layer_id}")
+    z, L, lit_s = tokens(flat, 1 << lmax_log2)
+    T = z.size
+    body_len = 2 * T + int(L.sum())
+    words = np.empty(HEADER_WORDS + body_len + TRAILER_WORDS, dtype=np.uint32)
+    words[:HEADER_WORDS] = [MAGIC, VERSION | (lmax_log2 << 8), int(layer_id), n, range_bits(R)]
+    pos = HEADER_WORDS + np.cumsum(2 + L) - (2 + L)
+    words[pos] = z.astype(np.uint32)
+    words[pos + 1] = L.astype(np.uint32)
+    if T:
+        tok = np.repeat(np.arange(T), L)                         # token of every literal
+        off = np.arange(tok.size) - np.repeat(np.cumsum(L) - L, L)
+        words[pos[tok] + 2 + off] = flat[lit_s[tok] + off].view(np.uint32)
+    words[-2] = T
+    words[-1] = crc32_words(words[:-1])
+    return words
+
+
+@dataclass
+class Frame:
+    layer_id: int
+    range_bits: int
+    lmax_log2: int
+    values: np.ndarray     # int32, flat
+    n_tokens: int
+    n_words: int           # words consumed, header to trailer
+
+    @property
+    def range(self) -> float:
+        return float(np.uint32(self.range_bits).view(np.float32))
+
+
+def decode_frame(words: np.ndarray, expected_n: int | None = None, start: int = 0) -> Frame:
+    """Decode the frame that begins at words[start]. Raises a FrameError subclass naming the
+    first problem, in the order of docs/spec.md §3.5. Never reads past the end of `words`."""
+    w = np.asarray(words, dtype=np.uint32)
+    end = w.size
+
+    def word(i: int) -> int:
+        if start + i >= end:
+            raise E.TruncatedError(f"frame needs word {i} but only {end - start} are present", i)
+        return int(w[start + i])
+
+    if word(0) != MAGIC:
+        raise E.BadMagicError(f"h0 = {word(0):#010x}, expected {MAGIC:#010x}", 0)
+    h1 = word(1)
+    if h1 & 0xFF != VERSION:
+        raise E.BadVersionError(f"version {h1 & 0xFF}, this decoder reads {VERSION}", 1)
+    lmax_log2 = (h1 >> 8) & 0xFF
+    if (h1 >> 16) != 0 or not (LMAX_LOG2_MIN <= lmax_log2 <= LMAX_LOG2_MAX):
+        raise E.BadLmaxError(f"h1 = {h1:#010x}: LMAX_LOG2 {lmax_log2}, reserved bits {h1 >> 16:#x}", 1)
+    lmax = 1 << lmax_log2
+    layer_id, n, rbits = word(2), word(3), word(4)
+    if not range_is_valid(rbits):
+        raise E.BadRangeError(f"h4 = {rbits:#010x} is not a finite positive float32", 4)
+    if expected_n is not None and n != expected_n:
+        raise E.SizeMismatchError(f"frame holds {n} elements, caller expects {expected_n}", 3)
+
+    out = np.zeros(n, dtype=np.int32)
+    pos, produced, T, prev_L = HEADER_WORDS, 0, 0, lmax
+    while produced < n:
+        z, L = word(pos), word(pos + 1)
+        remaining = n - produced
+        if L > lmax:
+            raise E.LiteralRunTooLongError(f"token {T}: L = {L} > LMAX = {lmax}", pos + 1)
+        if z == 0 and L == 0:
+            raise E.EmptyTokenError(f"token {T} is (0, 0)", pos)
+        if z == 0 and prev_L != lmax:
+            raise E.SplitLiteralRunError(f"token {T} has z = 0 after a run of {prev_L} < LMAX", pos)
+        if z + L > remaining:
+            raise E.OverrunError(f"token {T}: z + L = {z + L} > {remaining} elements left", pos)
+        if L == 0 and z < remaining:
+            raise E.EarlyZeroLengthError(f"token {T}: L = 0 with {remaining - z} elements left", pos + 1)
+        lits_at = start + pos + 2
+        if lits_at + L > end:
+            raise E.TruncatedError(f"token {T} needs {L} literals, {max(0, end - lits_at)} present",
+                                   end - start)
+        lits = w[lits_at:lits_at + L]
+        if L and not lits.all():
+            i = int(np.argmin(lits != 0))
+            raise E.ZeroLiteralError(f"token {T}: literal {i} is zero", pos + 2 + i)
+        out[produced + z:produced + z + L] = lits.view(np.int32)
+        produced += z + L
+        pos += 2 + L
+        prev_L = L
+        T += 1
+    t0, t1 = word(pos), word(pos + 1)
+    if t0 != T:
+        raise E.TokenCountMismatchError(f"trailer says {t0} tokens, frame has {T}", pos)
+    crc = crc32_words(w[start:start + pos + 1])
+    if t1 != crc:
+        raise E.CrcMismatchError(f"trailer CRC {t1:#010x}, computed {crc:#010x}", pos + 1)
+    return Frame(layer_id, rbits, lmax_log2, out, T, pos + TRAILER_WORDS)
+
+
+def decode_message(words: np.ndarray, expected_sizes: list[int] | None = None) -> list[Frame]:
+    """Decode concatenated frames (one per layer, in parameter order)."""
+    w = np.asarray(words, dtype=np.uint32)
+    frames, at = [], 0
+    while at < w.size:
+        i = len(frames)
+        exp = None
+        if expected_sizes is not None:
+            if i >= len(expected_sizes):
+                raise E.SizeMismatchError(f"message has more than {len(expected_sizes)} frames", at)
+            exp = expected_sizes[i]
+        frames.append(decode_frame(w, exp, at))
+        at += frames[-1].n_words
+    if expected_sizes is not None and len(frames) != len(expected_sizes):
+        raise E.SizeMismatchError(f"message has {len(frames)} frames, expected {len(expected_sizes)}")
+    return frames

@@ -1,0 +1,90 @@
+"""Error feedback and coarse block selection: the numpy reference (docs/spec.md §2)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .quantiser import QMAX
+
+
+@dataclass(frozen=True)
+class BlockLayout:
+    n: int            # elements in the layer (flattened row-major)
+    block_size: int   # B: elements per block; the last block may be shorter
+    n_blocks: int     # ceil(n / B)
+
+    def bounds(self, b: int) -> tuple[int, int]:
+        start = b * self.block_size
+        return start, min(start + self.block_size, self.n)
+
+
+def block_layout(shape: tuple[int, ...], block_size: int | None = None) -> BlockLayout:
+    """Shape (d0, d1, ...) -> d0 blocks of prod(d1, ...) elements (a conv filter C*K*K,
+    an FC row); 1-D tensors and scalars -> blocks of one element. `block_size` overrides."""
+    n = int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
+    if block_size is None:
+        block_size = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) >= 2 else 1
+    block_size = int(block_size)
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    n_blocks = -(-n // block_size) if n else 0
+    return BlockLayout(n, block_size, n_blocks)
+
+
+def resolve_k(k: int | float, n_blocks: int) -> int:
+    """Blocks to send: an integer k >= 1 -> min(k, n_blocks); a fraction 0 < f < 1 ->
+    min(n_blocks, max(1, ceil(f * n_blocks))) with f * n_blocks one float64 product."""
+    if n_blocks == 0:
+        return 0
+    if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+        if k < 1:
+            raise ValueError(f"k must be >= 1 blocks, got {k}")
+        return min(int(k), n_blocks)
+    f = float(k)
+    if not (0.0 < f < 1.0):
+        if f >= 1.0 and f.is_integer():
+            return min(int(f), n_blocks)
+        raise ValueError(f"k must be an integer >= 1 or a fraction in (0, 1), got {k!r}")
+    return min(n_blocks, max(1, math.ceil(f * float(n_blocks))))
+
+
+def error_feedback(residual: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, int]:
+    """a = clamp(r + q, -QMAX, QMAX) in int64; returns (a as int32, saturation count)."""
+    if residual.shape != q.shape:
+        raise ValueError(f"residual shape {residual.shape} != gradient shape {q.shape}")
+    s = residual.astype(np.int64) + q.astype(np.int64)
+    saturated = int(np.count_nonzero(np.abs(s) > QMAX))
+    return np.clip(s, -QMAX, QMAX).astype(np.int32), saturated
+
+
+def block_norms(acc: np.ndarray, layout: BlockLayout) -> np.ndarray:
+    """Exact L1 norm of every block, uint64 (|a| <= QMAX, so no overflow below 2**33 elements)."""
+    flat = np.abs(acc.reshape(-1).astype(np.int64)).astype(np.uint64)
+    if layout.n_blocks == 0:
+        return np.zeros(0, dtype=np.uint64)
+    starts = np.arange(layout.n_blocks, dtype=np.int64) * layout.block_size
+    return np.add.reduceat(flat, starts).astype(np.uint64)
+
+
+def select_blocks(norms: np.ndarray, k_eff: int) -> np.ndarray:
+    """Indices of the k_eff largest norms in rank order: norm descending, ties to the lower
+    index first. Returned as int64 in that rank order."""
+    if k_eff == 0:
+        return np.zeros(0, dtype=np.int64)
+    # norms < 2**63, so negating as int64 is exact; a stable sort keeps lower indices first.
+    order = np.argsort(-norms.astype(np.int64), kind="stable")
+    return order[:k_eff].astype(np.int64)
+
+
+def apply_selection(acc: np.ndarray, selected: np.ndarray, layout: BlockLayout):
+    """payload = a on selected blocks, 0 elsewhere; new residual = 0 there, a elsewhere."""
+    flat = acc.reshape(-1)
+    mask = np.zeros(layout.n, dtype=bool)
+    for b in selected:
+        s, e = layout.bounds(int(b))
+        mask[s:e] = True
+    payload = np.where(mask, flat, 0).astype(np.int32)
+    residual = np.where(mask, 0, flat).astype(np.int32)
+    return payload.reshape(acc.shape), residual.reshape(acc.shape)
