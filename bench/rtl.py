@@ -1,0 +1,199 @@
+"""Table 4: the RTL's throughput in cycles per word and the simulators' speed.
+
+Each testbench's `throughput` cocotb test (unthrottled streams) is run through sim.harness on
+Icarus Verilog and on Verilator; the testbench writes its cycle counts to TB_METRICS. The
+datapath testbenches read vectors written here by sim.datapath_vectors. Builds are cached
+under sim_build/ by the harness; the first run of each simulator compiles (minutes), so the
+table is optional (--rtl, on by default in the full run, off with --quick).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import tempfile
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+from .context import BenchContext, Unavailable, optional_module, require
+from .tables import Table
+
+HW_DIR = Path(__file__).resolve().parent.parent / "hw"
+SIMULATORS = ("icarus", "verilator")
+CLOCK_NS = 10          # the testbenches' clock period
+
+
+@dataclass(frozen=True)
+class RtlBench:
+    toplevel: str
+    test_module: str
+    needs_vectors: bool      # datapath testbenches read golden-format vectors
+
+
+BENCHES = (RtlBench("quantiser", "sim.tb_quantiser", True),
+           RtlBench("ef_add", "sim.tb_ef_add", True),
+           RtlBench("block_l1", "sim.tb_block_l1", True),
+           RtlBench("topk_select", "sim.tb_topk_select", True),
+           RtlBench("compress_top", "sim.tb_compress_top", True),
+           RtlBench("zrle_encoder", "sim.tb_zrle_encoder", False),
+           RtlBench("zrle_decoder", "sim.tb_zrle_decoder", False))
+
+
+def hw_dependencies(toplevel: str, hw_dir: Path = HW_DIR) -> list[str]:
+    """The toplevel and every hw/ module it instantiates, transitively (dependencies first)."""
+    known = {p.stem: p for p in hw_dir.glob("*.sv")}
+    if toplevel not in known:
+        raise Unavailable(f"hw/{toplevel}.sv not present")
+    order: list[str] = []
+
+    def visit(name: str, stack: tuple[str, ...]) -> None:
+        if name in order or name in stack:
+            return
+        text = re.sub(r"//[^\n]*|/\*.*?\*/", "", known[name].read_text(), flags=re.S)
+        for other in known:
+            # an instantiation: the module name, optional #(...) parameters, an instance name
+            if other != name and re.search(rf"\b{other}\s*(#\s*\(|[A-Za-z_]\w*\s*\()", text):
+                visit(other, stack + (name,))
+        order.append(name)
+
+    visit(toplevel, ())
+    return order
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """TB_METRICS as written by either testbench helper: one JSON list, or JSON lines."""
+    if not path.is_file():
+        return []
+    text = path.read_text().strip()
+    if not text:
+        return []
+    try:
+        data = json.loads(text)
+        return data if isinstance(data, list) else [data]
+    except json.JSONDecodeError:
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def stream_rows(rec: dict) -> list[tuple[str, str, float]]:
+    """(case, stream, cycles per word) for each stream a throughput record measures."""
+    case = str(rec.get("case", rec.get("pattern", "?")))
+    if "stream" in rec and rec.get("cycles_per_word") is not None:
+        return [(case, str(rec["stream"]), float(rec["cycles_per_word"]))]
+    out = []
+    for key, value in rec.items():
+        if key.startswith("cycles_per_") and value is not None:
+            out.append((case, key[len("cycles_per_"):].replace("_", " "), float(value)))
+    return out
+
+
+def test_timing(results_xml: Path | None, testcase: str) -> tuple[float, float] | None:
+    """(wall seconds, simulated ns) of one testcase from a cocotb results.xml."""
+    if results_xml is None or not results_xml.is_file():
+        return None
+    for case in ET.parse(results_xml).getroot().iter("testcase"):
+        if case.get("name") == testcase:
+            return float(case.get("time", 0) or 0), float(case.get("sim_time_ns", 0) or 0)
+    return None
+
+
+def _words_through(records: list[dict]) -> int:
+    """Input words the throughput test pushed through (payload values or frame words)."""
+    total = 0
+    for rec in records:
+        if "stream" in rec:
+            total += int(rec.get("words", 0)) if rec["stream"] == "in" else 0
+        elif rec.get("module") == "zrle_decoder":
+            total += int(rec.get("frame_words", 0))
+        else:
+            total += int(rec.get("n", 0))
+    return total
+
+
+def _run_one(bench: RtlBench, sim: str, vectors_dir: Path | None, work: Path):
+    harness = optional_module("sim.harness")
+    run_rtl, hw_sources, available = require(harness, "run_rtl", "hw_sources",
+                                             "simulator_available")
+    why = available(sim)
+    if why:
+        raise Unavailable(why)
+    if importlib.util.find_spec(bench.test_module) is None:
+        raise Unavailable(f"{bench.test_module.replace('.', '/')}.py not present")
+    sources = hw_sources(*hw_dependencies(bench.toplevel))
+    metrics = work / f"{bench.toplevel}-{sim}.json"
+    env = {"TB_METRICS": str(metrics)}
+    if bench.needs_vectors:
+        if vectors_dir is None:
+            raise Unavailable("no datapath vectors (sim.datapath_vectors missing)")
+        env["TB_GOLDEN_DIRS"] = str(vectors_dir)
+    result = run_rtl(bench.toplevel, sources, bench.test_module, sim, env=env,
+                     testcase="throughput", run_name="bench-throughput", waves_on_failure=False)
+    if result.error:
+        raise Unavailable(result.error.splitlines()[0])
+    if not result.passed:
+        failed = "; ".join(t.message.splitlines()[0] for t in result.tests if not t.passed
+                           and t.message)
+        raise Unavailable(f"throughput test failed: {failed or 'see ' + str(result.run_dir)}")
+    records = read_metrics(metrics)
+    if not records:
+        raise Unavailable("throughput test wrote no metrics")
+    return result, records
+
+
+def _vectors(work: Path, ctx: BenchContext) -> Path | None:
+    try:
+        dv = optional_module("sim.datapath_vectors")
+        write_cases = require(dv, "write_cases")
+    except Unavailable as e:
+        ctx.log(f"rtl: {e}")
+        return None
+    out = work / "vectors"
+    write_cases(out, quick=True)
+    return out
+
+
+def run(ctx: BenchContext) -> list[Table]:
+    cyc = Table("rtl", "4. RTL: cycles per word (unthrottled streams)",
+                ["simulator", "module", "case", "stream", "cycles/word", "words/cycle"])
+    speed = Table("rtl_speed", "4b. RTL simulation speed",
+                  ["simulator", "module", "build + run (s)", "test (s)", "simulated cycles",
+                   "cycles/s", "words", "words/s"])
+    if not ctx.rtl:
+        reason = "RTL simulations skipped (run with --rtl; on by default without --quick)"
+        cyc.skip(["icarus, verilator", "all"], reason)
+        speed.skip(["icarus, verilator", "all"], reason)
+        return [cyc, speed]
+    with tempfile.TemporaryDirectory(prefix="gradblock-bench-rtl-") as tmp:
+        work = Path(tmp)
+        vectors = _vectors(work, ctx)
+        for sim in SIMULATORS:
+            for bench in BENCHES:
+                try:
+                    result, records = _run_one(bench, sim, vectors, work)
+                except Unavailable as e:
+                    cyc.skip([sim, bench.toplevel], str(e))
+                    speed.skip([sim, bench.toplevel], str(e))
+                    continue
+                for case, stream, cpw in (r for rec in records for r in stream_rows(rec)):
+                    cyc.add(sim, bench.toplevel, case, stream, cpw, 1.0 / cpw if cpw else "inf")
+                timing = test_timing(result.results_xml, "throughput")
+                words = _words_through(records)
+                if timing and timing[0] > 0:
+                    wall, sim_ns = timing
+                    cycles = int(sim_ns / CLOCK_NS)
+                    speed.add(sim, bench.toplevel, result.seconds, wall, cycles, cycles / wall,
+                              words, words / wall)
+                else:
+                    speed.skip([sim, bench.toplevel], "results.xml has no timing for throughput")
+                ctx.log(f"rtl {sim} {bench.toplevel}: {len(records)} records, "
+                        f"{result.seconds:.1f} s")
+    cyc.notes.append("cycles/word from the testbenches' own cycle counts (TB_METRICS) in their "
+                     "`throughput` test: no idle input cycles, no backpressure. Codec streams: "
+                     "'in word' / 'frame word' = input words read, 'value' = values written, "
+                     "'out word after first token' = frame words written once the first token "
+                     "can leave (the encoder must see a run's end before it knows L)")
+    speed.notes.append("test (s): wall time of the throughput test from cocotb's results.xml; "
+                       "build + run includes compiling when the build is stale; words = input "
+                       f"words pushed through; simulated cycles at a {CLOCK_NS} ns clock")
+    return [cyc, speed]

@@ -1,0 +1,44 @@
+// Two-entry valid/ready register slice ("skid buffer").
+// s_ready is a register (high while the skid entry is empty), so nothing upstream sees a
+// combinational path from m_ready, yet one word per cycle flows when m_ready stays high: when
+// the output register stalls, the word that was already offered lands in the skid entry.
+module axis_skid_buffer #(
+    parameter int W = 33
+) (
+    input  logic         clk,
+    input  logic         rst,
+    input  logic [W-1:0] s_data,
+    input  logic         s_valid,
+    output logic         s_ready,
+    output logic [W-1:0] m_data,
+    output logic         m_valid,
+    input  logic         m_ready
+);
+    logic [W-1:0] skid_data;
+    logic         skid_valid;
+    logic         s_fire, main_free;
+
+    assign s_ready   = !skid_valid;
+    assign s_fire    = s_valid && s_ready;
+    assign main_free = !m_valid || m_ready;
+
+    always_ff @(posedge clk) begin
+        if (rst) begin
+            m_valid    <= 1'b0;
+            skid_valid <= 1'b0;
+        end else if (main_free) begin
+            // the output register refills from the older word first
+            m_valid    <= skid_valid || s_fire;
+            skid_valid <= 1'b0;
+        end else if (s_fire) begin
+            skid_valid <= 1'b1;
+        end
+        // data registers need no reset: they are only read while their valid flag is high
+        if (main_free) begin
+            m_data <= skid_valid ? skid_data : s_data;
+        end
+        if (!main_free && s_fire) begin
+            skid_data <= s_data;
+        end
+    end
+endmodule

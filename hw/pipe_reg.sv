@@ -1,0 +1,29 @@
+// One valid/ready pipeline register (AXI4-Stream style, any payload width).
+// in_ready is high whenever the register is empty or is being emptied this cycle, so a
+// chain of these moves one word per cycle and never drops or duplicates under backpressure.
+module pipe_reg #(
+    parameter int W = 32
+) (
+    input  logic         clk,
+    input  logic         rst,
+    input  logic [W-1:0] in_data,
+    input  logic         in_valid,
+    output logic         in_ready,
+    output logic [W-1:0] out_data,
+    output logic         out_valid,
+    input  logic         out_ready
+);
+    assign in_ready = !out_valid || out_ready;
+
+    always_ff @(posedge clk) begin
+        if (rst) begin
+            out_valid <= 1'b0;
+        end else if (in_ready) begin
+            out_valid <= in_valid;
+        end
+        // data needs no reset: it is only looked at while out_valid is high
+        if (in_ready && in_valid) begin
+            out_data <= in_data;
+        end
+    end
+endmodule

@@ -1,0 +1,488 @@
+"""Gradient compressors for data-parallel training: one interface, four methods.
+
+* `dense`  : the baseline, every float32 sent.
+* `topk`   : fine-grained per-layer top-k by |value| with float32 error feedback.
+* `dlgs`   : per-layer top-k whose threshold is recomputed every `interval` steps and reused in
+             between (everything with |value| >= threshold is sent), float32 error feedback.
+* `coarse` : the gradblock codec (docs/spec.md): int32 quantiser, integer error feedback, the k
+             largest-L1 blocks per layer, one ZRLE v1 frame per layer, exact int64 sums.
+
+A worker turns each layer's gradient into a *packet* (a 1-D int32 tensor, the wire words);
+a group of layers (a DDP bucket, or the whole model) is one *message*, the packets
+concatenated in layer order. Every worker then decodes every worker's message and reduces the
+contributions to the averaged float32 gradient. `encode_group` / `decode_group` are that code
+path, shared by the DDP hook (shim/hook.py) and the single-process simulation (shim/workers.py).
+
+Packet formats (all 32-bit words, so one int32 collective carries every method):
+* dense : n words, the float32 bit patterns.
+* sparse (topk, dlgs): [count, idx_0 .. idx_{count-1}, val_0 .. val_{count-1}], indices strictly
+  increasing int32, values float32 bit patterns.
+* coarse: one ZRLE v1 frame (self-delimiting; header, tokens, trailer).
+Byte counts are the packet lengths: headers, trailers, counts and indices included.
+
+Layers with fewer than `dense_below` elements are sent dense by every method (no residual).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from codec import errors as frame_errors
+from codec import torch_codec as tc
+from codec.zrle import DEFAULT_LMAX_LOG2
+from refmodel.quantiser import DEFAULT_RANGE, NonFiniteError, QuantConfig
+from refmodel.selection import block_layout, resolve_k
+
+COMPRESSORS = ("dense", "topk", "dlgs", "coarse")
+
+
+class PacketError(ValueError):
+    """A peer's packet for a non-frame method (dense / sparse) or a message's framing is
+    malformed: wrong length, index out of range or unsorted, wrong layer id."""
+
+
+@dataclass(frozen=True)
+class LayerInfo:
+    index: int                 # position among the model's trainable parameters (frame layer id)
+    name: str
+    shape: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+
+
+def layers_of(model: torch.nn.Module) -> list[LayerInfo]:
+    """One LayerInfo per trainable parameter, in `named_parameters()` order."""
+    return [LayerInfo(i, name, tuple(p.shape))
+            for i, (name, p) in enumerate((n, p) for n, p in model.named_parameters()
+                                          if p.requires_grad)]
+
+
+@dataclass
+class StepStats:
+    """What one worker sent in one step (summed over layers)."""
+    bytes_sent: int = 0
+    elements_sent: int = 0       # nonzero payload elements / floats sent
+    sat_quant: int = 0
+    sat_feedback: int = 0
+
+    def add(self, other: "StepStats") -> None:
+        self.bytes_sent += other.bytes_sent
+        self.elements_sent += other.elements_sent
+        self.sat_quant += other.sat_quant
+        self.sat_feedback += other.sat_feedback
+
+
+@dataclass
+class WorkerState:
+    """One worker's compressor state: per-layer tensors (residuals, thresholds) and counters."""
+    layers: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
+    steps: dict[int, int] = field(default_factory=dict)   # compress calls per layer
+
+    def state_dict(self) -> dict:
+        return {"layers": {int(i): {k: v.detach().cpu().clone() for k, v in d.items()}
+                           for i, d in self.layers.items()},
+                "steps": {int(i): int(s) for i, s in self.steps.items()}}
+
+    @classmethod
+    def from_state_dict(cls, sd: dict, device: torch.device | str) -> "WorkerState":
+        try:
+            layers = {int(i): {str(k): v.to(device) for k, v in d.items()}
+                      for i, d in sd["layers"].items()}
+            steps = {int(i): int(s) for i, s in sd["steps"].items()}
+        except (KeyError, AttributeError, TypeError) as e:
+            raise ValueError(f"malformed compressor state: {e}") from None
+        return cls(layers, steps)
+
+
+def _float_bits(x: torch.Tensor) -> torch.Tensor:
+    return x.detach().reshape(-1).contiguous().view(torch.int32)
+
+
+def _check_grad(layer: LayerInfo, grad: torch.Tensor) -> None:
+    if grad.dtype != torch.float32:
+        raise TypeError(f"layer {layer.name!r}: gradient must be float32, got {grad.dtype}")
+    if tuple(grad.shape) != layer.shape:
+        raise ValueError(f"layer {layer.name!r}: gradient shape {tuple(grad.shape)}, "
+                         f"expected {layer.shape}")
+    nan = torch.isnan(grad)
+    count = int(nan.sum().item())
+    if count:
+        raise NonFiniteError(count, int(torch.argmax(nan.reshape(-1).to(torch.uint8)).item()),
+                             layer.name)
+
+
+class Compressor:
+    """Base class: dense packets for small layers, the method's own packets otherwise."""
+
+    name = "base"
+
+    def __init__(self, layers: Sequence[LayerInfo], n_workers: int, *, dense_below: int = 0):
+        if int(n_workers) < 1:
+            raise ValueError(f"n_workers must be >= 1, got {n_workers}")
+        if int(dense_below) < 0:
+            raise ValueError(f"dense_below must be >= 0, got {dense_below}")
+        self.layers = list(layers)
+        self.n_workers = int(n_workers)
+        self.dense_below = int(dense_below)
+
+    # -- configuration, recorded in checkpoints so a resume with other settings is refused
+    def config(self) -> dict:
+        return {"name": self.name, "n_workers": self.n_workers, "dense_below": self.dense_below}
+
+    def sends_dense(self, layer: LayerInfo) -> bool:
+        return layer.numel < self.dense_below
+
+    def new_worker_state(self) -> WorkerState:
+        return WorkerState()
+
+    # -- per layer
+    def encode(self, layer: LayerInfo, grad: torch.Tensor, ws: WorkerState):
+        """One layer -> (packet int32 1-D tensor, StepStats)."""
+        return self.encode_many([layer], [grad], ws)[0]
+
+    def encode_many(self, layers: Sequence[LayerInfo], grads: Sequence[torch.Tensor],
+                    ws: WorkerState) -> list[tuple[torch.Tensor, StepStats]]:
+        """Several layers at once -> [(packet, StepStats)] in the same order. `ws` changes
+        only if every layer encodes (a NaN gradient leaves the state as it was)."""
+        out: list = [None] * len(layers)
+        compressed = []
+        for j, (layer, g) in enumerate(zip(layers, grads, strict=True)):
+            if self.sends_dense(layer):
+                _check_grad(layer, g)
+                words = _float_bits(g).clone()
+                out[j] = (words, StepStats(4 * words.numel(), layer.numel))
+            else:
+                compressed.append(j)
+        if compressed:
+            sub = [layers[j] for j in compressed]
+            results = self._encode_layers(sub, [grads[j].detach() for j in compressed], ws)
+            for j, r in zip(compressed, results):
+                out[j] = r
+            for layer in sub:
+                ws.steps[layer.index] = ws.steps.get(layer.index, 0) + 1
+        return out
+
+    def _encode_layers(self, layers, grads, ws):
+        """The method's packets for layers it compresses. Default: one layer at a time, the
+        new states applied once all have succeeded."""
+        staged = WorkerState(dict(ws.layers), dict(ws.steps))
+        results = []
+        for layer, g in zip(layers, grads):
+            _check_grad(layer, g)
+            results.append(self._encode(layer, g, staged))
+        ws.layers.update(staged.layers)
+        return results
+
+    def decode(self, layer: LayerInfo, words: torch.Tensor, start: int):
+        """Parse one packet at words[start] -> (contribution, words consumed)."""
+        if self.sends_dense(layer):
+            return _decode_dense(layer, words, start)
+        return self._decode(layer, words, start)
+
+    def reduce(self, layer: LayerInfo, contributions: list) -> torch.Tensor:
+        """All workers' contributions (in rank order) -> the averaged float32 gradient."""
+        if len(contributions) != self.n_workers:
+            raise ValueError(f"layer {layer.name!r}: {len(contributions)} contributions for "
+                             f"{self.n_workers} workers")
+        if self.sends_dense(layer):
+            return _mean_float(layer, contributions)
+        return self._reduce(layer, contributions)
+
+    def _encode(self, layer, grad, ws):
+        raise NotImplementedError
+
+    def _decode(self, layer, words, start):
+        raise NotImplementedError
+
+    def _reduce(self, layer, contributions):
+        raise NotImplementedError
+
+
+# ------------------------------------------------------------------------------ dense packets
+
+def _need(layer: LayerInfo, words: torch.Tensor, start: int, count: int, what: str) -> None:
+    if start + count > words.numel():
+        raise PacketError(f"truncated {what} packet for layer {layer.name!r}: needs {count} words "
+                          f"at word {start}, message has {words.numel() - start}")
+
+
+def _decode_dense(layer: LayerInfo, words: torch.Tensor, start: int):
+    n = layer.numel
+    _need(layer, words, start, n, "dense")
+    return words[start:start + n].view(torch.float32), n
+
+
+def _mean_float(layer: LayerInfo, values: list[torch.Tensor]) -> torch.Tensor:
+    """float32(sum_w float64(v_w) / N), summed in rank order."""
+    total = values[0].to(torch.float64)
+    for v in values[1:]:
+        total = total + v.to(torch.float64)
+    return (total / len(values)).to(torch.float32).reshape(layer.shape)
+
+
+class DenseCompressor(Compressor):
+    """Baseline: every layer sent as float32."""
+
+    name = "dense"
+
+    def sends_dense(self, layer: LayerInfo) -> bool:
+        return True
+
+
+# ------------------------------------------------------------------------------ sparse packets
+
+def _sparse_packet(indices: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    count = torch.tensor([indices.numel()], dtype=torch.int32, device=values.device)
+    return torch.cat([count, indices.to(torch.int32), _float_bits(values.to(torch.float32))])
+
+
+def _decode_sparse(layer: LayerInfo, words: torch.Tensor, start: int):
+    n = layer.numel
+    _need(layer, words, start, 1, "sparse")
+    count = int(words[start].item())
+    if not (0 <= count <= n):
+        raise PacketError(f"sparse packet for layer {layer.name!r} claims {count} elements of {n}")
+    _need(layer, words, start, 1 + 2 * count, "sparse")
+    idx = words[start + 1:start + 1 + count].to(torch.int64)
+    vals = words[start + 1 + count:start + 1 + 2 * count].view(torch.float32)
+    if count:
+        bad_range = bool(((idx < 0) | (idx >= n)).any().item())
+        bad_order = count > 1 and bool((idx[1:] <= idx[:-1]).any().item())
+        if bad_range or bad_order:
+            raise PacketError(f"sparse packet for layer {layer.name!r}: indices "
+                              f"{'out of range 0..' + str(n - 1) if bad_range else 'not strictly increasing'}")
+    return (idx, vals), 1 + 2 * count
+
+
+class _SparseFeedback(Compressor):
+    """Shared by topk and dlgs: float32 error feedback, sparse packets, float64 sums."""
+
+    def __init__(self, layers, n_workers, *, density: float | str = 0.01, match_k: int | float = 1,
+                 block_size: int | None = None, dense_below: int = 0):
+        super().__init__(layers, n_workers, dense_below=dense_below)
+        self.density = density
+        self.match_k = match_k
+        self.block_size = block_size
+        if density == "match":
+            resolve_k(match_k, 1)                               # validates match_k
+        else:
+            d = float(density)
+            if not (0.0 < d <= 1.0):
+                raise ValueError(f"density must be in (0, 1] or 'match', got {density!r}")
+            self.density = d
+
+    def config(self) -> dict:
+        return {**super().config(), "density": self.density, "match_k": self.match_k,
+                "block_size": self.block_size}
+
+    def k_elements(self, layer: LayerInfo) -> int:
+        """Elements kept per step: a density fraction, or, with density 'match', the element
+        count coarse selection with k = match_k sends for this layer."""
+        n = layer.numel
+        if self.density == "match":
+            lay = block_layout(layer.shape, self.block_size)
+            return min(n, resolve_k(self.match_k, lay.n_blocks) * lay.block_size)
+        return min(n, max(1, math.ceil(self.density * n)))
+
+    def _accumulate(self, layer, grad, ws):
+        st = ws.layers.get(layer.index)
+        if st is None:
+            st = {"residual": torch.zeros(layer.shape, dtype=torch.float32, device=grad.device)}
+        st = dict(st)                          # a new entry: the caller commits it on success
+        return st, (st["residual"] + grad).reshape(-1)
+
+    def _finish(self, layer, ws, st, acc, idx):
+        idx, _ = torch.sort(idx)
+        values = acc[idx]
+        residual = acc.clone()
+        residual[idx] = 0.0
+        st["residual"] = residual.reshape(layer.shape)
+        ws.layers[layer.index] = st
+        packet = _sparse_packet(idx, values)
+        return packet, StepStats(4 * packet.numel(), idx.numel())
+
+    def _decode(self, layer, words, start):
+        return _decode_sparse(layer, words, start)
+
+    def _reduce(self, layer, contributions):
+        (idx0, _) = contributions[0]
+        total = torch.zeros(layer.numel, dtype=torch.float64, device=idx0.device)
+        for idx, vals in contributions:                       # rank order
+            total.index_add_(0, idx, vals.to(torch.float64))
+        return (total / len(contributions)).to(torch.float32).reshape(layer.shape)
+
+
+class TopKCompressor(_SparseFeedback):
+    """Per-layer exact top-k of |residual + gradient| every step."""
+
+    name = "topk"
+
+    def _encode(self, layer, grad, ws):
+        st, acc = self._accumulate(layer, grad, ws)
+        idx = torch.topk(acc.abs(), self.k_elements(layer), sorted=False).indices
+        return self._finish(layer, ws, st, acc, idx)
+
+
+class DlgsCompressor(_SparseFeedback):
+    """Per-layer top-k whose threshold (the k-th largest |value|) is recomputed every
+    `interval` steps; in between, every nonzero element with |value| >= threshold is sent."""
+
+    name = "dlgs"
+
+    def __init__(self, layers, n_workers, *, interval: int = 10, **kw):
+        super().__init__(layers, n_workers, **kw)
+        if int(interval) < 1:
+            raise ValueError(f"dlgs interval must be >= 1 step, got {interval}")
+        self.interval = int(interval)
+
+    def config(self) -> dict:
+        return {**super().config(), "interval": self.interval}
+
+    def _encode(self, layer, grad, ws):
+        st, acc = self._accumulate(layer, grad, ws)
+        mag = acc.abs()
+        if ws.steps.get(layer.index, 0) % self.interval == 0:
+            top = torch.topk(mag, self.k_elements(layer), sorted=True)
+            st["threshold"] = top.values[-1].reshape(())
+            idx = top.indices
+        else:
+            idx = torch.nonzero((mag >= st["threshold"]) & (mag > 0)).reshape(-1)
+        return self._finish(layer, ws, st, acc, idx)
+
+
+# ------------------------------------------------------------------------------ coarse (gradblock)
+
+class CoarseCompressor(Compressor):
+    """The gradblock codec: k blocks per layer, one ZRLE v1 frame per layer, int64 sums."""
+
+    name = "coarse"
+
+    def __init__(self, layers, n_workers, *, k: int | float = 1, R: float = DEFAULT_RANGE,
+                 block_size: int | None = None, lmax_log2: int = DEFAULT_LMAX_LOG2,
+                 dense_below: int = 0):
+        super().__init__(layers, n_workers, dense_below=dense_below)
+        self.cfg = QuantConfig.from_range(R)
+        resolve_k(k, 1)                                          # validates k
+        if block_size is not None and int(block_size) < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        from codec.zrle import check_lmax_log2
+        self.k, self.block_size, self.lmax_log2 = k, block_size, check_lmax_log2(lmax_log2)
+        self._plans: dict = {}
+
+    def config(self) -> dict:
+        return {**super().config(), "k": self.k, "R": self.cfg.range, "block_size": self.block_size,
+                "lmax_log2": self.lmax_log2}
+
+    def _plan(self, layers: Sequence[LayerInfo], device: torch.device) -> tc.GroupPlan:
+        key = (tuple(lay.index for lay in layers), str(device))
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = tc.plan_group([lay.shape for lay in layers], k=self.k, block_size=self.block_size,
+                                 layer_ids=[lay.index for lay in layers], R=self.cfg,
+                                 lmax_log2=self.lmax_log2, device=device)
+            self._plans[key] = plan
+        return plan
+
+    def _encode_layers(self, layers, grads, ws):
+        """All the group's layers in one pass of the torch codec (codec.torch_codec.compress_group),
+        frames bit-identical to compress_layer's."""
+        plan = self._plan(layers, grads[0].device)
+        residuals = [ws.layers[lay.index]["residual"] if lay.index in ws.layers else None
+                     for lay in layers]
+        step = tc.compress_group(plan, list(grads), residuals, R=self.cfg, lmax_log2=self.lmax_log2,
+                                 names=[lay.name for lay in layers])
+        frames = torch.split(step.message, step.frame_words)
+        for lay, r in zip(layers, step.residuals):
+            ws.layers[lay.index] = {"residual": r}
+        return [(f, StepStats(4 * w, nz, sq, sf)) for f, w, nz, sq, sf in
+                zip(frames, step.frame_words, step.nonzeros, step.sat_quant, step.sat_feedback)]
+
+    def _decode(self, layer, words, start):
+        f = tc.decode_frame(words, expected_n=layer.numel, start=start)
+        if f.layer_id != layer.index:
+            raise PacketError(f"frame carries layer id {f.layer_id}, expected {layer.index} "
+                              f"({layer.name!r}): messages are out of step")
+        if f.range_bits != self.cfg.range_bits:
+            raise PacketError(f"frame for layer {layer.name!r} uses range bits {f.range_bits:#010x}, "
+                              f"this worker {self.cfg.range_bits:#010x}")
+        return f.values, f.n_words
+
+    def _reduce(self, layer, contributions):
+        total = tc.sum_payloads(contributions)                  # exact, order-independent
+        return tc.average(total, len(contributions), self.cfg).reshape(layer.shape)
+
+
+def build_compressor(name: str, layers: Sequence[LayerInfo], n_workers: int, *,
+                     k: int | float = 1, density: float | str = "match", interval: int = 10,
+                     R: float = DEFAULT_RANGE, block_size: int | None = None,
+                     lmax_log2: int = DEFAULT_LMAX_LOG2, dense_below: int = 0) -> Compressor:
+    """A compressor by name. For topk / dlgs, density 'match' keeps per layer as many elements
+    as coarse selection with the same k would send."""
+    if name == "dense":
+        return DenseCompressor(layers, n_workers, dense_below=dense_below)
+    if name in ("topk", "dlgs"):
+        kw = dict(density=density, match_k=k, block_size=block_size, dense_below=dense_below)
+        if name == "topk":
+            return TopKCompressor(layers, n_workers, **kw)
+        return DlgsCompressor(layers, n_workers, interval=interval, **kw)
+    if name == "coarse":
+        return CoarseCompressor(layers, n_workers, k=k, R=R, block_size=block_size,
+                                lmax_log2=lmax_log2, dense_below=dense_below)
+    raise ValueError(f"unknown compressor {name!r}; choose one of {', '.join(COMPRESSORS)}")
+
+
+# ------------------------------------------------------------------------------ the shared path
+
+def encode_group(compressor: Compressor, layers: Sequence[LayerInfo],
+                 grads: Sequence[torch.Tensor], ws: WorkerState):
+    """One worker's message for a group of layers -> (int32 message, StepStats)."""
+    stats = StepStats()
+    packets = []
+    for packet, s in compressor.encode_many(layers, grads, ws):
+        packets.append(packet)
+        stats.add(s)
+    if not packets:
+        return torch.zeros(0, dtype=torch.int32), stats
+    return torch.cat(packets), stats
+
+
+def _with_origin(err: Exception, rank: int, layer: LayerInfo) -> Exception:
+    """The same error class, its message prefixed with the peer rank and the layer."""
+    where = f"peer rank {rank}, layer {layer.index} {layer.name!r}"
+    if isinstance(err, frame_errors.FrameError):
+        new = type(err)(f"{where}: {err.detail}", err.word)
+    else:
+        new = type(err)(f"{where}: {err}")
+    new.rank, new.layer = rank, layer.name
+    return new
+
+
+def decode_group(compressor: Compressor, layers: Sequence[LayerInfo],
+                 messages: Sequence[torch.Tensor], ranks: Sequence[int] | None = None
+                 ) -> list[torch.Tensor]:
+    """Every worker's message -> the averaged float32 gradient of each layer. `ranks` names
+    the sender of each message (default 0..N-1). A malformed packet raises its error class
+    with the rank and layer in the message."""
+    ranks = list(range(len(messages))) if ranks is None else list(ranks)
+    if len(ranks) != len(messages):
+        raise ValueError(f"{len(ranks)} rank labels for {len(messages)} messages")
+    per_layer: list[list] = [[] for _ in layers]
+    for rank, msg in zip(ranks, messages):
+        at = 0
+        for j, layer in enumerate(layers):
+            try:
+                contribution, used = compressor.decode(layer, msg, at)
+            except (frame_errors.FrameError, PacketError) as e:
+                raise _with_origin(e, rank, layer) from e
+            per_layer[j].append(contribution)
+            at += used
+        if at != msg.numel():
+            raise PacketError(f"peer rank {rank}: message has {msg.numel() - at} words left "
+                              f"after its {len(layers)} layer packets")
+    return [compressor.reduce(layer, contribs) for layer, contribs in zip(layers, per_layer)]

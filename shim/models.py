@@ -1,0 +1,161 @@
+"""Models for the torch shim, built by name with a deterministic initialisation.
+
+* `lenet5`     LeNet-style CNN for 1x28x28 (Fashion-MNIST / MNIST)
+* `digits-cnn` small CNN for the 1x8x8 scikit-learn digits
+* `resnet20`   ResNet-20 (He et al. 2016, option-A shortcuts) for 3x32x32 CIFAR-10
+* `conv64`     plain 4-conv CNN ending in a 64->64 3x3 conv: real-sized conv layers for the
+               golden vectors, any input size
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+MODELS = ("lenet5", "digits-cnn", "resnet20", "conv64")
+ALIASES = {"lenet": "lenet5", "lenet5": "lenet5", "digits-cnn": "digits-cnn",
+           "digits_cnn": "digits-cnn", "resnet20": "resnet20", "resnet-20": "resnet20",
+           "conv64": "conv64"}
+DEFAULT_MODEL = {"fashion-mnist": "lenet5", "mnist": "lenet5", "digits": "digits-cnn",
+                 "cifar10": "resnet20"}
+
+
+def _check_in_shape(in_shape, min_hw: int, model: str) -> tuple[int, int, int]:
+    try:
+        c, h, w = (int(d) for d in in_shape)
+    except (TypeError, ValueError):
+        raise ValueError(f"{model}: in_shape must be (C, H, W), got {in_shape!r}") from None
+    if c < 1 or h < min_hw or w < min_hw:
+        raise ValueError(f"{model}: input {c}x{h}x{w} too small (needs C >= 1, H, W >= {min_hw})")
+    return c, h, w
+
+
+class LeNet5(nn.Module):
+    """conv5x5(6, pad 2) - pool - conv5x5(16) - pool - fc120 - fc84 - fc(classes), ReLU."""
+
+    def __init__(self, num_classes: int = 10, in_shape=(1, 28, 28)):
+        super().__init__()
+        c, h, w = _check_in_shape(in_shape, 12, "lenet5")
+        self.conv1 = nn.Conv2d(c, 6, 5, padding=2)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        fh, fw = (h // 2 - 4) // 2, (w // 2 - 4) // 2
+        self.fc1 = nn.Linear(16 * fh * fw, 120)
+        self.fc2 = nn.Linear(120, 84)
+        self.fc3 = nn.Linear(84, num_classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = torch.flatten(x, 1)
+        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
+
+
+class DigitsCNN(nn.Module):
+    """conv3x3(16) - conv3x3(32) - pool - fc64 - fc(classes), ReLU: a few seconds per epoch."""
+
+    def __init__(self, num_classes: int = 10, in_shape=(1, 8, 8)):
+        super().__init__()
+        c, h, w = _check_in_shape(in_shape, 2, "digits-cnn")
+        self.conv1 = nn.Conv2d(c, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.fc1 = nn.Linear(32 * (h // 2) * (w // 2), 64)
+        self.fc2 = nn.Linear(64, num_classes)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(torch.flatten(x, 1))))
+
+
+class Conv64Net(nn.Module):
+    """conv3x3 8 - conv3x3 16 - pool - conv3x3 64 - conv3x3 64 - global avg - fc(classes).
+
+    Weight shapes 8xCx3x3, 16x8x3x3, 64x16x3x3, 64x64x3x3 and (classes)x64: the layer sizes
+    of a real conv net, in a model small enough to train a few steps on a CPU."""
+
+    def __init__(self, num_classes: int = 10, in_shape=(1, 8, 8)):
+        super().__init__()
+        c, _, _ = _check_in_shape(in_shape, 2, "conv64")
+        self.conv1 = nn.Conv2d(c, 8, 3, padding=1)
+        self.conv2 = nn.Conv2d(8, 16, 3, padding=1)
+        self.conv3 = nn.Conv2d(16, 64, 3, padding=1)
+        self.conv4 = nn.Conv2d(64, 64, 3, padding=1)
+        self.fc = nn.Linear(64, num_classes)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = F.relu(self.conv4(F.relu(self.conv3(x))))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+class BasicBlock(nn.Module):
+    """Two 3x3 conv-BN layers; option-A shortcut (stride-2 subsample, zero-padded channels)."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c_out)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c_out)
+        self.stride, self.pad = stride, c_out - c_in
+
+    def shortcut(self, x):
+        if self.stride != 1:
+            x = x[:, :, ::self.stride, ::self.stride]
+        if self.pad:
+            x = F.pad(x, (0, 0, 0, 0, self.pad // 2, self.pad - self.pad // 2))
+        return x
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + self.shortcut(x))
+
+
+class ResNet20(nn.Module):
+    """ResNet-20 for CIFAR: conv16 - 3 stages of 3 blocks (16, 32, 64 channels) - avg - fc."""
+
+    def __init__(self, num_classes: int = 10, in_shape=(3, 32, 32), blocks_per_stage: int = 3):
+        super().__init__()
+        c, _, _ = _check_in_shape(in_shape, 4, "resnet20")
+        self.conv1 = nn.Conv2d(c, 16, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16)
+        layers, c_in = [], 16
+        for c_out, stride in ((16, 1), (32, 2), (64, 2)):
+            for i in range(blocks_per_stage):
+                layers.append(BasicBlock(c_in, c_out, stride if i == 0 else 1))
+                c_in = c_out
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(64, num_classes)
+        for m in self.modules():
+            if isinstance(m, (nn.Conv2d, nn.Linear)):
+                nn.init.kaiming_normal_(m.weight)
+
+    def forward(self, x):
+        x = self.layers(F.relu(self.bn1(self.conv1(x))))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+_CLASSES = {"lenet5": LeNet5, "digits-cnn": DigitsCNN, "resnet20": ResNet20, "conv64": Conv64Net}
+
+
+def canonical_model_name(name: str) -> str:
+    key = name.strip().lower()
+    if key not in ALIASES:
+        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
+    return ALIASES[key]
+
+
+def build_model(name: str, num_classes: int = 10, in_shape=(1, 28, 28), seed: int | None = 0
+                ) -> nn.Module:
+    """Build a model by name. With a seed the initial weights depend only on (name, shapes,
+    seed); torch's global RNG is left as it was."""
+    cls = _CLASSES[canonical_model_name(name)]
+    if int(num_classes) < 1:
+        raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+    if seed is None:
+        return cls(int(num_classes), tuple(in_shape))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        return cls(int(num_classes), tuple(in_shape))

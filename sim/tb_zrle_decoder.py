@@ -1,0 +1,452 @@
+"""cocotb testbench for hw/zrle_decoder.sv: frame words in, int32 values and a status report out,
+compared with codec.zrle.decode_frame (values, token count, error code and error word).
+
+Tests
+  decode_cases     valid frames back to back under every traffic profile: exact values, m_tlast
+                   on each frame's n-th value, one `done` per frame with the right status
+  decode_errors    corrupted frames, one at a time: every error code of spec §3.5 on purpose,
+                   then TB_FUZZ random corruptions; the code and word must match the Python
+                   decoder and the values that did come out must be a prefix of the token stream
+  reset_mid_frame  reset while a frame is in flight, then a clean frame must be exact
+  throughput       unthrottled cycle counts against an ideal decoder (TB_METRICS)
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import cocotb
+import numpy as np
+from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge, with_timeout
+from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
+
+from codec import errors as E
+from codec import zrle
+from sim import tb_util as tb
+
+MASK = 0xFFFFFFFF
+
+
+@dataclass
+class Status:
+    kind: str            # "done" or "err"
+    code: int
+    word: int
+    tokens: int
+    cycle: int
+
+
+class DecoderEnv:
+    def __init__(self, dut):
+        self.dut = dut
+        self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s"), dut.clk, dut.rst,
+                                      byte_size=32)
+        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m"), dut.clk, dut.rst,
+                                  byte_size=32)
+        tb.quiet(self.source, self.sink)
+        self.out = tb.WordRecorder(dut, "m")
+        self.inp = tb.WordRecorder(dut, "s")
+        self.status: list[Status] = []
+        self.headers: list[tuple[int, int, int, int]] = []
+        dut.cfg_check_n.value = 0
+        dut.cfg_expected_n.value = 0
+        cocotb.start_soon(self._watch())
+
+    async def _watch(self):
+        dut = self.dut
+        while True:
+            await RisingEdge(dut.clk)
+            if dut.hdr_valid.value == 1:
+                self.headers.append((int(dut.hdr_layer_id.value), int(dut.hdr_n.value),
+                                     int(dut.hdr_range_bits.value), int(dut.hdr_lmax_log2.value)))
+            if dut.done.value == 1:
+                self.status.append(Status("done", 0, 0, int(dut.token_count.value), tb.cycle_now()))
+            if dut.err_valid.value == 1:
+                self.status.append(Status("err", int(dut.err_code.value), int(dut.err_word.value),
+                                          int(dut.token_count.value), tb.cycle_now()))
+
+    def traffic(self, p_in: float, p_out: float, rng: random.Random) -> None:
+        self.source.set_pause_generator(tb.pause_generator(p_in, rng) if p_in else None)
+        self.sink.set_pause_generator(tb.pause_generator(p_out, rng) if p_out else None)
+        self.source.pause = False
+        self.sink.pause = False
+
+    def clear(self):
+        self.out.clear()
+        self.inp.clear()
+        self.status.clear()
+        self.headers.clear()
+
+    async def wait_status(self, count: int, limit_cycles: int) -> None:
+        for _ in range(limit_cycles):
+            if len(self.status) >= count:
+                return
+            await RisingEdge(self.dut.clk)
+        raise AssertionError(f"decoder gave {len(self.status)} of {count} status reports "
+                             f"within {limit_cycles} cycles (hang?)")
+
+    async def wait_quiet(self, limit_cycles: int = 10000) -> None:
+        """Until the source has sent everything and no value is waiting on the output."""
+        for _ in range(limit_cycles):
+            await RisingEdge(self.dut.clk)
+            if self.source.idle() and self.dut.m_tvalid.value == 0 and self.dut.s_tvalid.value == 0:
+                await ClockCycles(self.dut.clk, 2)
+                if self.dut.m_tvalid.value == 0:
+                    return
+        raise AssertionError("decoder output did not go quiet")
+
+
+def frame_of(words) -> AxiStreamFrame:
+    return AxiStreamFrame([int(w) & MASK for w in words])
+
+
+# ------------------------------------------------------------------ reference expectations
+def expected_status(words, expected_n):
+    """(code, word) the RTL must report, (0, tokens) on success. Besides codec.zrle's checks,
+    words after a complete frame (t1 without s_tlast) are TRUNCATED at the first extra word."""
+    w = np.asarray(words, dtype=np.uint32)
+    try:
+        fr = zrle.decode_frame(w, expected_n)
+    except E.FrameError as exc:
+        return exc.code, exc.word
+    if fr.n_words < w.size:
+        return E.TruncatedError.code, fr.n_words
+    return 0, fr.n_tokens
+
+
+def values_before_error(words) -> list[int]:
+    """The values the tokens describe up to the first problem (the decoder may have emitted any
+    prefix of these before it reported the error, and nothing else)."""
+    w = [int(x) & MASK for x in words]
+    if len(w) < 5 or w[0] != zrle.MAGIC or (w[1] & 0xFF) != 1:
+        return []
+    lg = (w[1] >> 8) & 0xFF
+    if (w[1] >> 16) or not 1 <= lg <= 24 or not zrle.range_is_valid(w[4]):
+        return []
+    lmax, n = 1 << lg, w[3]
+    out, pos, produced, prev_l = [], 5, 0, lmax
+    while produced < n and pos + 1 < len(w):
+        z, L = w[pos], w[pos + 1]
+        rem = n - produced
+        if L > lmax or (z == 0 and L == 0) or (z == 0 and prev_l != lmax) or z + L > rem \
+                or (L == 0 and z < rem):
+            break
+        out += [0] * z
+        lits = w[pos + 2:pos + 2 + L]
+        for x in lits:
+            if x == 0:
+                return out
+            out.append(x)
+        if len(lits) < L:
+            break
+        produced += z + L
+        pos += 2 + L
+        prev_l = L
+    return out
+
+
+# ------------------------------------------------------------------ corrupted frames
+def build_frame(tokens, n, lmax_log2=3, layer=1, rbits=0x41200000, t0=None, h1=None):
+    """A frame from explicit (z, [literals]) tokens, with a correct t0 and CRC unless told
+    otherwise, so that exactly the intended defect is present."""
+    words = [zrle.MAGIC, h1 if h1 is not None else (1 | lmax_log2 << 8), layer, n, rbits]
+    for z, lits in tokens:
+        words += [z, len(lits)] + [int(x) & MASK for x in lits]
+    words.append(len(tokens) if t0 is None else t0)
+    words.append(zrle.crc32_words(np.array(words, dtype=np.uint32)))
+    return words
+
+
+def targeted_error_cases():
+    """(name, words, expected_n) provoking each error code of spec §3.5 at least once."""
+    base = tb.make_case("base", [0, 0, 5, -1, 0, 7, 0, 0, 0, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 0], 3, 7)
+    f = [int(x) for x in base.frame]
+    last = len(f) - 1
+
+    def with_word(i, v):
+        g = list(f)
+        g[i] = v & MASK
+        return g
+
+    cases = [
+        ("bad_magic", with_word(0, zrle.MAGIC ^ 1), None),
+        ("bad_version", with_word(1, (f[1] & ~0xFF) | 2), None),
+        ("bad_lmax_reserved", with_word(1, f[1] | 1 << 16), None),
+        ("bad_lmax_zero", with_word(1, 1), None),
+        ("bad_lmax_25", with_word(1, 1 | 25 << 8), None),
+        ("bad_range_negative", with_word(4, 0xC1200000), None),
+        ("bad_range_inf", with_word(4, 0x7F800000), None),
+        ("bad_range_nan", with_word(4, 0x7FC00000), None),
+        ("bad_range_zero", with_word(4, 0), None),
+        ("size_mismatch", f, base.n + 1),
+        ("size_ok", f, base.n),
+        ("literal_run_too_long", build_frame([(0, [1] * 9)], 9), None),
+        ("zero_literal_first", build_frame([(2, [0, 4])], 4), None),
+        ("zero_literal_middle", build_frame([(1, [3, 0, 4, 0])], 5), None),
+        ("empty_token", build_frame([(0, [])], 4), None),
+        ("early_zero_length", build_frame([(2, []), (0, [1, 2])], 4), None),
+        ("split_literal_run", build_frame([(1, [5]), (0, [6])], 3), None),
+        ("overrun_z", build_frame([(9, [])], 4), None),
+        ("overrun_l", build_frame([(3, [1, 2])], 4), None),
+        ("overrun_huge", build_frame([(0xFFFFFFFF, [1])], 4), None),
+        ("token_count_mismatch", build_frame([(1, [5])], 2, t0=2), None),
+        ("crc_mismatch", with_word(last, f[last] ^ 0x80), None),
+        ("extra_word_after_t1", f + [0x12345678], None),
+        ("n0_ok", build_frame([], 0), None),
+        ("n0_extra_token", build_frame([(1, [])], 0, t0=0), None),
+        ("lmax_24_ok", build_frame([(0, list(range(1, 40)))], 39, lmax_log2=24), None),
+    ]
+    # TRUNCATED: every proper prefix of a frame (tlast on the prefix's last word)
+    cases += [(f"truncated_{k}", f[:k], None) for k in range(1, len(f))]
+    # a zero literal in a token cut short is TRUNCATED, as in software
+    zl = build_frame([(1, [3, 0, 4, 5])], 5)
+    cases += [("zero_literal_then_truncated", zl[:9], None)]
+    return cases
+
+
+def fuzz_cases(count: int, seed: int, lmax_max: int = 24):
+    rng = np.random.default_rng(seed)
+    out = []
+    bases = []
+    for lg in (1, 2, 3, 8):
+        n = int(rng.integers(1, 60))
+        p = np.where(rng.random(n) < 0.5, rng.integers(-2**31, 2**31, size=n), 0).astype(np.int32)
+        bases.append(tb.make_case(f"fz{lg}", p, lg, int(rng.integers(0, 2**32))))
+    for i in range(count):
+        c = bases[i % len(bases)]
+        f = [int(x) for x in c.frame]
+        kind = i % 5
+        j = int(rng.integers(0, len(f)))
+        if kind == 0:      # one bit flipped
+            f[j] ^= 1 << int(rng.integers(0, 32))
+        elif kind == 1:    # a small integer in place of a word
+            f[j] = int(rng.integers(0, 12))
+        elif kind == 2:    # a word dropped
+            del f[j]
+        elif kind == 3:    # a word inserted
+            f.insert(j, int(rng.integers(0, 2**32)) if rng.random() < 0.5 else 0)
+        else:              # two bits in two words
+            f[j] ^= 1 << int(rng.integers(0, 32))
+            k = int(rng.integers(0, len(f)))
+            f[k] ^= 1 << int(rng.integers(0, 32))
+        if f:
+            out.append((f"fuzz{i}_k{kind}", f, None))
+    return out
+
+
+# ------------------------------------------------------------------ tests
+def lasts_ok(lasts, n):
+    idx = [i for i, last in enumerate(lasts) if last]
+    return idx == ([n - 1] if len(lasts) >= n > 0 else [])
+
+
+@cocotb.test()
+async def decode_cases(dut):
+    """Valid frames back to back under every traffic profile."""
+    cases = tb.selected_cases("decode")
+    assert cases, "no cases selected"
+    await tb.start(dut)
+    env = DecoderEnv(dut)
+    rng = random.Random(tb.env_int("TB_SEED", 7))
+    failed: dict[str, str] = {}
+    problems = []
+    for p_in, p_out in tb.traffic_profiles():
+        tag = f"[traffic {p_in}:{p_out}]"
+        env.traffic(p_in, p_out, rng)
+        env.clear()
+        for c in cases:
+            await env.source.send(frame_of(c.frame))
+        slack = 12.0 / ((1 - p_in) * (1 - p_out))
+        words = sum(c.n + c.frame.size for c in cases)
+        await env.wait_status(len(cases), int(words * slack) + 1000)
+        await env.wait_quiet()
+        at = 0
+        for i, c in enumerate(cases):
+            got = env.out.words[at:at + c.n]
+            msg = tb.first_mismatch(c.name, "values", c.payload.view(np.uint32), got)
+            if msg:
+                failed.setdefault(c.name, f"{tag} {msg}")
+            if not lasts_ok(env.out.lasts[at:at + c.n], c.n):
+                failed.setdefault(c.name, f"{tag} case {c.name}: m_tlast not exactly on value {c.n - 1}")
+            st = env.status[i] if i < len(env.status) else None
+            want_tokens = int(c.frame[-2])
+            if st is None or st.kind != "done" or st.tokens != want_tokens:
+                failed.setdefault(c.name, f"{tag} case {c.name}: status {st}, expected done with "
+                                          f"{want_tokens} tokens")
+            want_hdr = (c.layer_id, c.n, c.range_bits, c.lmax_log2)
+            if i >= len(env.headers) or env.headers[i] != want_hdr:
+                got_hdr = env.headers[i] if i < len(env.headers) else None
+                failed.setdefault(c.name, f"{tag} case {c.name}: header outputs {got_hdr}, "
+                                          f"expected {want_hdr}")
+            at += c.n
+        if len(env.out.words) != at:
+            problems.append(f"{tag} {len(env.out.words)} values out, frames hold {at}")
+        if len(env.status) != len(cases):
+            problems.append(f"{tag} {len(env.status)} status reports for {len(cases)} frames")
+        if failed or problems:
+            break
+    tb.write_case_results("zrle_decoder", {c.name: ("fail", failed[c.name]) if c.name in failed
+                                           else ("pass", "") for c in cases})
+    assert not failed and not problems, "\n".join((problems + list(failed.values()))[:20])
+
+
+async def run_one(env, dut, name, words, expected_n, limit_cycles=20000):
+    """Feed one frame (s_tlast on its last word), wait for its status; problems found."""
+    env.clear()
+    dut.cfg_check_n.value = int(expected_n is not None)
+    dut.cfg_expected_n.value = 0 if expected_n is None else expected_n
+    await env.source.send(frame_of(words))
+    await env.wait_status(1, limit_cycles)
+    await env.wait_quiet()
+    problems = []
+    code, word = expected_status(words, expected_n)
+    st = env.status[0]
+    if len(env.status) != 1:
+        problems.append(f"{name}: {len(env.status)} status reports")
+    if code == 0:
+        if st.kind != "done" or st.tokens != word:
+            problems.append(f"{name}: expected done with {word} tokens, got {st}")
+        payload = zrle.decode_frame(np.asarray(words, dtype=np.uint32)).values.view(np.uint32)
+        msg = tb.first_mismatch(name, "values", payload, env.out.words)
+        if msg:
+            problems.append(msg)
+        if not lasts_ok(env.out.lasts, payload.size):
+            problems.append(f"{name}: m_tlast misplaced")
+    else:
+        if st.kind != "err" or st.code != code or st.word != word:
+            problems.append(f"{name}: expected {E.ERROR_NAMES[code]} ({code}) at word {word}, got "
+                            + (f"{E.ERROR_NAMES.get(st.code, '?')} ({st.code}) at word {st.word}"
+                               if st.kind == "err" else "done"))
+        allowed = values_before_error(words)
+        got = env.out.words
+        if len(got) > len(allowed) or [int(x) for x in got] != allowed[:len(got)]:
+            problems.append(f"{name}: after the error the output {got[:8]}... is not a prefix of "
+                            f"{allowed[:8]}...")
+        n = int(words[3]) if len(words) > 3 else 0
+        if any(env.out.lasts) and not (len(got) == n and env.out.lasts[-1] and sum(env.out.lasts) == 1):
+            problems.append(f"{name}: m_tlast on a value other than the n-th")
+    # every word offered was taken (the decoder drains to s_tlast)
+    if len(env.inp.words) != len(words):
+        problems.append(f"{name}: decoder took {len(env.inp.words)} of {len(words)} words")
+    return problems
+
+
+@cocotb.test()
+async def decode_errors(dut):
+    """Each error code on purpose, then random corruptions, checked against codec.zrle."""
+    await tb.start(dut)
+    env = DecoderEnv(dut)
+    rng = random.Random(5)
+    cases = targeted_error_cases() + fuzz_cases(tb.env_int("TB_FUZZ", 200), tb.env_int("TB_SEED", 7))
+    seen = set()
+    problems = []
+    for i, (name, words, expected_n) in enumerate(cases):
+        # alternate traffic so errors meet stalls on both sides
+        env.traffic(*((0.0, 0.0), (0.4, 0.0), (0.0, 0.6), (0.5, 0.5))[i % 4], rng)
+        problems += await run_one(env, dut, name, words, expected_n)
+        seen.add(expected_status(words, expected_n)[0])
+        if len(problems) > 20:
+            break
+    missing = sorted(set(E.ERROR_NAMES) - seen)
+    if missing:
+        problems.append(f"error codes never provoked: {[E.ERROR_NAMES[c] for c in missing]}")
+    assert not problems, "\n".join(problems[:20])
+    dut._log.info("%d corrupted/edge frames agree with codec.zrle", len(cases))
+
+
+@cocotb.test()
+async def reset_mid_frame(dut):
+    """Reset in the header, in a zero run under backpressure, and while draining after an
+    error; the next frame must decode exactly."""
+    await tb.start(dut)
+    env = DecoderEnv(dut)
+    rng = np.random.default_rng(2)
+    vals = rng.integers(1, 2**31, size=200).astype(np.int32)
+    vals[:120] = 0
+    victim = tb.make_case("victim", vals, 3, 4)
+    bad = [int(x) for x in victim.frame]
+    bad[0] ^= 1                                       # BAD_MAGIC: the rest is drained
+    clean = tb.make_case("clean", np.where(rng.random(90) < 0.5, vals[110:], 0), 3, 9)
+    prng = random.Random(1)
+    for when, frame, p_out in ((3, victim.frame, 0.0), (40, victim.frame, 0.7), (12, bad, 0.0)):
+        env.traffic(0.0, p_out, prng)
+        await env.source.send(frame_of(frame))
+        await ClockCycles(dut.clk, when)
+        dut.rst.value = 1
+        await ClockCycles(dut.clk, 2)
+        dut.rst.value = 0
+        env.source.clear()
+        env.sink.clear()
+        await RisingEdge(dut.clk)
+        await ReadOnly()
+        assert dut.m_tvalid.value == 0, "m_tvalid high right after reset"
+        await RisingEdge(dut.clk)
+        env.traffic(0.0, 0.0, prng)
+        problems = await run_one(env, dut, f"clean after reset at {when}", clean.frame, clean.n)
+        assert not problems, "\n".join(problems)
+
+
+def ideal_cycles(case: tb.CodecCase) -> int:
+    """Cycles from the first frame word to the last value for an ideal decoder: one word in and
+    one value out per cycle, unlimited read-ahead. A zero can leave once its token's L word is
+    read, a literal once it is read."""
+    lmax = 1 << case.lmax_log2
+    z, L, lit_s = zrle.tokens(case.payload, lmax)
+    ready = []                                 # cycle at which each value becomes available
+    pos = zrle.HEADER_WORDS
+    for zk, lk in zip(z, L):
+        l_word_cycle = pos + 2                 # 1-based cycle of reading word pos + 1
+        ready += [l_word_cycle] * int(zk)
+        ready += [l_word_cycle + 1 + j for j in range(int(lk))]
+        pos += 2 + int(lk)
+    t = 0
+    for r in ready:
+        t = max(t + 1, r + 1)
+    return t
+
+
+@cocotb.test()
+async def throughput(dut):
+    """Unthrottled cycle counts: values leave at one per cycle through zero runs, frame words
+    are read at one per cycle through literals."""
+    rng = np.random.default_rng(4)
+    n = 2048
+
+    def nz(k):
+        return rng.integers(1, 2**31, size=k).astype(np.int32)
+
+    patterns = [
+        ("dense_lg8", nz(n), 8),
+        ("dense_lg2", nz(n), 2),
+        ("all_zero", np.zeros(n, np.int32), 8),
+        ("sparse_1pct", np.where(rng.random(n) < 0.01, nz(n), 0).astype(np.int32), 8),
+        ("half", np.where(rng.random(n) < 0.5, nz(n), 0).astype(np.int32), 8),
+        ("blocks_25pct", np.where(np.repeat(rng.random(n // 64) < 0.25, 64), nz(n), 0).astype(np.int32), 8),
+    ]
+    await tb.start(dut)
+    env = DecoderEnv(dut)
+    env.traffic(0.0, 0.0, random.Random(0))
+    problems = []
+    for name, payload, lg in patterns:
+        case = tb.make_case(name, payload, lg, 2)
+        env.clear()
+        await env.source.send(frame_of(case.frame))
+        await env.wait_status(1, 20 * (case.n + case.frame.size) + 1000)
+        await env.wait_quiet()
+        problems += [m for m in [tb.first_mismatch(name, "values", case.payload.view(np.uint32),
+                                                   env.out.words)] if m]
+        first_in, last_out = env.inp.cycles[0], env.out.cycles[-1]
+        cycles = last_out - first_in + 1
+        ideal = ideal_cycles(case)
+        out_span = env.out.cycles[-1] - env.out.cycles[0] + 1
+        in_span = env.inp.cycles[-1] - env.inp.cycles[0] + 1
+        rec = {"module": "zrle_decoder", "pattern": name, "lmax_log2": lg, "n": case.n,
+               "frame_words": int(case.frame.size), "cycles": int(cycles), "ideal_cycles": int(ideal),
+               "overhead_cycles": int(cycles - ideal), "cycles_per_value": out_span / case.n,
+               "cycles_per_frame_word": in_span / case.frame.size,
+               "done_after_last_value": int(env.status[0].cycle - last_out)}
+        tb.write_metrics(rec)
+        dut._log.info("throughput %s", rec)
+        if cycles - ideal > 4:
+            problems.append(f"{name}: {cycles} cycles, ideal decoder {ideal}")
+    assert not problems, "\n".join(problems)

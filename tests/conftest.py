@@ -1,0 +1,44 @@
+"""Shared test set-up: one deterministic hypothesis profile and a few fixtures.
+
+Profiles (choose with HYPOTHESIS_PROFILE): "ci" (default; derandomized, so every run tests
+the same examples) and "thorough" (more examples, still derandomized). Neither has a
+deadline: the first call of a numba kernel compiles or loads its cache.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:               # top-level packages without a pip install
+    sys.path.insert(0, str(ROOT))
+
+_common = dict(derandomize=True, deadline=None, database=None, print_blob=True,
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("ci", max_examples=100, **_common)
+settings.register_profile("thorough", max_examples=2000, **_common)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# docs/spec.md §6: the frame for layer 7 (R = 10, LMAX_LOG2 = 8) of [0, 0, 5, -1, 0].
+SPEC_PAYLOAD = np.array([0, 0, 5, -1, 0], dtype=np.int32)
+SPEC_FRAME = np.array([0x5A524C45, 0x00000801, 0x00000007, 0x00000005, 0x41200000,
+                       0x00000002, 0x00000002, 0x00000005, 0xFFFFFFFF,
+                       0x00000001, 0x00000000,
+                       0x00000002, 0x455EB0ED], dtype=np.uint32)
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    """A fresh, seeded generator per test (tests stay independent of their order)."""
+    return np.random.default_rng(20240611)
+
+
+@pytest.fixture
+def spec_frame() -> tuple[np.ndarray, np.ndarray]:
+    """(payload, frame words) of the worked example in docs/spec.md §6."""
+    return SPEC_PAYLOAD.copy(), SPEC_FRAME.copy()

@@ -1,0 +1,274 @@
+"""The benchmark suite: workloads computed from the architectures, helpers, and one
+`gradblock bench --quick` run whose report is checked for structure and self-consistency
+(every table present, numbers parse, ratio columns agree with the time columns)."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench import report, rtl, targets, workloads
+from bench.tables import NOT_AVAILABLE, Table, fmt, parse_markdown_tables
+from bench.timing import measure
+
+REPO = Path(__file__).resolve().parent.parent
+
+TITLES = {
+    "selection": "1. Selection: coarse blocks vs fine-grained top-k",
+    "compress": "2. Full compress step per training step",
+    "codec": "3. Codec: ZRLE vs general-purpose compressors on masked payloads",
+    "rtl": "4. RTL: cycles per word (unthrottled streams)",
+    "rtl_speed": "4b. RTL simulation speed",
+    "training": "5. Training step: where the time goes (torch shim)",
+}
+LABEL_COLUMNS = {"workload", "threads", "device", "method", "implementation", "codec", "simulator",
+                 "module", "case", "stream", "model", "workers", "compressor"}
+
+
+# ------------------------------------------------------------------------------ workloads
+
+def test_resnet50_is_computed_from_its_configuration():
+    arch = workloads.resnet50()
+    assert arch.total == 25_557_032
+    assert len(arch.params) == 161
+    assert arch.params[0].shape == (64, 3, 7, 7)
+    assert arch.params[-2].shape == (1000, 2048)
+    downsample = [p for p in arch.params if "downsample.0" in p.name]
+    assert [p.shape for p in downsample] == [(256, 64, 1, 1), (512, 256, 1, 1),
+                                            (1024, 512, 1, 1), (2048, 1024, 1, 1)]
+
+
+def test_resnet20_is_computed_from_its_configuration():
+    a, b = workloads.resnet20("A"), workloads.resnet20("B")
+    assert (a.total, b.total) == (269_722, 272_474)
+    assert len(a.params) == 3 + 18 * 3 + 2     # stem conv + bn (2), 18 x (conv + bn), fc (2)
+    assert a.params[-2].shape == (10, 64)
+    assert workloads.resnet20(in_channels=1, num_classes=7).params[0].shape == (16, 1, 3, 3)
+    with pytest.raises(ValueError):
+        workloads.architecture("vgg")
+
+
+@pytest.mark.torch
+def test_torch_models_match_the_workload_shapes():
+    pytest.importorskip("torch")
+    from bench.gradients import torch_model
+    for name in ("resnet20", "resnet50"):
+        shapes = [tuple(p.shape) for p in torch_model(name).parameters()]
+        assert shapes == workloads.architecture(name).shapes
+
+
+@pytest.mark.torch
+def test_shim_resnet20_has_the_workload_shapes():
+    pytest.importorskip("torch")
+    models = pytest.importorskip("shim.models")
+    model = models.build_model("resnet20", num_classes=10, in_shape=(3, 32, 32))
+    assert [tuple(p.shape) for p in model.parameters()] == workloads.resnet20().shapes
+
+
+def test_synthetic_gradients_have_the_shapes_and_spread():
+    from bench.gradients import synthetic_gradients
+    arch = workloads.resnet20()
+    grads = synthetic_gradients(arch, seed=1)
+    assert [g.shape for g in grads] == arch.shapes
+    assert all(g.dtype == np.float32 and np.isfinite(g).all() for g in grads)
+    conv = grads[3].reshape(grads[3].shape[0], -1)          # 16 filters of one conv
+    norms = np.abs(conv).sum(axis=1)
+    assert norms.max() / norms.min() > 2                     # block norms are spread
+
+
+# ------------------------------------------------------------------------------ helpers
+
+def test_fmt_keeps_four_significant_digits():
+    assert [fmt(x) for x in (0.000123456, 1.23456, 1234.56, 123456.7, 3, 0.0)] == \
+        ["0.0001235", "1.235", "1235", "123457", "3", "0"]
+
+
+def test_table_round_trips_through_markdown():
+    t = Table("k", "T", ["a", "b"])
+    t.add("x", 1.5)
+    t.skip(["y"], "no numba")
+    t.notes.append("note")
+    parsed = parse_markdown_tables(t.to_markdown())
+    assert parsed == {"T": [{"a": "x", "b": "1.500"}, {"a": "y", "b": f"{NOT_AVAILABLE}: no numba"}]}
+    with pytest.raises(ValueError):
+        t.add("too", "many", "cells")
+
+
+def test_measure_runs_setup_untimed_and_counts():
+    calls = {"fn": 0, "setup": 0}
+
+    def fn():
+        calls["fn"] += 1
+
+    def setup():
+        calls["setup"] += 1
+        time.sleep(0.01)
+
+    s = measure(fn, reps=5, warmup=2, setup=setup)
+    assert len(s.times) == 5 and calls == {"fn": 7, "setup": 7}
+    assert s.median < 0.01                                  # setup's sleep is not timed
+
+
+def test_report_write_keeps_hand_written_sections(tmp_path):
+    out = tmp_path / "b.md"
+    report.write(out, "first\n")
+    assert out.read_text().startswith(report.TITLE)
+    text = out.read_text() + "\n## What bounds it\n\nhand-written\n"
+    out.write_text(text)
+    report.write(out, "second\n")
+    new = out.read_text()
+    assert "second" in new and "first" not in new
+    assert new.count(report.BEGIN) == 1 and "## What bounds it\n\nhand-written" in new
+
+
+def test_rtl_metrics_in_both_formats(tmp_path):
+    listed = tmp_path / "a.json"
+    listed.write_text(json.dumps([{"module": "zrle_encoder", "pattern": "dense", "n": 8,
+                                   "cycles_per_in_word": 1.0,
+                                   "cycles_per_out_word_after_first_token": 2.0}]))
+    lines = tmp_path / "b.json"
+    lines.write_text("\n".join(json.dumps({"module": "quantiser", "stream": s, "case": "c",
+                                           "words": 8, "cycles": 8, "cycles_per_word": 1.0})
+                               for s in ("in", "out")))
+    enc = rtl.read_metrics(listed)
+    assert rtl.stream_rows(enc[0]) == [("dense", "in word", 1.0),
+                                       ("dense", "out word after first token", 2.0)]
+    q = rtl.read_metrics(lines)
+    assert [rtl.stream_rows(r)[0][1] for r in q] == ["in", "out"]
+    assert rtl.read_metrics(tmp_path / "missing.json") == []
+
+
+def test_rtl_sources_are_found_transitively(tmp_path):
+    (tmp_path / "leaf.sv").write_text("module leaf; endmodule\n")
+    (tmp_path / "mid.sv").write_text("module mid; leaf #(.W(2)) u_leaf (); endmodule\n")
+    (tmp_path / "top.sv").write_text("module top;\n// leaf in a comment only\n mid u_mid ();\n"
+                                     "endmodule\n")
+    assert rtl.hw_dependencies("top", tmp_path) == ["leaf", "mid", "top"]
+
+
+def test_targets_read_the_tables():
+    comp = Table("compress", "2", ["workload", "threads", "implementation", "time (ms)", "GB/s",
+                                   "of read-sum", "of copy", "speed-up vs numpy"])
+    comp.add("R", "1", "numba compress_step", 1.0, 2.0, 0.4, 0.6, 10.0)
+    comp.add("R", "1", "numba compress_layers", 1.0, 2.0, 0.2, 0.3, 10.0)
+    lines = targets.evaluate({"compress": comp})
+    assert "60% of copy" in lines[0] and "met" in lines[0]
+    assert "not measured" in lines[1] and "not measured" in lines[3]
+
+
+# ------------------------------------------------------------------------------ quick run
+
+def _num(cell: str) -> float:
+    return float(cell.rstrip("%")) / (100 if cell.endswith("%") else 1)
+
+
+def _close(a: float, b: float, rel: float = 0.01) -> bool:
+    """Equal within the rounding of two 4-significant-digit cells."""
+    return math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def quick_report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "benchmarks.md"
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "gradblock.cli", "bench", "--quick", "--quiet",
+                           "--out", str(out)], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return out.read_text(), proc.stdout, elapsed
+
+
+@pytest.mark.torch
+def test_quick_run_writes_every_table(quick_report):
+    text, stdout, _ = quick_report
+    assert report.BEGIN in text and report.END in text
+    assert text.split(report.BEGIN)[1].split(report.END)[0].strip() == stdout.strip()
+    for needle in ("- machine:", "- threads measured:", "numpy ", "numba ", "torch ",
+                   "mode: quick"):
+        assert needle in text
+    tables = parse_markdown_tables(text)
+    for key, title in TITLES.items():
+        assert title in tables and tables[title], f"table {key} missing or empty"
+    assert "## Targets" in text
+
+
+@pytest.mark.torch
+def test_quick_run_cells_parse(quick_report):
+    tables = parse_markdown_tables(quick_report[0])
+    for title in TITLES.values():
+        for row in tables[title]:
+            cells = list(row.items())
+            skipped = any(v.startswith(NOT_AVAILABLE) for _, v in cells)
+            for col, value in cells:
+                if col in LABEL_COLUMNS or skipped:
+                    continue
+                if value in ("no baseline", "no reference", "no zstd", "inf"):
+                    continue
+                _num(value)                          # raises if a number does not parse
+    # the measured tables have measured rows: ResNet-20 on one thread at least
+    for title in (TITLES["selection"], TITLES["compress"], TITLES["codec"]):
+        assert any(not r[next(iter(r.keys() - LABEL_COLUMNS))].startswith(NOT_AVAILABLE)
+                   for r in tables[title])
+
+
+def _measured(rows):
+    return [r for r in rows if not any(v.startswith(NOT_AVAILABLE) for v in r.values())]
+
+
+@pytest.mark.torch
+def test_quick_run_ratios_agree_with_times(quick_report):
+    tables = parse_markdown_tables(quick_report[0])
+
+    sel = _measured(tables[TITLES["selection"]])
+    groups = {}
+    for r in sel:
+        groups.setdefault((r["workload"], r["threads"], r["device"]), []).append(r)
+    for rows in groups.values():
+        base = next(r for r in rows if r["method"] == "fine: torch.topk")
+        for r in rows:
+            want = _num(base["time (ms)"]) / _num(r["time (ms)"])
+            assert _close(_num(r["speed-up vs torch.topk"]), want), r
+
+    comp = _measured(tables[TITLES["compress"]])
+    groups = {}
+    for r in comp:
+        groups.setdefault((r["workload"], r["threads"]), []).append(r)
+    for rows in groups.values():
+        by = {r["implementation"]: r for r in rows}
+        read, copy = by["memory: read-sum"], by["memory: copy"]
+        ref = by["numpy reference compress_layer"]
+        gbytes = _num(read["GB/s"]) * _num(read["time (ms)"]) / 1e3
+        for r in rows:
+            t, gbs = _num(r["time (ms)"]), _num(r["GB/s"])
+            assert _close(gbs * t / 1e3, gbytes), r                     # same bytes every row
+            assert _close(_num(r["of read-sum"]), gbs / _num(read["GB/s"])), r
+            assert _close(_num(r["of copy"]), gbs / _num(copy["GB/s"])), r
+            assert _close(_num(r["speed-up vs numpy"]), _num(ref["time (ms)"]) / t), r
+
+    cod = _measured(tables[TITLES["codec"]])
+    groups = {}
+    for r in cod:
+        groups.setdefault((r["workload"], r["threads"]), []).append(r)
+    for rows in groups.values():
+        zstd = next(r for r in rows if r["codec"] == "zstd level 1")
+        raw_over_ideal = {round(_num(r["ratio"]) * _num(r["of ideal"]), 1) for r in rows}
+        assert len(raw_over_ideal) == 1 or max(raw_over_ideal) / min(raw_over_ideal) < 1.01
+        for r in rows:
+            assert _close(_num(r["encode vs zstd-1"]), _num(r["encode GB/s"]) / _num(zstd["encode GB/s"])), r
+            assert _close(_num(r["decode vs zstd-1"]), _num(r["decode GB/s"]) / _num(zstd["decode GB/s"])), r
+        zrle = [r for r in rows if r["codec"].startswith("ZRLE")]
+        assert len({r["ratio"] for r in zrle}) == 1             # one wire format, one size
+
+    for r in _measured(tables[TITLES["training"]]):
+        shares = [_num(r[c]) for c in ("compute", "compress", "exchange (decode + reduce)", "update")]
+        assert abs(sum(shares) - 1) < 0.005, r
+
+    for r in _measured(tables[TITLES["rtl"]]):
+        assert _close(_num(r["words/cycle"]) * _num(r["cycles/word"]), 1.0), r

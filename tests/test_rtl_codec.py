@@ -1,0 +1,169 @@
+"""RTL of the codec side (hw/crc32_word.sv, hw/zrle_encoder.sv, hw/zrle_decoder.sv) in cocotb,
+on Icarus Verilog and Verilator, against codec.zrle (synthetic cases made in the testbench)
+and against a `gradblock golden --quick` directory.
+
+Quick subset: Icarus with one parameter set and fewer traffic profiles. Everything else
+(Verilator builds take about a minute each, the other parameter sets, all traffic profiles)
+is marked slow. A failing run writes a waveform and names it in the assertion message.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sim.harness import REPO_ROOT, hw_sources, run_rtl, simulator_available
+
+pytestmark = pytest.mark.sim
+
+ENCODER = ("zrle_encoder", "crc32_word", "axis_skid_buffer", "sync_fifo")
+DECODER = ("zrle_decoder", "crc32_word", "axis_skid_buffer", "sync_fifo")
+QUICK_TRAFFIC = "0:0,0.5:0.6"
+FULL_TRAFFIC = "0:0,0.3:0,0:0.5,0.6:0.7"
+
+
+def need(sim: str) -> None:
+    reason = simulator_available(sim)
+    if reason:
+        pytest.skip(f"{sim} unavailable: {reason}")
+
+
+def check(result) -> None:
+    assert result.passed, result.report()
+
+
+def slow_unless(condition: bool):
+    return [] if condition else [pytest.mark.slow]
+
+
+# (simulator, LMAX_LOG2_MAX): Icarus with the small build is the quick one
+ENCODER_BUILDS = [pytest.param(sim, lg, id=f"{sim}-LMAX_LOG2_MAX{lg}",
+                               marks=slow_unless(sim == "icarus" and lg == 3))
+                  for sim in ("icarus", "verilator") for lg in (3, 8)]
+# (simulator, QUEUE_AW): the default queue, and a 2-entry queue that stalls the parse side often
+DECODER_BUILDS = [pytest.param(sim, aw, id=f"{sim}-QUEUE_AW{aw}",
+                               marks=slow_unless(sim == "icarus" and aw == 4))
+                  for sim in ("icarus", "verilator") for aw in (4, 1)]
+SIMS = [pytest.param(s, id=s, marks=slow_unless(s == "icarus")) for s in ("icarus", "verilator")]
+
+
+def traffic_for(sim: str, quick: bool) -> str:
+    return QUICK_TRAFFIC if quick else FULL_TRAFFIC
+
+
+# ------------------------------------------------------------------ CRC-32
+@pytest.mark.parametrize("sim", SIMS)
+def test_crc32_matches_zlib(sim):
+    need(sim)
+    check(run_rtl("crc32_word", hw_sources("crc32_word"), "sim.tb_crc32", sim))
+
+
+# ------------------------------------------------------------------ encoder
+@pytest.mark.parametrize("sim,lmax_max", ENCODER_BUILDS)
+def test_encoder_synthetic(sim, lmax_max, tmp_path):
+    """Edge cases of the token grammar for lmax_log2 1, 2, 3, 8 (those above the build's
+    LMAX_LOG2_MAX are skipped by the testbench), backpressure, resets, throughput."""
+    need(sim)
+    quick = sim == "icarus" and lmax_max == 3
+    metrics = tmp_path / "metrics.json"
+    res = run_rtl("zrle_encoder", hw_sources(*ENCODER), "sim.tb_zrle_encoder", sim,
+                  parameters={"LMAX_LOG2_MAX": lmax_max},
+                  env={"TB_LMAX_LOG2_MAX": lmax_max, "TB_TRAFFIC": traffic_for(sim, quick),
+                       "TB_METRICS": metrics, "TB_CASE_RESULTS": tmp_path / "cases.json"})
+    check(res)
+    cases = json.loads((tmp_path / "cases.json").read_text())
+    skipped = [c for c in cases if c["status"] == "skip"]
+    assert all(c["status"] in ("pass", "skip") for c in cases)
+    # the synthetic set has lmax_log2 8 cases: a LMAX_LOG2_MAX 3 build must skip exactly those
+    assert bool(skipped) == (lmax_max < 8)
+    assert all("lmax_log2 8 >" in c["detail"] for c in skipped)
+    rec = {r["pattern"]: r for r in json.loads(metrics.read_text())}
+    assert rec["dense_lg1"]["cycles_per_out_word_after_first_token"] == 1.0
+    assert rec["all_zero"]["cycles_per_in_word"] == 1.0
+
+
+# ------------------------------------------------------------------ decoder
+@pytest.mark.parametrize("sim,queue_aw", DECODER_BUILDS)
+def test_decoder(sim, queue_aw, tmp_path):
+    """Valid frames under backpressure, every error code, random corruptions, resets and (with
+    the default queue) throughput against an ideal decoder."""
+    need(sim)
+    quick = sim == "icarus" and queue_aw == 4
+    tests = None if queue_aw == 4 else "decode_cases,decode_errors,reset_mid_frame"
+    metrics = tmp_path / "metrics.json"
+    res = run_rtl("zrle_decoder", hw_sources(*DECODER), "sim.tb_zrle_decoder", sim,
+                  parameters={"QUEUE_AW": queue_aw}, testcase=tests,
+                  env={"TB_TRAFFIC": traffic_for(sim, quick), "TB_FUZZ": 100 if quick else 300,
+                       "TB_METRICS": metrics})
+    check(res)
+    names = {t.name for t in res.tests}
+    assert {"decode_cases", "decode_errors", "reset_mid_frame"} <= names
+    if queue_aw == 4:
+        rec = {r["pattern"]: r for r in json.loads(metrics.read_text())}
+        assert rec["all_zero"]["cycles_per_value"] == 1.0
+        assert rec["dense_lg8"]["cycles_per_frame_word"] == 1.0
+
+
+# ------------------------------------------------------------------ golden vectors
+@pytest.fixture(scope="session")
+def golden_quick(tmp_path_factory):
+    """`gradblock golden --quick` written once per session."""
+    out = tmp_path_factory.mktemp("golden") / "quick"
+    proc = subprocess.run([sys.executable, "-m", "gradblock.cli", "golden", "--quick", "--no-check",
+                           str(out)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        pytest.fail(f"gradblock golden --quick failed ({proc.returncode}):\n{proc.stdout[-2000:]}"
+                    f"\n{proc.stderr[-2000:]}")
+    return out
+
+
+def golden_results(path) -> dict:
+    return {r["case"]: r for r in json.loads(path.read_text())}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sim", [pytest.param(s, id=s) for s in ("icarus", "verilator")])
+def test_encoder_golden(sim, golden_quick, tmp_path):
+    """Each golden case's payload must encode to its frame, word for word."""
+    need(sim)
+    out = tmp_path / "cases.json"
+    check(run_rtl("zrle_encoder", hw_sources(*ENCODER), "sim.tb_zrle_encoder", sim,
+                  parameters={"LMAX_LOG2_MAX": 8}, testcase="encode_cases",
+                  run_name="golden-encode_cases",
+                  env={"TB_GOLDEN_DIR": golden_quick, "TB_LMAX_LOG2_MAX": 8,
+                       "TB_TRAFFIC": "0:0,0.4:0.4", "TB_CASE_RESULTS": out}))
+    results = golden_results(out)
+    assert results and all(r["status"] == "pass" for r in results.values()), results
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sim", [pytest.param(s, id=s) for s in ("icarus", "verilator")])
+def test_decoder_golden(sim, golden_quick, tmp_path):
+    """Each golden case's frame must decode to its payload with a clean status."""
+    need(sim)
+    out = tmp_path / "cases.json"
+    check(run_rtl("zrle_decoder", hw_sources(*DECODER), "sim.tb_zrle_decoder", sim,
+                  testcase="decode_cases", run_name="golden-decode_cases",
+                  env={"TB_GOLDEN_DIR": golden_quick, "TB_TRAFFIC": "0:0,0.4:0.4",
+                       "TB_CASE_RESULTS": out}))
+    results = golden_results(out)
+    assert results and all(r["status"] == "pass" for r in results.values()), results
+
+
+def test_encoder_skips_lmax_above_build(golden_quick, tmp_path):
+    """A LMAX_LOG2_MAX 3 build skips (and names) the golden cases with lmax_log2 8 and still
+    encodes the lmax_log2 2 and 3 ones exactly."""
+    need("icarus")
+    out = tmp_path / "cases.json"
+    check(run_rtl("zrle_encoder", hw_sources(*ENCODER), "sim.tb_zrle_encoder", "icarus",
+                  parameters={"LMAX_LOG2_MAX": 3}, testcase="encode_cases",
+                  run_name="golden-small-encode_cases",
+                  env={"TB_GOLDEN_DIR": golden_quick, "TB_LMAX_LOG2_MAX": 3,
+                       "TB_TRAFFIC": "0.3:0.3", "TB_CASE_RESULTS": out}))
+    results = golden_results(out)
+    passed = {n for n, r in results.items() if r["status"] == "pass"}
+    skipped = {n: r["detail"] for n, r in results.items() if r["status"] == "skip"}
+    assert passed and skipped and not set(results) - passed - set(skipped)
+    assert all("LMAX_LOG2_MAX 3" in why for why in skipped.values())
