@@ -76,39 +76,61 @@ def read_metrics(path: Path) -> list[dict]:
         return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def stream_rows(rec: dict) -> list[tuple[str, str, float]]:
-    """(case, stream, cycles per word) for each stream a throughput record measures."""
-    case = str(rec.get("case", rec.get("pattern", "?")))
-    if "stream" in rec and rec.get("cycles_per_word") is not None:
-        return [(case, str(rec["stream"]), float(rec["cycles_per_word"]))]
-    out = []
-    for key, value in rec.items():
-        if key.startswith("cycles_per_") and value is not None:
-            out.append((case, key[len("cycles_per_"):].replace("_", " "), float(value)))
+@dataclass(frozen=True)
+class Throughput:
+    case: str
+    words_in: int
+    words_out: int
+    cycles: int              # first input word (or configuration) to last output word
+    ideal_cycles: int        # a streaming ideal: one word per cycle on each side, no latency
+
+    @property
+    def busier(self) -> int:
+        """Words on the busier stream: one of the two bounds a word-per-cycle design has."""
+        return max(self.words_in, self.words_out)
+
+
+def throughputs(records: list[dict]) -> list[Throughput]:
+    """One Throughput per case. Datapath records come per stream ('in' / 'out', each with
+    the span of its own beats) and are paired by case; codec records carry the whole case."""
+    out, streams = [], {}
+    for rec in records:
+        case = str(rec.get("case", rec.get("pattern", "?")))
+        if "stream" in rec:
+            streams.setdefault(case, {})[rec["stream"]] = rec
+        elif rec.get("module") == "zrle_decoder":
+            out.append(Throughput(case, int(rec["frame_words"]), int(rec["n"]), int(rec["cycles"]),
+                                  int(rec["ideal_cycles"])))
+        else:
+            out.append(Throughput(case, int(rec["n"]), int(rec["frame_words"]), int(rec["cycles"]),
+                                  int(rec["ideal_cycles"])))
+    for case, by in streams.items():
+        w_in = int(by.get("in", {}).get("words", 0))
+        w_out = int(by.get("out", {}).get("words", 0))
+        cycles = max(int(r["cycles"]) for r in by.values())
+        out.append(Throughput(case, w_in, w_out, cycles, max(w_in, w_out)))
     return out
 
 
-def test_timing(results_xml: Path | None, testcase: str) -> tuple[float, float] | None:
-    """(wall seconds, simulated ns) of one testcase from a cocotb results.xml."""
+def testcase_timing(results_xml: Path | None, testcase: str) -> tuple[float, float] | None:
+    """(wall seconds, simulated ns) of one testcase from a cocotb results.xml (cocotb 2 keeps
+    the simulated time in <property name="sim_time_duration"> with its unit beside it)."""
     if results_xml is None or not results_xml.is_file():
         return None
+    scale = {"fs": 1e-6, "ps": 1e-3, "ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
     for case in ET.parse(results_xml).getroot().iter("testcase"):
-        if case.get("name") == testcase:
-            return float(case.get("time", 0) or 0), float(case.get("sim_time_ns", 0) or 0)
+        if case.get("name") != testcase:
+            continue
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        sim_ns = float(case.get("sim_time_ns", 0) or 0)
+        if not sim_ns and "sim_time_duration" in props:
+            sim_ns = float(props["sim_time_duration"]) * scale.get(props.get("sim_time_unit", "ns"), 1.0)
+        return float(case.get("time", 0) or 0), sim_ns
     return None
 
 
-def _words_through(records: list[dict]) -> int:
-    """Input words the throughput test pushed through (payload values or frame words)."""
-    total = 0
-    for rec in records:
-        if "stream" in rec:
-            total += int(rec.get("words", 0)) if rec["stream"] == "in" else 0
-        elif rec.get("module") == "zrle_decoder":
-            total += int(rec.get("frame_words", 0))
-        else:
-            total += int(rec.get("n", 0))
-    return total
+def _words_through(rows: list[Throughput]) -> int:
+    return sum(r.words_in for r in rows)
 
 
 def _run_one(bench: RtlBench, sim: str, vectors_dir: Path | None, work: Path):
@@ -155,7 +177,8 @@ def _vectors(work: Path, ctx: BenchContext) -> Path | None:
 
 def run(ctx: BenchContext) -> list[Table]:
     cyc = Table("rtl", "4. RTL: cycles per word (unthrottled streams)",
-                ["simulator", "module", "case", "stream", "cycles/word", "words/cycle"])
+                ["simulator", "module", "case", "words in", "words out", "cycles",
+                 "ideal cycles", "cycles/word", "words/cycle", "of ideal"])
     speed = Table("rtl_speed", "4b. RTL simulation speed",
                   ["simulator", "module", "build + run (s)", "test (s)", "simulated cycles",
                    "cycles/s", "words", "words/s"])
@@ -175,10 +198,13 @@ def run(ctx: BenchContext) -> list[Table]:
                     cyc.skip([sim, bench.toplevel], str(e))
                     speed.skip([sim, bench.toplevel], str(e))
                     continue
-                for case, stream, cpw in (r for rec in records for r in stream_rows(rec)):
-                    cyc.add(sim, bench.toplevel, case, stream, cpw, 1.0 / cpw if cpw else "inf")
-                timing = test_timing(result.results_xml, "throughput")
-                words = _words_through(records)
+                rows = throughputs(records)
+                for t in rows:
+                    cyc.add(sim, bench.toplevel, t.case, t.words_in, t.words_out, t.cycles,
+                            t.ideal_cycles, t.cycles / t.busier, t.busier / t.cycles,
+                            t.ideal_cycles / t.cycles)
+                timing = testcase_timing(result.results_xml, "throughput")
+                words = _words_through(rows)
                 if timing and timing[0] > 0:
                     wall, sim_ns = timing
                     cycles = int(sim_ns / CLOCK_NS)
@@ -188,11 +214,14 @@ def run(ctx: BenchContext) -> list[Table]:
                     speed.skip([sim, bench.toplevel], "results.xml has no timing for throughput")
                 ctx.log(f"rtl {sim} {bench.toplevel}: {len(records)} records, "
                         f"{result.seconds:.1f} s")
-    cyc.notes.append("cycles/word from the testbenches' own cycle counts (TB_METRICS) in their "
-                     "`throughput` test: no idle input cycles, no backpressure. Codec streams: "
-                     "'in word' / 'frame word' = input words read, 'value' = values written, "
-                     "'out word after first token' = frame words written once the first token "
-                     "can leave (the encoder must see a run's end before it knows L)")
+    cyc.notes.append("cycle counts are the testbenches' own (TB_METRICS) from their `throughput` "
+                     "test: no idle input cycles, no backpressure. Words in / out: payload values "
+                     "and frame words (encoder: values in, frame out; decoder: frame in, values "
+                     "out; datapath stages: one word per element each side). cycles/word and "
+                     "words/cycle are on the busier stream, which a one-word-per-cycle design "
+                     "cannot beat; 'of ideal' = ideal cycles / cycles, the ideal being a "
+                     "zero-latency design that moves one word per cycle on each side (for the "
+                     "encoder it also waits for the end of a run, since L precedes the literals)")
     speed.notes.append("test (s): wall time of the throughput test from cocotb's results.xml; "
                        "build + run includes compiling when the build is stale; words = input "
                        f"words pushed through; simulated cycles at a {CLOCK_NS} ns clock")

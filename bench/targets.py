@@ -72,9 +72,14 @@ def evaluate(tables: dict[str, Table]) -> list[str]:
                  + ("; ".join(parts) if parts else "not measured"))
 
     rtl_rows = [r for r in _rows(tables.get("rtl")) if _num(r.get("words/cycle", "")) is not None]
-    parts = [f"{r['simulator']} {r['module']} {r['stream']} ({r['case']}): "
-             f"{_num(r['words/cycle']):.2f} — {_verdict(_num(r['words/cycle']), RTL_TARGET - 0.005)}"
-             for r in rtl_rows]
-    lines.append(f"- RTL {RTL_TARGET:.2f} word/cycle: " + ("; ".join(parts) if parts else
-                                                            "not measured (run with --rtl)"))
+    worst: dict[tuple, dict] = {}
+    for r in rtl_rows:                       # the slowest case of each module on each simulator
+        key = (r["simulator"], r["module"])
+        if key not in worst or _num(r["words/cycle"]) < _num(worst[key]["words/cycle"]):
+            worst[key] = r
+    parts = [f"{sim} {mod}: {_num(r['words/cycle']):.3f} at worst ({r['case']}) — "
+             f"{_verdict(round(_num(r['words/cycle']), 2), RTL_TARGET)}"
+             for (sim, mod), r in sorted(worst.items())]
+    lines.append(f"- RTL {RTL_TARGET:.2f} word/cycle on the busier stream: "
+                 + ("; ".join(parts) if parts else "not measured (run with --rtl)"))
     return lines

@@ -5,7 +5,7 @@
 //   pass 1   s_tdata = {residual (63..32), grad_bits (31..0)}, exactly n beats:
 //            quantiser -> ef_add -> accumulated a written to the buffer and fed to
 //            block_l1 -> topk_select; the selected block indices set bits of a block mask
-//   pass 2   the buffer is read in order: payload (a on selected blocks, else 0) goes to
+//   pass 2   the encoder is configured, then the buffer is read in order: payload (a on selected blocks, else 0) goes to
 //            zrle_encoder, whose frame leaves on m_frame; the new residual (0 on selected
 //            blocks, else a) leaves on m_res (tlast on element n-1). The two outputs advance
 //            together, so both must be drained concurrently.
@@ -64,7 +64,7 @@ module compress_top #(
     localparam logic [31:0] K_MAX_U = K_MAX;
     localparam logic [4:0] LMAX_LIMIT = (LMAX_LOG2_MAX < 24) ? 5'(LMAX_LOG2_MAX) : 5'd24;
 
-    typedef enum logic [2:0] {IDLE, CHECK, START, PASS1, PASS2} state_t;
+    typedef enum logic [2:0] {IDLE, CHECK, PASS1, ENC_CFG, PASS2} state_t;
     state_t state;
 
     // ---- configuration -------------------------------------------------------------------
@@ -220,7 +220,7 @@ module compress_top #(
 
     zrle_encoder #(.LMAX_LOG2_MAX(LMAX_LOG2_MAX)) u_encoder (
         .clk, .rst,
-        .cfg_valid(state == START), .cfg_ready(enc_cfg_ready),
+        .cfg_valid(state == ENC_CFG), .cfg_ready(enc_cfg_ready),
         .cfg_layer_id(id_r), .cfg_n(n_r), .cfg_range_bits(rb_r), .cfg_lmax_log2(lmax_r),
         .s_tdata(fork_payload), .s_tvalid(pay_pending), .s_tready(enc_s_tready),
         .m_tdata(m_frame_tdata), .m_tvalid(m_frame_tvalid), .m_tready(m_frame_tready),
@@ -257,7 +257,7 @@ module compress_top #(
                         state <= IDLE;
                         done <= 1'b1;
                     end else begin
-                        state <= START;
+                        state <= PASS1;
                     end
                     in_count <= '0;
                     wr_addr <= '0;
@@ -267,8 +267,8 @@ module compress_top #(
                     frame_done <= 1'b0;
                     res_done <= n_r == 32'd0;
                 end
-                START: if (enc_cfg_ready) state <= PASS1;
-                PASS1: if (pass1_done) state <= PASS2;
+                PASS1: if (pass1_done) state <= ENC_CFG;
+                ENC_CFG: if (enc_cfg_ready) state <= PASS2;
                 PASS2: if (frame_done && res_done) begin
                     state <= IDLE;
                     done <= 1'b1;

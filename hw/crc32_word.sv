@@ -24,7 +24,7 @@ module crc32_word (
         for (int i = 0; i < 32; i++) begin
             c = c[0] ? ((c >> 1) ^ POLY) : (c >> 1);
         end
-        return c;
+        crc_step = c;
     endfunction
 
     logic [31:0] state;

@@ -53,7 +53,7 @@ class LayerInfo:
 
     @property
     def numel(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+        return math.prod(self.shape)          # 1 for a scalar
 
 
 def layers_of(model: torch.nn.Module) -> list[LayerInfo]:

@@ -129,19 +129,31 @@ def test_report_write_keeps_hand_written_sections(tmp_path):
 
 def test_rtl_metrics_in_both_formats(tmp_path):
     listed = tmp_path / "a.json"
-    listed.write_text(json.dumps([{"module": "zrle_encoder", "pattern": "dense", "n": 8,
-                                   "cycles_per_in_word": 1.0,
-                                   "cycles_per_out_word_after_first_token": 2.0}]))
+    listed.write_text(json.dumps([
+        {"module": "zrle_encoder", "pattern": "dense", "n": 8, "frame_words": 23, "cycles": 25,
+         "ideal_cycles": 24},
+        {"module": "zrle_decoder", "pattern": "dense", "n": 8, "frame_words": 23, "cycles": 24,
+         "ideal_cycles": 24}]))
     lines = tmp_path / "b.json"
     lines.write_text("\n".join(json.dumps({"module": "quantiser", "stream": s, "case": "c",
-                                           "words": 8, "cycles": 8, "cycles_per_word": 1.0})
-                               for s in ("in", "out")))
-    enc = rtl.read_metrics(listed)
-    assert rtl.stream_rows(enc[0]) == [("dense", "in word", 1.0),
-                                       ("dense", "out word after first token", 2.0)]
-    q = rtl.read_metrics(lines)
-    assert [rtl.stream_rows(r)[0][1] for r in q] == ["in", "out"]
+                                           "words": 8, "cycles": c, "cycles_per_word": c / 8})
+                               for s, c in (("in", 8), ("out", 9))))
+    enc, dec = rtl.throughputs(rtl.read_metrics(listed))
+    assert (enc.words_in, enc.words_out, enc.cycles, enc.ideal_cycles) == (8, 23, 25, 24)
+    assert (dec.words_in, dec.words_out, dec.busier) == (23, 8, 23)
+    (q,) = rtl.throughputs(rtl.read_metrics(lines))
+    assert (q.case, q.words_in, q.words_out, q.cycles, q.ideal_cycles) == ("c", 8, 8, 9, 8)
     assert rtl.read_metrics(tmp_path / "missing.json") == []
+
+
+def test_rtl_timing_from_cocotb_results(tmp_path):
+    xml = tmp_path / "results.xml"
+    xml.write_text('<testsuites><testsuite><testcase name="throughput" time="2.5"><properties>'
+                   '<property name="sim_time_unit" value="us" />'
+                   '<property name="sim_time_duration" value="4.0" /></properties></testcase>'
+                   '</testsuite></testsuites>')
+    assert rtl.testcase_timing(xml, "throughput") == (2.5, 4000.0)
+    assert rtl.testcase_timing(xml, "other") is None
 
 
 def test_rtl_sources_are_found_transitively(tmp_path):
@@ -271,4 +283,7 @@ def test_quick_run_ratios_agree_with_times(quick_report):
         assert abs(sum(shares) - 1) < 0.005, r
 
     for r in _measured(tables[TITLES["rtl"]]):
+        busier = max(_num(r["words in"]), _num(r["words out"]))
+        assert _close(_num(r["words/cycle"]), busier / _num(r["cycles"])), r
         assert _close(_num(r["words/cycle"]) * _num(r["cycles/word"]), 1.0), r
+        assert _close(_num(r["of ideal"]), _num(r["ideal cycles"]) / _num(r["cycles"])), r

@@ -178,10 +178,11 @@ def test_all_zero_empty_and_single(encode):
 
 @encoders
 def test_worst_case_length(encode):
-    alternating = np.array([1, 0] * 50, dtype=np.int32)
+    alternating = np.array([1, 0] * 50, dtype=np.int32)   # 50 (z, 1) tokens + final (1, 0)
     f = encode(alternating)
-    assert f.size == 5 + 3 * 50 + 2 <= zrle.max_frame_words(100)
-    assert encode(np.ones(7, np.int32), lmax_log2=1).size == zrle.max_frame_words(7) - 7 + 2
+    assert f.size == 5 + 3 * 50 + 2 + 2 <= zrle.max_frame_words(100)
+    # LMAX = 2, all nonzero: tokens of 2, 2, 2, 1 literals
+    assert encode(np.ones(7, np.int32), lmax_log2=1).size == 5 + 4 * 2 + 7 + 2
 
 
 def test_decoders_accept_lmax_log2_24_and_large_runs():
@@ -356,7 +357,7 @@ def test_trailing_words_after_a_frame_are_ignored():
 
 def test_huge_n_with_short_frame_is_an_error_not_an_allocation():
     frame = make_frame([(3, [])], 0xFFFFFFFF)
-    assert both(frame[:7]) == (E.TruncatedError, 7)
+    assert both(frame[:6]) == (E.TruncatedError, 6)
     assert both(frame, 0xFFFFFFFF) == (E.EarlyZeroLengthError, 6)
 
 
@@ -366,7 +367,8 @@ def test_huge_n_with_short_frame_is_an_error_not_an_allocation():
 def test_message_decode(impl, rng):
     decode_message = MESSAGE_DECODERS[impl]
     layers = [rng.integers(-2, 3, n).astype(np.int32) for n in (10, 0, 33, 1)]
-    msg = np.concatenate([zrle.encode_frame(p, i) for i, p in enumerate(layers)])
+    parts = [zrle.encode_frame(p, i) for i, p in enumerate(layers)]
+    msg = np.concatenate(parts)
     frames = decode_message(msg, [10, 0, 33, 1])
     assert [f.values.tolist() for f in frames] == [p.tolist() for p in layers]
     assert [f.layer_id for f in frames] == [0, 1, 2, 3]
@@ -375,7 +377,7 @@ def test_message_decode(impl, rng):
 
     with pytest.raises(E.SizeMismatchError) as e:
         decode_message(msg, [10, 0, 33])                 # one frame too many
-    assert e.value.word == msg.size - 5 - 2 - 2
+    assert e.value.word == msg.size - parts[-1].size     # where the extra frame starts
     with pytest.raises(E.SizeMismatchError) as e:
         decode_message(msg, [10, 0, 33, 1, 4])           # one frame missing
     assert e.value.word is None
@@ -401,7 +403,7 @@ def test_check_frames_batch():
     starts = ends - [f.size for f in frames]
     codes, at = zrle_numba.check_frames(words, starts, ends)
     assert codes.tolist() == [0, 11, 7, 13, 0]
-    assert at.tolist() == [good.size, 5, 5, 9, 9]
+    assert at.tolist() == [good.size, 5, 5, 9, 10]
     codes, _ = zrle_numba.check_frames(words, starts, ends, [3, 3, 3, 2, 5])
     assert codes.tolist() == [0, 11, 7, 13, 14]
     with pytest.raises(ValueError):

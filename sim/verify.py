@@ -1,0 +1,183 @@
+"""`gradblock verify`: run the RTL against a golden vector directory and print a pass/fail table
+per (module, case).
+
+Each RTL block is an entry in REGISTRY. A testbench taking part reads the golden directory from
+TB_GOLDEN_DIR, runs every case that has its stage, and writes one record per case to the JSON
+file named by TB_CASE_RESULTS (sim.tb_util.write_case_results). Entries whose sources or
+testbench do not exist yet are left out (and said so), so blocks join as they are written.
+To add a block, append an RtlModule to REGISTRY (see docs/hw.md, "Adding a block to verify").
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .harness import HW_DIR, REPO_ROOT, SIMULATORS, run_rtl, simulator_available
+
+
+@dataclass(frozen=True)
+class RtlModule:
+    name: str                     # registry key, shown in the table
+    toplevel: str                 # HDL top level
+    sources: tuple[str, ...]      # module names: hw/<name>.sv, the top level included
+    test_module: str              # cocotb module, e.g. "sim.tb_zrle_encoder"
+    testcase: str                 # the cocotb test that runs the golden cases
+    stage: str                    # golden stage a case must list to apply ("encode", ...)
+    arrays: tuple[str, ...]       # golden arrays the testbench reads
+    parameters: dict = field(default_factory=dict)
+    env: dict = field(default_factory=dict)
+
+    def missing(self) -> list[str]:
+        """Files this entry needs that do not exist (empty when it can run)."""
+        paths = [HW_DIR / f"{s}.sv" for s in self.sources]
+        paths.append(REPO_ROOT / (self.test_module.replace(".", "/") + ".py"))
+        return [str(p.relative_to(REPO_ROOT)) for p in paths if not p.is_file()]
+
+
+REGISTRY: dict[str, RtlModule] = {m.name: m for m in [
+    RtlModule("zrle_encoder", "zrle_encoder",
+              ("zrle_encoder", "crc32_word", "axis_skid_buffer", "sync_fifo"),
+              "sim.tb_zrle_encoder", "encode_cases", "encode", ("payload", "frame"),
+              parameters={"LMAX_LOG2_MAX": 8}, env={"TB_LMAX_LOG2_MAX": 8}),
+    RtlModule("zrle_decoder", "zrle_decoder",
+              ("zrle_decoder", "crc32_word", "axis_skid_buffer", "sync_fifo"),
+              "sim.tb_zrle_decoder", "decode_cases", "decode", ("frame", "payload")),
+]}
+
+
+@dataclass
+class Row:
+    module: str
+    case: str
+    status: str                   # pass / fail / skip / error
+    detail: str = ""
+
+
+def run_module(mod: RtlModule, sim: str, golden: Path, traffic: str, waves: bool,
+               cases: list[str] | None, work: Path) -> tuple[list[Row], str]:
+    """Run one registry entry over the golden directory: its rows and the run's report."""
+    results = work / f"{mod.name}-{sim}-cases.json"
+    results.unlink(missing_ok=True)
+    env = {**mod.env, "TB_GOLDEN_DIR": golden, "TB_TRAFFIC": traffic, "TB_CASE_RESULTS": results}
+    if cases:
+        env["TB_CASES"] = ",".join(cases)
+    res = run_rtl(mod.toplevel, [HW_DIR / f"{s}.sv" for s in mod.sources], mod.test_module, sim,
+                  parameters=mod.parameters, env=env, waves=waves, testcase=mod.testcase,
+                  run_name=f"verify-{mod.testcase}")
+    rows = []
+    if results.is_file():
+        for r in json.loads(results.read_text()):
+            rows.append(Row(mod.name, r["case"], r["status"], r["detail"]))
+    if not res.passed and not any(r.status == "fail" for r in rows):
+        # the testbench stopped before it could judge the cases (build error, hang, crash)
+        first = res.error or next((t.message for t in res.tests if not t.passed), "failed")
+        rows.append(Row(mod.name, "(all)", "error", first.splitlines()[0] if first else "failed"))
+    return rows, res.report()
+
+
+def format_table(rows: list[Row]) -> str:
+    w_mod = max([len("module")] + [len(r.module) for r in rows])
+    w_case = max([len("case")] + [len(r.case) for r in rows])
+    lines = [f"{'module':<{w_mod}}  {'case':<{w_case}}  result  detail",
+             f"{'-' * w_mod}  {'-' * w_case}  ------  ------"]
+    for r in rows:
+        detail = r.detail if len(r.detail) <= 100 else r.detail[:97] + "..."
+        lines.append(f"{r.module:<{w_mod}}  {r.case:<{w_case}}  {r.status.upper():<6}  {detail}")
+    return "\n".join(lines)
+
+
+def make_quick_golden(out: Path) -> None:
+    from gradblock.golden import generate_golden
+    generate_golden(out, quick=True)
+
+
+def verify_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="gradblock verify",
+        description="run the RTL against a golden vector directory (gradblock golden) and print "
+                    "a pass/fail table per (module, case)")
+    p.add_argument("--sim", choices=SIMULATORS, default="icarus", help="simulator (default icarus)")
+    p.add_argument("--vectors", metavar="DIR",
+                   help="golden directory; default: generate the quick set into a temporary one")
+    p.add_argument("--modules", nargs="+", metavar="NAME",
+                   help=f"registry entries to run (default: all available: {', '.join(REGISTRY)})")
+    p.add_argument("--cases", nargs="+", metavar="CASE", help="only these golden cases")
+    p.add_argument("--traffic", default="0:0,0.4:0.4",
+                   help="idle:backpressure probabilities, comma-separated (default 0:0,0.4:0.4)")
+    p.add_argument("--waves", action="store_true", help="record waveforms of every run")
+    try:
+        args = p.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+
+    unknown = sorted(set(args.modules or []) - set(REGISTRY))
+    if unknown:
+        print(f"gradblock verify: unknown module(s) {', '.join(unknown)}; registered: "
+              f"{', '.join(REGISTRY)}", file=sys.stderr)
+        return 2
+    reason = simulator_available(args.sim)
+    if reason:
+        print(f"gradblock verify: {args.sim} unavailable: {reason}", file=sys.stderr)
+        return 2
+    from gradblock.golden import GoldenError, load_golden
+
+    with tempfile.TemporaryDirectory(prefix="gradblock-verify-") as tmp:
+        work = Path(tmp)
+        if args.vectors:
+            golden = Path(args.vectors).resolve()
+        else:
+            golden = work / "golden-quick"
+            print(f"no --vectors: generating the quick golden set in {golden}")
+            try:
+                make_quick_golden(golden)
+            except Exception as e:  # noqa: BLE001 - any failure here means: no vectors to run
+                print(f"gradblock verify: could not generate the quick golden set "
+                      f"({type(e).__name__}: {e}); pass --vectors DIR", file=sys.stderr)
+                return 2
+        try:
+            cases = load_golden(golden)
+        except GoldenError as e:
+            print(f"gradblock verify: {e}", file=sys.stderr)
+            return 2
+        if args.cases:
+            missing = sorted(set(args.cases) - {c.name for c in cases})
+            if missing:
+                print(f"gradblock verify: no such case(s) in {golden}: {', '.join(missing)}",
+                      file=sys.stderr)
+                return 2
+
+        rows: list[Row] = []
+        failures: list[str] = []
+        for name in args.modules or list(REGISTRY):
+            mod = REGISTRY[name]
+            missing = mod.missing()
+            if missing:
+                print(f"{name}: not available yet (missing {', '.join(missing)})")
+                continue
+            applicable = [c.name for c in cases if mod.stage in c.meta.get("stages", ())
+                          and (not args.cases or c.name in args.cases)]
+            if not applicable:
+                print(f"{name}: no case in {golden} has stage {mod.stage!r}")
+                continue
+            print(f"{name}: {len(applicable)} cases on {args.sim} ...", flush=True)
+            mod_rows, report = run_module(mod, args.sim, golden, args.traffic, args.waves,
+                                          applicable if args.cases else None, work)
+            rows += mod_rows
+            if any(r.status in ("fail", "error") for r in mod_rows):
+                failures.append(report)
+
+    if not rows:
+        print("nothing was run")
+        return 1
+    print()
+    print(format_table(rows))
+    counts = {s: sum(r.status == s for r in rows) for s in ("pass", "fail", "skip", "error")}
+    print(f"\n{counts['pass']} pass, {counts['fail']} fail, {counts['skip']} skip, "
+          f"{counts['error']} error ({args.sim})")
+    for rep in failures:
+        print("\n" + rep)
+    return 1 if counts["fail"] or counts["error"] else 0

