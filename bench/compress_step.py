@@ -8,6 +8,7 @@ timed. In-place implementations get their residual restored before every repetit
 """
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from codec.zrle import DEFAULT_LMAX_LOG2
@@ -43,9 +44,9 @@ class Impl:
 class Reference(Impl):
     label = REFERENCE
 
-    def __init__(self, prep: Prepared, cfg, k):
+    def __init__(self, prep: Prepared):
         self.work = [(g, r, i) for i, (g, r) in enumerate(zip(prep.workload.grads, prep.residuals))]
-        self.cfg, self.k = cfg, k
+        self.cfg, self.k = prep.cfg, prep.k
 
     def fn(self):
         self.last = [compress_layer(g, r, R=self.cfg, k=self.k, layer_id=i).frame
@@ -55,11 +56,11 @@ class Reference(Impl):
 class NumbaLayer(Impl):
     label = "numba compress_layer"
 
-    def __init__(self, prep: Prepared, cfg, k):
+    def __init__(self, prep: Prepared):
         fast = optional_module("refmodel.fast")
         self.compress = require(fast, "compress_layer")
         self.work = [(g, r, i) for i, (g, r) in enumerate(zip(prep.workload.grads, prep.residuals))]
-        self.cfg, self.k = cfg, k
+        self.cfg, self.k = prep.cfg, prep.k
 
     def fn(self):
         self.last = [self.compress(g, r, R=self.cfg, k=self.k, layer_id=i).frame
@@ -67,16 +68,16 @@ class NumbaLayer(Impl):
 
 
 class _NumbaInPlace(Impl):
-    """Shared by the lean numba rows: residual copies restored before every run (untimed)
-    and one preallocated output buffer."""
+    """Shared by the lean numba rows: they update residual copies in place, restored from
+    the step's input residuals before every run (untimed)."""
 
-    def __init__(self, prep: Prepared, cfg, k):
+    def __init__(self, prep: Prepared):
         self.fast = optional_module("refmodel.fast")
         self.grads = prep.workload.grads
         self.initial = prep.residuals
         self.residuals = [r.copy() for r in prep.residuals]
         self.expected_residuals = [s.residual_out for s in prep.steps]
-        self.cfg, self.k = cfg, k
+        self.cfg, self.k = prep.cfg, prep.k
 
     def setup(self):
         for r, r0 in zip(self.residuals, self.initial):
@@ -94,8 +95,8 @@ class NumbaStep(_NumbaInPlace):
     label = "numba compress_step (in place, per layer)"
     PARALLEL_MIN = 1 << 18
 
-    def __init__(self, prep: Prepared, cfg, k):
-        super().__init__(prep, cfg, k)
+    def __init__(self, prep: Prepared):
+        super().__init__(prep)
         step, max_words = require(self.fast, "compress_step", "max_step_words")
         self.step = step
         self.offsets, total = [], 0
@@ -105,7 +106,6 @@ class NumbaStep(_NumbaInPlace):
         self.out = np.empty(total, dtype=np.uint32)
 
     def fn(self):
-        import numba
         par = numba.get_num_threads() > 1
         used = []
         for i, (g, r, off) in enumerate(zip(self.grads, self.residuals, self.offsets)):
@@ -123,13 +123,11 @@ class NumbaLayers(_NumbaInPlace):
     """compress_layers: every layer on a thread pool of the row's thread count."""
     label = "numba compress_layers (thread pool over layers)"
 
-    def __init__(self, prep: Prepared, cfg, k):
-        super().__init__(prep, cfg, k)
+    def __init__(self, prep: Prepared):
+        super().__init__(prep)
         self.layers = require(self.fast, "compress_layers")
-        self.sizes = [s.frame.size for s in prep.steps]
 
     def fn(self):
-        import numba
         self.message, self.infos = self.layers(self.grads, self.residuals, R=self.cfg, k=self.k,
                                                n_threads=numba.get_num_threads())
 
@@ -139,23 +137,43 @@ class NumbaLayers(_NumbaInPlace):
         return [self.message[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
+class NumbaQuantiseOnly(Impl):
+    """Not a step: fast.quantise over every layer, the first stage of every step, timed
+    alone as a floor for the step's per-element arithmetic (it also allocates its codes)."""
+    label = "numba quantise only (diagnostic: a floor for any step)"
+
+    def __init__(self, prep: Prepared):
+        fast = optional_module("refmodel.fast")
+        self.quantise = require(fast, "quantise")
+        self.grads, self.cfg = prep.workload.grads, prep.cfg
+        self.expected = [s.q for s in prep.steps]
+
+    def fn(self):
+        self.last = [self.quantise(g, self.cfg).q for g in self.grads]
+
+    def check(self, prep: Prepared):
+        for i, (got, ref) in enumerate(zip(self.last, self.expected)):
+            if not np.array_equal(got, ref):
+                raise AssertionError(f"layer {i}: quantised codes differ from the reference")
+
+
 class TorchLayer(Impl):
     label = "torch compress_layer"
 
-    def __init__(self, prep: Prepared, cfg, k):
+    def __init__(self, prep: Prepared):
         import torch
         tc = optional_module("codec.torch_codec")
         self.compress = require(tc, "compress_layer")
         self.work = [(torch.from_numpy(g), torch.from_numpy(r), i)
                      for i, (g, r) in enumerate(zip(prep.workload.grads, prep.residuals))]
-        self.cfg, self.k = cfg, k
+        self.cfg, self.k = prep.cfg, prep.k
 
     def fn(self):
         self.last = [self.compress(g, r, R=self.cfg, k=self.k, layer_id=i).frame
                      for g, r, i in self.work]
 
 
-IMPLEMENTATIONS = [Reference, NumbaLayer, NumbaStep, NumbaLayers, TorchLayer]
+IMPLEMENTATIONS = [Reference, NumbaLayer, NumbaStep, NumbaLayers, TorchLayer, NumbaQuantiseOnly]
 
 
 def _bandwidth_rows(words: np.ndarray, ctx: BenchContext):
@@ -198,7 +216,7 @@ def run(ctx: BenchContext) -> Table:
                 rows = [(READ_SUM, t_read, ""), (COPY, t_copy, "")]
                 for cls in IMPLEMENTATIONS:
                     try:
-                        impl = cls(prep, ctx.cfg, ctx.k)
+                        impl = cls(prep)
                     except Unavailable as e:
                         rows.append((cls.label, None, str(e)))
                         continue
@@ -208,7 +226,10 @@ def run(ctx: BenchContext) -> Table:
                     if impl.setup:
                         impl.setup()
                     impl.fn()
-                    check_frames(prep, impl.frames())
+                    if hasattr(impl, "check"):
+                        impl.check(prep)
+                    else:
+                        check_frames(prep, impl.frames())
                     t = measure(impl.fn, ctx.reps, ctx.warmup, setup=impl.setup).median
                     rows.append((impl.label, t, ""))
                     ctx.log(f"compress {w.name} x{n_threads} {impl.label}: {t * 1e3:.3f} ms")

@@ -9,6 +9,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+THREAD_ENV = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "NUMBA_NUM_THREADS", "NUMBA_THREADING_LAYER",
+              "OPENBLAS_CORETYPE")
 PACKAGES = ("numpy", "numba", "llvmlite", "torch", "zstandard", "lz4", "blosc2", "cocotb")
 
 
@@ -89,10 +91,18 @@ def verilator_version() -> str:
     return out if out.startswith(("Verilator", "not found", "error")) else f"Verilator {out}"
 
 
+def numba_threading_layer() -> str:
+    try:
+        import numba
+        return numba.threading_layer()
+    except (ImportError, ValueError):      # ValueError: no parallel region has run yet
+        return "unknown"
+
+
 def header_lines(mode: str, thread_counts: list[int], repo: Path) -> list[str]:
     mem = memory_gib()
     versions = ", ".join(f"{p} {package_version(p)}" for p in PACKAGES)
-    blas = os.environ.get("OPENBLAS_CORETYPE")
+    env = "; ".join(f"{v}={os.environ[v]}" for v in THREAD_ENV if os.environ.get(v))
     return [
         f"- date: {dt.datetime.now().astimezone().isoformat(timespec='seconds')}; "
         f"commit {git_commit(repo)}; mode: {mode}",
@@ -102,6 +112,7 @@ def header_lines(mode: str, thread_counts: list[int], repo: Path) -> list[str]:
         f"- Python {platform.python_version()}; {versions}",
         f"- simulators: {tool_version(['iverilog', '-V'])}; {verilator_version()}",
         f"- threads measured: {', '.join(str(t) for t in thread_counts)} (numba set_num_threads, "
-        f"torch.set_num_threads, blosc2 nthreads; numpy kernels are single-threaded)"
-        + (f"; OPENBLAS_CORETYPE={blas}" if blas else ""),
+        f"torch.set_num_threads, blosc2 nthreads; numba threading layer "
+        f"{numba_threading_layer()}; numpy kernels are single-threaded)"
+        + (f"; {env}" if env else ""),
     ]

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import tempfile
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .context import BenchContext, Unavailable, optional_module, require
@@ -29,16 +28,49 @@ CLOCK_NS = 10          # the testbenches' clock period
 class RtlBench:
     toplevel: str
     test_module: str
-    needs_vectors: bool      # datapath testbenches read golden-format vectors
+    needs_vectors: bool                  # datapath testbenches read golden-format vectors
+    sources: tuple[str, ...] = ()        # hw/ modules; empty: found from the instantiations
+    parameters: dict = field(default_factory=dict)
+    env: dict = field(default_factory=dict)
+    # testbench variables that must equal an HDL parameter's default: {variable: parameter}
+    env_from_parameters: dict = field(default_factory=dict)
 
 
 BENCHES = (RtlBench("quantiser", "sim.tb_quantiser", True),
            RtlBench("ef_add", "sim.tb_ef_add", True),
            RtlBench("block_l1", "sim.tb_block_l1", True),
-           RtlBench("topk_select", "sim.tb_topk_select", True),
+           RtlBench("topk_select", "sim.tb_topk_select", True,
+                    env_from_parameters={"TB_K_MAX": "K_MAX"}),
            RtlBench("compress_top", "sim.tb_compress_top", True),
            RtlBench("zrle_encoder", "sim.tb_zrle_encoder", False),
            RtlBench("zrle_decoder", "sim.tb_zrle_decoder", False))
+
+
+def benches() -> list[RtlBench]:
+    """BENCHES, with sources, parameters and testbench settings taken from `gradblock
+    verify`'s registry (sim.verify.REGISTRY) for the blocks it lists."""
+    try:
+        registry = list(optional_module("sim.verify").REGISTRY.values())
+    except (Unavailable, AttributeError):
+        registry = []
+    out = []
+    for b in BENCHES:
+        entry = next((m for m in registry if m.toplevel == b.toplevel), None)
+        if entry is not None:
+            b = replace(b, sources=tuple(entry.sources), parameters=dict(entry.parameters),
+                        env=dict(entry.env))
+        out.append(b)
+    return out
+
+
+def hw_parameter_default(toplevel: str, name: str, hw_dir: Path = HW_DIR) -> str:
+    """The default value of `parameter ... NAME = value` in hw/<toplevel>.sv."""
+    path = hw_dir / f"{toplevel}.sv"
+    m = re.search(rf"parameter\s+(?:int\s+)?(?:unsigned\s+)?{name}\s*=\s*([^,;)\s]+)",
+                  path.read_text()) if path.is_file() else None
+    if m is None:
+        raise Unavailable(f"no default for parameter {name} in hw/{toplevel}.sv")
+    return m.group(1)
 
 
 def hw_dependencies(toplevel: str, hw_dir: Path = HW_DIR) -> list[str]:
@@ -142,14 +174,19 @@ def _run_one(bench: RtlBench, sim: str, vectors_dir: Path | None, work: Path):
         raise Unavailable(why)
     if importlib.util.find_spec(bench.test_module) is None:
         raise Unavailable(f"{bench.test_module.replace('.', '/')}.py not present")
-    sources = hw_sources(*hw_dependencies(bench.toplevel))
+    sources = hw_sources(*(bench.sources or hw_dependencies(bench.toplevel)))
     metrics = work / f"{bench.toplevel}-{sim}.json"
-    env = {"TB_METRICS": str(metrics)}
+    env = {**bench.env, "TB_METRICS": str(metrics)}
+    for variable, parameter in bench.env_from_parameters.items():
+        if variable not in env:
+            env[variable] = bench.parameters.get(parameter) or hw_parameter_default(
+                bench.toplevel, parameter)
     if bench.needs_vectors:
         if vectors_dir is None:
             raise Unavailable("no datapath vectors (sim.datapath_vectors missing)")
         env["TB_GOLDEN_DIRS"] = str(vectors_dir)
-    result = run_rtl(bench.toplevel, sources, bench.test_module, sim, env=env,
+    result = run_rtl(bench.toplevel, sources, bench.test_module, sim,
+                     parameters=bench.parameters, env=env,
                      testcase="throughput", run_name="bench-throughput", waves_on_failure=False)
     if result.error:
         raise Unavailable(result.error.splitlines()[0])
@@ -191,7 +228,7 @@ def run(ctx: BenchContext) -> list[Table]:
         work = Path(tmp)
         vectors = _vectors(work, ctx)
         for sim in SIMULATORS:
-            for bench in BENCHES:
+            for bench in benches():
                 try:
                     result, records = _run_one(bench, sim, vectors, work)
                 except Unavailable as e:

@@ -93,7 +93,7 @@ def _whole_step(cls):
     """A whole numba compress step (table 2's implementation) timed against the selections:
     the issue's target compares the full step with torch.topk selection alone."""
     def factory(prep: Prepared):
-        impl = cls(prep, prep.cfg, prep.k)
+        impl = cls(prep)
         impl.setup()
         impl.fn()
         _check_step_frames(prep, impl.frames())

@@ -28,7 +28,9 @@ step validates everything, NaN included, before it modifies the residual.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import math
 import operator
+import threading
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -40,7 +42,7 @@ from codec.zrle_numba import enc_begin, enc_end, enc_feed, enc_feed_zeros
 
 from .compress import LayerStep
 from .quantiser import DEFAULT_RANGE, QMAX, NonFiniteError, QuantConfig, QuantResult
-from .selection import BlockLayout, block_layout, resolve_k
+from .selection import BlockLayout, resolve_k
 
 __all__ = ["compress_layer", "compress_step", "compress_layers", "quantise", "block_norms",
            "select_blocks", "StepInfo", "max_step_words", "LayerStep", "QuantResult"]
@@ -56,17 +58,17 @@ _INF_BITS = 0x7F800000
 @nb.njit(inline="always", nogil=True, cache=True)
 def _quantise_bits(b, M, k):
     """Q of the float32 with bits b (int64 holding a uint32), spec §1.2. NaN gives QMAX
-    (callers reject NaN separately). All values stay below 2**63, so int64 is exact."""
+    (callers reject NaN separately). All values stay below 2**63, so int64 is exact.
+    Written branch-free so LLVM vectorises the loops that call it."""
     e = (b >> 23) & 0xFF
     m = (b & 0x7FFFFF) | (np.int64(e != 0) << 23)
     t = k - (max(e, 1) - 150)                     # t = k - E
     tc = min(max(t, 1), 60)                       # P < 2**56: any t >= 57 rounds to 0
-    P = m * M
+    P = m * (M & 0xFFFFFFFF)                      # the mask lets LLVM use a 32x32->64 multiply
     # round half to even of P / 2**tc: add half - 1, plus 1 more when the quotient is odd
     q = (P + ((np.int64(1) << (tc - 1)) - 1) + ((P >> tc) & 1)) >> tc
-    mag = min(q, QMAX)
-    if (t <= 0 and m != 0) or e == 255:           # P * 2**-t >= 2**31, or +-Inf
-        mag = QMAX
+    saturate = ((t <= 0) & (m != 0)) | (e == 255)  # P * 2**-t >= 2**31, or +-Inf
+    mag = QMAX if saturate else min(q, QMAX)
     s = b >> 31
     return (mag ^ -s) + s                         # apply the sign
 
@@ -156,20 +158,10 @@ def _pass1_inplace_blocks(gbits, r, B, norms, M, k, rbits, jlo, jhi):
     return satq, satfb
 
 
-@nb.njit(nogil=True, parallel=True, cache=True)
-def _pass1_inplace_parallel(gbits, r, B, norms, M, k, rbits, n_chunks):
-    n_blocks = norms.size
-    per = (n_blocks + n_chunks - 1) // n_chunks
-    satq = 0
-    satfb = 0
-    for c in nb.prange(n_chunks):
-        jlo = c * per
-        jhi = min(jlo + per, n_blocks)
-        if jlo < jhi:
-            sq, sf = _pass1_inplace_blocks(gbits, r, B, norms, M, k, rbits, jlo, jhi)
-            satq += sq
-            satfb += sf
-    return satq, satfb
+@nb.njit(nogil=True, cache=True)
+def _pass1_range(gbits, r, B, norms, M, k, rbits, jlo, jhi):
+    """Pass 1 over blocks [jlo, jhi) only: one task of a layer split across threads."""
+    return _pass1_inplace_blocks(gbits, r, B, norms, M, k, rbits, jlo, jhi)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -315,7 +307,7 @@ def _step_kernel(gbits, r, B, n_blocks, k_eff, M, k, rbits, out, base, layer_id,
 
 @nb.njit(nogil=True, cache=True)
 def _step_tail(r, B, norms, k_eff, out, base, layer_id, rbits, lmax_log2):
-    """Selection and pass 2 after a parallel pass 1."""
+    """Selection and pass 2 once pass 1 has filled `norms` (and r holds a)."""
     selected = np.empty(k_eff, dtype=np.int64)
     _select_top_k(norms, k_eff, selected)
     mask = _selected_mask(selected, norms.size)
@@ -412,6 +404,18 @@ class _Plan:
     lmax_log2: int
 
 
+def _block_layout(shape: tuple[int, ...], block_size) -> BlockLayout:
+    """refmodel.selection.block_layout (same result, same errors) with math.prod: called
+    once per layer per step, where numpy's prod costs more than a small layer's kernel."""
+    n = math.prod(shape)
+    if block_size is None:
+        block_size = math.prod(shape[1:]) if len(shape) >= 2 else 1
+    block_size = int(block_size)
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    return BlockLayout(n, block_size, -(-n // block_size) if n else 0)
+
+
 def _plan(shape, residual_shape, k, block_size, layer_id, lmax_log2, gbits, where,
           same_shape=True) -> _Plan:
     """The checks the reference makes after quantising, in its order; a NaN in the gradient
@@ -419,7 +423,7 @@ def _plan(shape, residual_shape, k, block_size, layer_id, lmax_log2, gbits, wher
     try:
         if same_shape and residual_shape != shape:
             raise ValueError(f"residual shape {residual_shape} != gradient shape {shape}")
-        layout = block_layout(shape, block_size)
+        layout = _block_layout(shape, block_size)
         k_eff = resolve_k(k, layout.n_blocks)
         lmax_log2 = check_lmax_log2(lmax_log2)
         if layout.n >= 2**32:
@@ -500,7 +504,7 @@ def _validate_layer(grad, residual, k, block_size, layer_id, lmax_log2, where):
 
 def compress_step(grad: np.ndarray, residual: np.ndarray, cfg: QuantConfig | float,
                   k: int | float, block_size: int | None, layer_id: int, lmax_log2: int,
-                  out_words: np.ndarray, offset: int = 0, *, parallel: bool = False,
+                  out_words: np.ndarray, offset: int = 0, *, parallel: bool | int = False,
                   where: str = "") -> StepInfo:
     """One layer's compress step, lean and in place.
 
@@ -509,8 +513,9 @@ def compress_step(grad: np.ndarray, residual: np.ndarray, cfg: QuantConfig | flo
         the new residual (0 on the selected blocks, clamp(r + Q(g)) elsewhere).
     out_words: uint32 1-D; the frame is written at out_words[offset:offset + n_words] and
         needs max_step_words(n, B, k_eff) words from offset (checked first).
-    parallel: run pass 1 on numba's threads (for one large layer; do not combine with
-        compress_layers' thread pool).
+    parallel: False, True (numba.get_num_threads() threads) or a thread count: split the
+        NaN check and pass 1 of this layer across a thread pool (worth it from a few
+        hundred thousand elements on); selection and encoding stay on one thread.
 
     Everything, NaN included, is checked before the residual is touched."""
     cfg = _config(cfg)
@@ -524,21 +529,125 @@ def compress_step(grad: np.ndarray, residual: np.ndarray, cfg: QuantConfig | flo
     if offset < 0 or out_words.size - offset < need:
         raise ValueError(f"out_words has {out_words.size - offset} words from offset {offset}; "
                          f"this step may need {need} (see max_step_words)")
+    threads = _thread_count(parallel)
+    if threads > 1 and lay.n_blocks > 1:
+        job = _Job(cfg, [(gbits, r, plan)], out_words, [offset])
+        return job.run(threads, where_of=lambda i: where)[0]
     nan = _nan_error(gbits, where)
     if nan is not None:
         raise nan
-    if parallel and lay.n_blocks > 1:
-        norms = np.empty(lay.n_blocks, dtype=np.int64)
-        chunks = min(lay.n_blocks, 8 * nb.get_num_threads())
-        satq, satfb = _pass1_inplace_parallel(gbits, r, lay.block_size, norms, cfg.M, cfg.k,
-                                              cfg.range_bits, chunks)
-        n_words = _step_tail(r, lay.block_size, norms, plan.k_eff, out_words, offset,
-                             plan.layer_id, cfg.range_bits, plan.lmax_log2)
-    else:
-        n_words, satq, satfb = _step_kernel(gbits, r, lay.block_size, lay.n_blocks, plan.k_eff,
-                                            cfg.M, cfg.k, cfg.range_bits, out_words, offset,
-                                            plan.layer_id, plan.lmax_log2)
+    n_words, satq, satfb = _step_kernel(gbits, r, lay.block_size, lay.n_blocks, plan.k_eff,
+                                        cfg.M, cfg.k, cfg.range_bits, out_words, offset,
+                                        plan.layer_id, plan.lmax_log2)
     return StepInfo(int(n_words), plan.k_eff, lay.n_blocks, lay.block_size, int(satq), int(satfb))
+
+
+def _thread_count(parallel) -> int:
+    if parallel is True:
+        return nb.get_num_threads()
+    if parallel is False or parallel is None:
+        return 1
+    threads = operator.index(parallel)
+    if threads < 1:
+        raise ValueError(f"thread count must be >= 1, got {parallel}")
+    return threads
+
+
+_pool_lock = threading.Lock()
+_pool: cf.ThreadPoolExecutor | None = None
+_pool_size = 0
+
+
+def _thread_pool(workers: int) -> cf.ThreadPoolExecutor:
+    """One pool kept for the process (starting threads costs more than a small layer)."""
+    global _pool, _pool_size
+    with _pool_lock:
+        if _pool is None or _pool_size < workers:
+            if _pool is not None:
+                _pool.shutdown(wait=False)
+            _pool = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gradblock")
+            _pool_size = workers
+        return _pool
+
+
+def _balanced_groups(tasks: list, cost, groups: int) -> list[list]:
+    """Longest-processing-time-first: each task (costliest first) to the lightest group."""
+    load = [0] * groups
+    out: list[list] = [[] for _ in range(groups)]
+    for t in sorted(tasks, key=lambda t: -cost(t)):
+        g = load.index(min(load))
+        out[g].append(t)
+        load[g] += cost(t) + 2048          # a per-task overhead, so tiny tasks spread too
+    return [g for g in out if g]
+
+
+class _Job:
+    """Validated layers run on a thread pool in three phases, each split into tasks of
+    about CHUNK elements and balanced over the threads:
+
+    1. count NaNs (nothing has been modified yet, so a NaN can still be reported cleanly);
+    2. pass 1 over block ranges: residual <- a, block norms, saturation counts;
+    3. per layer: selection, then pass 2 (encode the selected blocks, zero their residual).
+    """
+    CHUNK = 1 << 17
+
+    def __init__(self, cfg: QuantConfig, layers, out: np.ndarray, offsets: list[int]):
+        self.cfg, self.layers, self.out, self.offsets = cfg, layers, out, offsets
+        self.norms = [np.empty(p.layout.n_blocks, dtype=np.int64) for _, _, p in layers]
+
+    def _block_ranges(self, i):
+        lay = self.layers[i][2].layout
+        per = max(1, self.CHUNK // lay.block_size)
+        return [(i, j, min(j + per, lay.n_blocks)) for j in range(0, lay.n_blocks, per)]
+
+    def run(self, threads: int, where_of) -> list[StepInfo]:
+        cfg, layers = self.cfg, self.layers
+        pass1 = [t for i in range(len(layers)) for t in self._block_ranges(i)]
+        lays = [p.layout for _, _, p in layers]
+
+        def elems(t):
+            i, jlo, jhi = t
+            return min(jhi * lays[i].block_size, lays[i].n) - jlo * lays[i].block_size
+
+        pool = _thread_pool(threads)
+
+        def spread(fn, tasks, cost):
+            groups = _balanced_groups(tasks, cost, threads)
+            return [x for part in pool.map(lambda g: [fn(t) for t in g], groups) for x in part]
+
+        def nan_task(t):
+            i, jlo, jhi = t
+            lo, hi = jlo * lays[i].block_size, jlo * lays[i].block_size + elems(t)
+            return i, int(_nan_count(layers[i][0][lo:hi]))
+
+        bad = sorted(i for i, c in spread(nan_task, pass1, elems) if c)
+        if bad:
+            raise _nan_error(layers[bad[0]][0], where_of(bad[0]))
+
+        def pass1_task(t):
+            i, jlo, jhi = t
+            gbits, r, plan = layers[i]
+            sq, sf = _pass1_range(gbits, r, plan.layout.block_size, self.norms[i], cfg.M, cfg.k,
+                                  cfg.range_bits, jlo, jhi)
+            return i, int(sq), int(sf)
+
+        satq = [0] * len(layers)
+        satfb = [0] * len(layers)
+        for i, sq, sf in spread(pass1_task, pass1, elems):
+            satq[i] += sq
+            satfb[i] += sf
+
+        def finish_task(i):
+            _, r, plan = layers[i]
+            return i, int(_step_tail(r, plan.layout.block_size, self.norms[i], plan.k_eff,
+                                     self.out, self.offsets[i], plan.layer_id, cfg.range_bits,
+                                     plan.lmax_log2))
+
+        sel = [min(lays[i].n, layers[i][2].k_eff * lays[i].block_size) + lays[i].n_blocks
+               for i in range(len(layers))]
+        n_words = dict(spread(finish_task, list(range(len(layers))), lambda i: sel[i]))
+        return [StepInfo(n_words[i], layers[i][2].k_eff, lays[i].n_blocks, lays[i].block_size,
+                         satq[i], satfb[i]) for i in range(len(layers))]
 
 
 def _per_layer(value, count, name):
@@ -557,10 +666,12 @@ def compress_layers(grads: Sequence[np.ndarray], residuals: Sequence[np.ndarray]
     """compress_step over every layer (residuals updated in place) -> (message, infos).
 
     The message is the layers' frames concatenated in the order given. `k` and
-    `block_size` may be one value or one list entry per layer; `layer_ids` defaults to
-    0, 1, 2, ... Layers run on a pool of `n_threads` threads (default: numba's thread
-    count), largest first. Every layer is validated, NaN included, before any residual is
-    modified; a NaN is reported for the first layer (in the order given) that has one."""
+    `block_size` may be one value or a list with one entry per layer; `layer_ids`
+    defaults to 0, 1, 2, ... With n_threads > 1 (default: numba's thread count) the work
+    is cut into chunks of about 128K elements, large layers included, and balanced over a
+    thread pool (the kernels release the GIL). Every layer is validated, NaN included,
+    before any residual is modified; a NaN is reported for the first layer (in the order
+    given) that has one."""
     grads, residuals = list(grads), list(residuals)
     count = len(grads)
     if len(residuals) != count:
@@ -569,9 +680,7 @@ def compress_layers(grads: Sequence[np.ndarray], residuals: Sequence[np.ndarray]
     ks = _per_layer(k, count, "k")
     bss = _per_layer(block_size, count, "block_size")
     ids = list(range(count)) if layer_ids is None else _per_layer(layer_ids, count, "layer_ids")
-    threads = nb.get_num_threads() if n_threads is None else operator.index(n_threads)
-    if threads < 1:
-        raise ValueError(f"n_threads must be >= 1, got {n_threads}")
+    threads = nb.get_num_threads() if n_threads is None else _thread_count(n_threads)
 
     layers, offsets, total = [], [], 0
     for i in range(count):
@@ -582,38 +691,21 @@ def compress_layers(grads: Sequence[np.ndarray], residuals: Sequence[np.ndarray]
         total += max_step_words(plan.layout.n, plan.layout.block_size, plan.k_eff)
     scratch = np.empty(total, dtype=np.uint32)      # pages never written cost nothing
 
-    def nan_check(i):
-        return _nan_error(layers[i][0], f"layer {i}")
-
-    def run(i):
-        gbits, r, plan = layers[i]
-        lay = plan.layout
-        return _step_kernel(gbits, r, lay.block_size, lay.n_blocks, plan.k_eff, cfg.M, cfg.k,
-                            cfg.range_bits, scratch, offsets[i], plan.layer_id, plan.lmax_log2)
-
-    order = sorted(range(count), key=lambda i: -layers[i][2].layout.n)
-    workers = min(threads, count)
-    if workers <= 1:
-        nan_errors = {i: nan_check(i) for i in range(count)}
+    if threads > 1 and count:
+        infos = _Job(cfg, layers, scratch, offsets).run(threads, where_of=lambda i: f"layer {i}")
     else:
-        pool = cf.ThreadPoolExecutor(max_workers=workers)
-        nan_errors = dict(zip(order, pool.map(nan_check, order)))
-    try:
-        first = next((nan_errors[i] for i in range(count) if nan_errors[i] is not None), None)
-        if first is not None:
-            raise first
-        results = {i: run(i) for i in order} if workers <= 1 else \
-            dict(zip(order, pool.map(run, order)))
-    finally:
-        if workers > 1:
-            pool.shutdown()
-
-    infos, pieces = [], []
-    for i in range(count):
-        n_words, satq, satfb = results[i]
-        lay = layers[i][2].layout
-        infos.append(StepInfo(int(n_words), layers[i][2].k_eff, lay.n_blocks, lay.block_size,
-                              int(satq), int(satfb)))
-        pieces.append(scratch[offsets[i]:offsets[i] + int(n_words)])
+        for i, (gbits, _, _) in enumerate(layers):
+            nan = _nan_error(gbits, f"layer {i}")
+            if nan is not None:
+                raise nan
+        infos = []
+        for (gbits, r, plan), off in zip(layers, offsets):
+            lay = plan.layout
+            n_words, satq, satfb = _step_kernel(gbits, r, lay.block_size, lay.n_blocks,
+                                                plan.k_eff, cfg.M, cfg.k, cfg.range_bits,
+                                                scratch, off, plan.layer_id, plan.lmax_log2)
+            infos.append(StepInfo(int(n_words), plan.k_eff, lay.n_blocks, lay.block_size,
+                                  int(satq), int(satfb)))
+    pieces = [scratch[o:o + info.n_words] for o, info in zip(offsets, infos)]
     message = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint32)
     return message, infos

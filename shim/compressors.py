@@ -179,11 +179,13 @@ class Compressor:
         ws.layers.update(staged.layers)
         return results
 
-    def decode(self, layer: LayerInfo, words: torch.Tensor, start: int):
-        """Parse one packet at words[start] -> (contribution, words consumed)."""
+    def decode(self, layer: LayerInfo, words: torch.Tensor, start: int,
+               host: np.ndarray | None = None):
+        """Parse one packet at words[start] -> (contribution, words consumed). `host`: the
+        same message as uint32 words in host memory, if the caller already has it."""
         if self.sends_dense(layer):
             return _decode_dense(layer, words, start)
-        return self._decode(layer, words, start)
+        return self._decode(layer, words, start, host)
 
     def reduce(self, layer: LayerInfo, contributions: list) -> torch.Tensor:
         """All workers' contributions (in rank order) -> the averaged float32 gradient."""
@@ -197,7 +199,7 @@ class Compressor:
     def _encode(self, layer, grad, ws):
         raise NotImplementedError
 
-    def _decode(self, layer, words, start):
+    def _decode(self, layer, words, start, host=None):
         raise NotImplementedError
 
     def _reduce(self, layer, contributions):
@@ -307,7 +309,7 @@ class _SparseFeedback(Compressor):
         packet = _sparse_packet(idx, values)
         return packet, StepStats(4 * packet.numel(), idx.numel())
 
-    def _decode(self, layer, words, start):
+    def _decode(self, layer, words, start, host=None):
         return _decode_sparse(layer, words, start)
 
     def _reduce(self, layer, contributions):
@@ -403,8 +405,9 @@ class CoarseCompressor(Compressor):
         return [(f, StepStats(4 * w, nz, sq, sf)) for f, w, nz, sq, sf in
                 zip(frames, step.frame_words, step.nonzeros, step.sat_quant, step.sat_feedback)]
 
-    def _decode(self, layer, words, start):
-        f = tc.decode_frame(words, expected_n=layer.numel, start=start)
+    def _decode(self, layer, words, start, host=None):
+        f = tc.decode_frame(words if host is None else host, expected_n=layer.numel, start=start,
+                            device=words.device)
         if f.layer_id != layer.index:
             raise PacketError(f"frame carries layer id {f.layer_id}, expected {layer.index} "
                               f"({layer.name!r}): messages are out of step")
@@ -475,9 +478,11 @@ def decode_group(compressor: Compressor, layers: Sequence[LayerInfo],
     per_layer: list[list] = [[] for _ in layers]
     for rank, msg in zip(ranks, messages):
         at = 0
+        # frames are validated on the host: convert each message once, not once per frame
+        host = tc.frame_to_numpy(msg) if compressor.name == "coarse" else None
         for j, layer in enumerate(layers):
             try:
-                contribution, used = compressor.decode(layer, msg, at)
+                contribution, used = compressor.decode(layer, msg, at, host)
             except (frame_errors.FrameError, PacketError) as e:
                 raise _with_origin(e, rank, layer) from e
             per_layer[j].append(contribution)

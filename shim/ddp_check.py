@@ -7,7 +7,9 @@ DistributedDataParallel with the gradblock hook, with tiny buckets so every step
 several buckets and DDP's bucket rebuild after the first iteration is exercised. Each rank
 then checks that:
 * the parameters are bit-identical on every rank, and equal to the single-process simulation
-  of the same run (every rank runs that simulation itself, it is deterministic);
+  of the same run (every rank runs that simulation itself, it is deterministic); so are rank
+  0's buffers (BatchNorm statistics: DDP broadcasts rank 0's at every forward, so the other
+  ranks hold their own until the next one);
 * all_gather of messages of different lengths, one of them empty, completes;
 * a frame corrupted on its way out of one rank (`--corrupt-rank`) makes every rank raise the
   frame's codec.errors class, naming that rank and the layer.
@@ -71,7 +73,13 @@ def compressor_for(name: str, model, world: int):
                             dense_below=12)
 
 
-def run_ddp(name: str, rank: int, world: int, device, data) -> dict[str, torch.Tensor]:
+def snapshot(model: torch.nn.Module):
+    params = {k: v.detach().clone() for k, v in model.named_parameters()}
+    buffers = {k: v.detach().clone() for k, v in model.named_buffers()}
+    return params, buffers
+
+
+def run_ddp(name: str, rank: int, world: int, device, data):
     model = make_model(device)
     ddp = torch.nn.parallel.DistributedDataParallel(
         model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=0.001)
@@ -82,10 +90,10 @@ def run_ddp(name: str, rank: int, world: int, device, data) -> dict[str, torch.T
         opt.zero_grad(set_to_none=True)
         F.cross_entropy(ddp(x), y).backward()
         opt.step()
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return snapshot(model)
 
 
-def run_simulation(name: str, world: int, device, data) -> dict[str, torch.Tensor]:
+def run_simulation(name: str, world: int, device, data):
     model = make_model(device)
     layers = layers_of(model)
     cluster = SimulatedCluster(model, compressor_for(name, model, world), layers, F.cross_entropy,
@@ -93,12 +101,11 @@ def run_simulation(name: str, world: int, device, data) -> dict[str, torch.Tenso
     opt = GlobalMomentumSGD(model.parameters(), lr=0.1, momentum=0.9)
     for step in data:
         cluster.step(step, opt)
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return snapshot(model)
 
 
 def same_on_all_ranks(state: dict[str, torch.Tensor]) -> bool:
-    flat = torch.cat([v.reshape(-1).to(torch.float64) if v.is_floating_point()
-                      else v.reshape(-1).to(torch.float64) for v in state.values()])
+    flat = torch.cat([v.reshape(-1).to(torch.float32).view(torch.int32) for v in state.values()])
     gathered = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, flat)
     return all(torch.equal(g, gathered[0]) for g in gathered)
@@ -123,7 +130,9 @@ def check_corruption(bad_rank: int, rank: int, world: int, device, data) -> dict
         out[-1] ^= 1                     # the CRC word of the bucket's last frame
         return out
 
-    register(ddp, compressor_for("coarse", model, world), outgoing_filter=flip_last_crc)
+    # every layer framed (no dense layers), so the message ends with a frame's CRC
+    coarse = build_compressor("coarse", layers_of(model), world, k=2)
+    register(ddp, coarse, outgoing_filter=flip_last_crc)
     x, y = data[0][rank]
     try:
         F.cross_entropy(ddp(x), y).backward()
@@ -155,10 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         data = batches(world, device)
         for name in args.compressors:
-            ddp_state = run_ddp(name, rank, world, device, data)
-            sim_state = run_simulation(name, world, device, data)
-            equal_sim = all(torch.equal(ddp_state[k], sim_state[k]) for k in ddp_state)
-            equal_ranks = same_on_all_ranks(ddp_state)
+            ddp_params, ddp_buffers = run_ddp(name, rank, world, device, data)
+            sim_params, sim_buffers = run_simulation(name, world, device, data)
+            equal_sim = all(torch.equal(ddp_params[k], sim_params[k]) for k in sim_params)
+            if rank == 0:
+                equal_sim &= all(torch.equal(ddp_buffers[k], sim_buffers[k]) for k in sim_buffers)
+            equal_ranks = same_on_all_ranks(ddp_params)
             report["compressors"][name] = {"equal_to_simulation": equal_sim,
                                            "equal_on_all_ranks": equal_ranks}
             ok &= equal_sim and equal_ranks

@@ -17,6 +17,9 @@ def setting_of(result: dict) -> str:
     c = result["compressor_config"]
     name = c["name"]
     extra = f", dense<{c['dense_below']}" if c.get("dense_below") else ""
+    warm = result.get("config", {}).get("warmup_epochs")
+    if warm and name != "dense":
+        extra += f", {warm} dense warm-up epoch{'s' if warm > 1 else ''}"
     if name == "coarse":
         return f"k={c['k']}{extra}"
     if name in ("topk", "dlgs"):

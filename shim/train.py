@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .compressors import COMPRESSORS, StepStats, build_compressor, layers_of
+from .compressors import COMPRESSORS, DenseCompressor, StepStats, WorkerState, build_compressor, layers_of
 from .optim import GlobalMomentumSGD
 from .state import (CheckpointError, compressor_state, load_checkpoint, rank_path,
                     restore_compressor_state, rng_state, save_checkpoint, set_rng_state)
@@ -44,6 +44,7 @@ class TrainConfig:
     density: float | str = "match"      # topk / dlgs: fraction per layer, or 'match' coarse k
     dlgs_interval: int = 10
     dense_below: int = 0
+    warmup_epochs: int = 0              # epochs trained dense before the compressor takes over
     range: float = 10.0
     block_size: int | None = None
     lmax_log2: int = 8
@@ -69,6 +70,7 @@ class TrainConfig:
     # settings that decide the bits; a checkpoint is only resumed under the same ones
     # (not `epochs`: the data order depends on (seed, epoch) only, so a run may be extended)
     BIT_KEYS = ("data", "model", "compressor", "k", "density", "dlgs_interval", "dense_below",
+                "warmup_epochs",
                 "range", "block_size", "lmax_log2", "workers", "batch_size", "lr",
                 "momentum", "seed", "train_subset", "test_subset", "ddp")
 
@@ -151,6 +153,9 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--dense-below", type=nonneg_int, default=0, metavar="N",
                    help="send layers with fewer than N elements dense (default 0: none)")
+    p.add_argument("--warmup-epochs", type=nonneg_int, default=0, metavar="E",
+                   help="train the first E epochs dense, then switch to the compressor "
+                        "(its residuals start at zero)")
     p.add_argument("--dlgs-interval", type=positive_int, default=d.dlgs_interval,
                    help="dlgs: steps between threshold recomputations")
     p.add_argument("--range", type=positive_float, default=d.range, help="quantiser range R")
@@ -340,25 +345,36 @@ class Trainer:
         slots = 1 if self.ddp else self.n                  # loss sums this process holds
         self.history = History(loss_sums=[0.0] * slots, loss_counts=[0] * slots)
         self.epoch, self.step_in_epoch, self.global_step = 0, 0, 0
+        # dense warm-up epochs: a stateless dense compressor stands in for the real one
+        self.warm = DenseCompressor(self.layers, self.n) if cfg.warmup_epochs else None
         worker_ids = [self.rank] if self.ddp else list(range(self.n))
-        states = None
         if cfg.resume:
-            states = self._load(cfg.resume, worker_ids)
+            self.states = self._load(cfg.resume, worker_ids)
+        else:
+            self.states = {w: self.compressor.new_worker_state() for w in worker_ids}
         if self.ddp:
             from .hook import register
             self.ddp_model = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
             self.hook = register(self.ddp_model, self.compressor,
-                                 worker_state=None if states is None else states[self.rank])
+                                 worker_state=self.states[self.rank])
         else:
             self.cluster = SimulatedCluster(model, self.compressor, self.layers, F.cross_entropy,
-                                            self.device, worker_states=states)
+                                            self.device, worker_states=self.states)
+
+    def _activate(self, epoch: int) -> None:
+        """Use the dense warm-up compressor during the warm-up epochs, the real one after."""
+        warm = self.warm is not None and epoch < self.cfg.warmup_epochs
+        comp = self.warm if warm else self.compressor
+        states = {w: WorkerState() for w in self.states} if warm else self.states
+        if self.ddp:
+            self.hook.compressor, self.hook.worker_state = comp, states[self.rank]
+        else:
+            self.cluster.compressor, self.cluster.workers = comp, states
 
     # -- checkpoints
     def _worker_states(self) -> dict:
-        if self.ddp:
-            return {self.rank: self.hook.worker_state}
-        return self.cluster.workers
+        return self.states
 
     def _ckpt_path(self, path: str) -> Path:
         return rank_path(path, self.rank if self.ddp else None)
@@ -455,6 +471,7 @@ class Trainer:
         t_start = time.perf_counter()
         try:
             while self.epoch < cfg.epochs and not stopped:
+                self._activate(self.epoch)
                 shards = epoch_shards(len(p.y_train), self.n, cfg.seed, self.epoch)
                 while self.step_in_epoch < p.steps_per_epoch:
                     if cfg.max_steps is not None and self.global_step >= cfg.max_steps:

@@ -1,18 +1,20 @@
 """Shared pieces of the datapath cocotb testbenches (tb_quantiser, tb_ef_add, tb_block_l1,
-tb_topk_select, tb_compress_top): case loading, clock and reset, AXI-Stream endpoints with
-random backpressure, word-for-word comparison, throughput records.
+tb_topk_select, tb_compress_top): golden case loading, AXI-Stream endpoints with random
+idle/backpressure, the per-case golden loop, word-for-word comparison, throughput records.
 
-Environment (set by tests/test_rtl_datapath.py or `gradblock verify` through sim.harness):
-  TB_GOLDEN_DIRS  golden-format directories (manifest.json + <case>.npz), os.pathsep-separated
-  TB_CASES        comma-separated case names to run (default: every case listing the stage)
-  TB_PAUSES       comma-separated pause probabilities applied to inputs and outputs (default 0,0.5)
-  TB_METRICS      JSON-lines file; throughput measurements are appended to it
-  TB_SEED         seed of the pause generators (default 1)
+Settings come from the environment, with the conventions of sim/tb_util.py (so that
+`gradblock verify` drives these testbenches like the codec ones):
+  TB_GOLDEN_DIR     a golden directory (manifest.json + <case>.npz)
+  TB_GOLDEN_DIRS    more of them, os.pathsep-separated (e.g. the shared set + datapath extras)
+  TB_CASES          comma-separated case names to keep (default: every case listing the stage)
+  TB_MIN_N/TB_MAX_N keep only cases with TB_MIN_N <= n <= TB_MAX_N
+  TB_TRAFFIC        "in:out,..." idle probability on inputs, backpressure probability on outputs
+  TB_METRICS        JSON list the throughput measurements are appended to
+  TB_CASE_RESULTS   JSON list of per-case pass/fail/skip records
 """
 from __future__ import annotations
 
 import json
-import logging
 import os
 import random
 from dataclasses import dataclass
@@ -20,13 +22,14 @@ from pathlib import Path
 
 import numpy as np
 
-import cocotb
-from cocotb.clock import Clock
 from cocotb.simtime import convert
-from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.triggers import ClockCycles, RisingEdge, SimTimeoutError, with_timeout
 from cocotbext.axi import AxiStreamBus, AxiStreamMonitor, AxiStreamSink, AxiStreamSource
 
-CLOCK_NS = 10
+from sim import tb_util
+
+CLOCK_NS = tb_util.CLOCK_NS
+DEFAULT_TRAFFIC = "0:0,0.3:0,0:0.5,0.6:0.7"
 
 # RTL module -> the golden manifest's stage name
 STAGE_OF = {"quantiser": "quantiser", "ef_add": "feedback", "block_l1": "norms",
@@ -40,11 +43,14 @@ class Case:
     arrays: dict
 
 
-def _golden_dirs() -> list[Path]:
-    raw = os.environ.get("TB_GOLDEN_DIRS", "")
-    dirs = [Path(d) for d in raw.split(os.pathsep) if d]
+# ------------------------------------------------------------------ cases
+def golden_dirs() -> list[Path]:
+    raw = [os.environ.get("TB_GOLDEN_DIR", "")] + os.environ.get("TB_GOLDEN_DIRS", "").split(
+        os.pathsep)
+    dirs = [Path(d) for d in raw if d]
     if not dirs:
-        raise RuntimeError("TB_GOLDEN_DIRS is not set: no golden vectors to check against")
+        raise RuntimeError("neither TB_GOLDEN_DIR nor TB_GOLDEN_DIRS is set: "
+                           "no golden vectors to check against")
     for d in dirs:
         if not (d / "manifest.json").is_file():
             raise FileNotFoundError(f"{d}: no manifest.json (not a golden vector directory)")
@@ -53,23 +59,30 @@ def _golden_dirs() -> list[Path]:
 
 def load_cases(module: str) -> list[Case]:
     """Every case whose "stages" lists this module's stage, from all golden directories,
-    narrowed to TB_CASES when set. An empty selection is an error, never a silent pass."""
+    narrowed by TB_CASES and TB_MIN_N/TB_MAX_N. An empty selection is an error, never a pass."""
     stage = STAGE_OF[module]
     wanted = {c for c in os.environ.get("TB_CASES", "").split(",") if c}
-    cases = []
-    for d in _golden_dirs():
+    lo, hi = tb_util.env_int("TB_MIN_N", 0), tb_util.env_int("TB_MAX_N", 2**32)
+    cases, seen = [], set()
+    for d in golden_dirs():
         manifest = json.loads((d / "manifest.json").read_text())
         if manifest.get("format") != "gradblock-golden":
             raise ValueError(f"{d}/manifest.json: format {manifest.get('format')!r}")
         for meta in manifest["cases"]:
+            seen.add(meta["name"])
             if stage not in meta["stages"] or (wanted and meta["name"] not in wanted):
+                continue
+            if not lo <= meta["n"] <= hi:
                 continue
             with np.load(d / meta["npz"], allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files}
             cases.append(Case(meta["name"], meta, arrays))
+    unknown = sorted(wanted - seen)
+    if unknown:
+        raise ValueError(f"TB_CASES names unknown cases: {unknown}")
     if not cases:
-        raise RuntimeError(f"no golden case lists stage {stage!r}"
-                           + (f" among {sorted(wanted)}" if wanted else ""))
+        raise RuntimeError(f"no golden case lists stage {stage!r} within the selection "
+                           f"(TB_CASES={sorted(wanted) or 'all'}, n in [{lo}, {hi}])")
     return cases
 
 
@@ -86,26 +99,11 @@ def medium_case(cases: list[Case], limit: int = 512) -> Case:
     return max(small, key=lambda c: c.meta["n"]) if small else min(cases, key=lambda c: c.meta["n"])
 
 
-def pause_ratios() -> list[float]:
-    ratios = [float(x) for x in os.environ.get("TB_PAUSES", "0,0.5").split(",") if x]
-    for r in ratios:
-        if not 0.0 <= r < 1.0:
-            raise ValueError(f"TB_PAUSES: pause probability {r} outside [0, 1)")
-    return ratios
-
-
-def pause_generator(ratio: float, salt: int):
-    """Endless random pause pattern: True (hold off) with probability `ratio`."""
-    rng = random.Random(int(os.environ.get("TB_SEED", "1")) * 1000003 + salt)
-    while True:
-        yield rng.random() < ratio
-
-
+# ------------------------------------------------------------------ clock, reset, endpoints
 async def start(dut) -> None:
-    """Clock running, reset applied for a few cycles and released. Create the AXI-Stream
-    endpoints first: they drive tvalid/tready low, which the first edge after reset samples."""
-    cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
-    await reset(dut)
+    """Clock running, reset applied and released. Create the AXI-Stream endpoints first: they
+    drive tvalid/tready low, which the first edge after reset samples."""
+    await tb_util.start(dut, reset_cycles=4)
 
 
 async def reset(dut, cycles: int = 4) -> None:
@@ -115,53 +113,84 @@ async def reset(dut, cycles: int = 4) -> None:
     await RisingEdge(dut.clk)
 
 
-def _quiet(endpoint):
-    # cocotbext-axi logs whole frames (at INFO, and at WARNING when a reset flushes one):
-    # far too much for layer-sized frames; the testbenches report what matters themselves
-    endpoint.log.setLevel(logging.ERROR)
-    return endpoint
-
-
 def source(dut, prefix: str):
     bus = AxiStreamBus.from_prefix(dut, prefix)
-    return _quiet(AxiStreamSource(bus, dut.clk, dut.rst, byte_lanes=1))
+    ep = AxiStreamSource(bus, dut.clk, dut.rst, byte_lanes=1)
+    tb_util.quiet(ep)
+    return ep
 
 
 def sink(dut, prefix: str):
     bus = AxiStreamBus.from_prefix(dut, prefix)
-    return _quiet(AxiStreamSink(bus, dut.clk, dut.rst, byte_lanes=1))
+    ep = AxiStreamSink(bus, dut.clk, dut.rst, byte_lanes=1)
+    tb_util.quiet(ep)
+    return ep
 
 
 def monitor(dut, prefix: str):
     bus = AxiStreamBus.from_prefix(dut, prefix)
-    return _quiet(AxiStreamMonitor(bus, dut.clk, dut.rst, byte_lanes=1))
+    ep = AxiStreamMonitor(bus, dut.clk, dut.rst, byte_lanes=1)
+    tb_util.quiet(ep)
+    return ep
 
 
-def set_pauses(endpoints, ratio: float, salt: int) -> None:
-    """Same ratio, independent patterns, on every endpoint (ratio 0 removes pausing)."""
-    for i, ep in enumerate(endpoints):
-        if ratio > 0:
-            ep.set_pause_generator(pause_generator(ratio, salt * 16 + i))
+def traffic() -> list[tuple[float, float]]:
+    return tb_util.traffic_profiles(DEFAULT_TRAFFIC)
+
+
+def set_traffic(inputs, outputs, p_in: float, p_out: float, salt: int) -> None:
+    """Random idle cycles on the sources, random tready-low cycles on the sinks, each endpoint
+    with its own pattern; a probability of 0 removes pausing."""
+    for i, (ep, p) in enumerate([(e, p_in) for e in inputs] + [(e, p_out) for e in outputs]):
+        if p > 0:
+            ep.set_pause_generator(tb_util.pause_generator(p, random.Random(salt * 97 + i)))
         else:
             ep.clear_pause_generator()
+            ep.pause = False     # clearing the generator leaves its last value in place
 
 
+def no_traffic(endpoints) -> None:
+    set_traffic(endpoints, [], 0.0, 0.0, 0)
+
+
+async def recv(endpoint, words: int, what: str):
+    """The next frame from a sink or monitor, or a failure (not a hang) when it does not come
+    within a generous bound: 50 cycles per expected word plus 5000."""
+    limit = (50 * words + 5000) * CLOCK_NS
+    try:
+        return await with_timeout(endpoint.recv(), limit, "ns")
+    except SimTimeoutError:
+        raise AssertionError(f"{what}: no complete frame of {words} words within {limit} ns "
+                             "(stalled, or tlast lost)") from None
+
+
+def drain(*sinks) -> None:
+    """Drop frames a sink completed before a reset or a failure."""
+    for s in sinks:
+        while not s.empty():
+            s.recv_nowait()
+
+
+# ------------------------------------------------------------------ checks
 def check_words(case: str, what: str, expected, actual, width: int = 32) -> None:
     """Word-for-word comparison; the failure names the case, the first differing word index
     and both values in hex (and how many words differ in all)."""
-    exp = [int(x) & ((1 << width) - 1) for x in np.asarray(expected).reshape(-1).tolist()]
-    act = [int(x) & ((1 << width) - 1) for x in actual]
+    mask = (1 << width) - 1
+    exp = [int(x) & mask for x in np.asarray(list(expected) if isinstance(expected, range)
+                                             else expected).reshape(-1).tolist()]
+    act = [int(x) & mask for x in actual]
     digits = (width + 3) // 4
-    if len(exp) != len(act):
-        common = min(len(exp), len(act))
-        first = next((i for i in range(common) if exp[i] != act[i]), common)
-        raise AssertionError(f"case {case}: {what}: {len(act)} words, expected {len(exp)} "
-                             f"(first difference at word {first})")
-    bad = [i for i in range(len(exp)) if exp[i] != act[i]]
+    common = min(len(exp), len(act))
+    bad = [i for i in range(common) if exp[i] != act[i]]
     if bad:
         i = bad[0]
         raise AssertionError(f"case {case}: {what} word {i}: expected 0x{exp[i]:0{digits}x}, "
-                             f"actual 0x{act[i]:0{digits}x} ({len(bad)} of {len(exp)} words differ)")
+                             f"actual 0x{act[i]:0{digits}x} ({len(bad)} of {common} words differ"
+                             + (f"; {len(act)} words received, {len(exp)} expected)"
+                                if len(exp) != len(act) else ")"))
+    if len(exp) != len(act):
+        raise AssertionError(f"case {case}: {what}: {len(act)} words received, {len(exp)} "
+                             f"expected (the first {common} agree)")
 
 
 def check_value(case: str, what: str, expected: int, actual: int) -> None:
@@ -170,6 +199,47 @@ def check_value(case: str, what: str, expected: int, actual: int) -> None:
                              f"actual {int(actual)} (0x{int(actual):x})")
 
 
+def user_words(frame) -> list[int]:
+    """Per-beat tuser of a received frame (cocotbext-axi folds a constant tuser to one int)."""
+    return frame.tuser if isinstance(frame.tuser, list) else [frame.tuser] * len(frame.tdata)
+
+
+async def golden_loop(dut, module: str, cases: list[Case], run_case, inputs, outputs,
+                      skip=None) -> None:
+    """Run `run_case(case)` (which raises AssertionError on a mismatch) for every case under
+    every traffic profile, layer after layer without reset. A failure is recorded, the DUT is
+    reset, and the loop goes on, so every case gets a verdict; TB_CASE_RESULTS receives one
+    record per case and the test fails at the end if any case did.
+    `skip(case)` may return a reason to leave a case out."""
+    verdict: dict[str, tuple[str, str]] = {}
+    failures = []
+    for salt, (p_in, p_out) in enumerate(traffic()):
+        set_traffic(inputs, outputs, p_in, p_out, salt)
+        for case in cases:
+            reason = skip(case) if skip else None
+            if reason:
+                verdict[case.name] = ("skip", reason)
+                continue
+            if verdict.get(case.name, ("pass",))[0] == "fail":
+                continue
+            try:
+                note = await run_case(case)
+                verdict.setdefault(case.name, ("pass", note or ""))
+            except AssertionError as e:
+                detail = f"traffic {p_in}:{p_out}: {e}"
+                verdict[case.name] = ("fail", detail)
+                failures.append(detail)
+                dut._log.error(detail)
+                await reset(dut)
+                drain(*outputs)
+    tb_util.write_case_results(module, verdict)
+    if failures:
+        raise AssertionError(f"{len(failures)} of {len(cases)} cases failed; first: {failures[0]}")
+    if not any(v[0] == "pass" for v in verdict.values()):
+        raise AssertionError(f"no case could run: {sorted(set(v[1] for v in verdict.values()))}")
+
+
+# ------------------------------------------------------------------ throughput
 def frame_cycles(frame) -> int:
     """Clock cycles from a frame's first to its last beat, both included (cocotbext-axi stamps
     frames in simulator steps)."""
@@ -178,11 +248,8 @@ def frame_cycles(frame) -> int:
 
 
 def record_metric(module: str, stream: str, case: str, words: int, cycles: int) -> None:
-    path = os.environ.get("TB_METRICS")
-    if not path:
-        return
-    line = {"module": module, "stream": stream, "case": case, "words": words, "cycles": cycles,
-            "cycles_per_word": cycles / words if words else None,
-            "sim": cocotb.SIM_NAME}
-    with open(path, "a") as fh:
-        fh.write(json.dumps(line) + "\n")
+    import cocotb
+    tb_util.write_metrics({"module": module, "stream": stream, "case": case, "words": words,
+                           "cycles": cycles,
+                           "cycles_per_word": round(cycles / words, 4) if words else None,
+                           "sim": cocotb.SIM_NAME})

@@ -30,6 +30,7 @@ class RtlModule:
     arrays: tuple[str, ...]       # golden arrays the testbench reads
     parameters: dict = field(default_factory=dict)
     env: dict = field(default_factory=dict)
+    golden_env: str = "TB_GOLDEN_DIR"   # variable through which the testbench gets the directory
 
     def missing(self) -> list[str]:
         """Files this entry needs that do not exist (empty when it can run)."""
@@ -62,7 +63,7 @@ def run_module(mod: RtlModule, sim: str, golden: Path, traffic: str, waves: bool
     """Run one registry entry over the golden directory: its rows and the run's report."""
     results = work / f"{mod.name}-{sim}-cases.json"
     results.unlink(missing_ok=True)
-    env = {**mod.env, "TB_GOLDEN_DIR": golden, "TB_TRAFFIC": traffic, "TB_CASE_RESULTS": results}
+    env = {**mod.env, mod.golden_env: golden, "TB_TRAFFIC": traffic, "TB_CASE_RESULTS": results}
     if cases:
         env["TB_CASES"] = ",".join(cases)
     res = run_rtl(mod.toplevel, [HW_DIR / f"{s}.sv" for s in mod.sources], mod.test_module, sim,
@@ -76,6 +77,8 @@ def run_module(mod: RtlModule, sim: str, golden: Path, traffic: str, waves: bool
         # the testbench stopped before it could judge the cases (build error, hang, crash)
         first = res.error or next((t.message for t in res.tests if not t.passed), "failed")
         rows.append(Row(mod.name, "(all)", "error", first.splitlines()[0] if first else "failed"))
+    elif res.passed and not rows:
+        rows.append(Row(mod.name, "(all)", "pass", "testbench gives no per-case results"))
     return rows, res.report()
 
 

@@ -164,14 +164,16 @@ def test_fuzz_quick():
 @pytest.mark.slow
 def test_fuzz_many():
     seen = set()
-    for seed in range(2, 6):                        # 4 x 30k mutants in the jitted loops
-        codes = fuzz(30_000, seed=seed, n_cross=1500)
+    for seed in range(2, 10):                       # 8 x 50k mutants in the jitted loops
+        codes = fuzz(50_000, seed=seed, n_cross=1000)
         seen |= set(np.unique(codes).tolist())
     assert VALID_CODES <= seen, sorted(VALID_CODES - seen)
 
 
 def test_every_single_bit_flip_of_small_frames():
-    for frame, n in base_frames()[:6]:
+    small = [(f, n) for f, n in base_frames() if f.size <= 16]
+    assert len(small) >= 4
+    for frame, n in small[:5]:
         for i in range(frame.size):
             for bit in range(32):
                 bad = frame.copy()
