@@ -194,6 +194,17 @@ def zrle_call_overhead(ctx: BenchContext) -> tuple[float, float] | None:
     return t_enc, t_dec
 
 
+def _time_codec(c: Codec, ctx: BenchContext) -> tuple[int, float, float]:
+    """Round-trip once and check, then (compressed bytes, encode s, decode s), medians."""
+    c.encode()
+    c.decode()
+    if not np.array_equal(c.decoded(), c.payload):
+        raise AssertionError(f"{c.label}: round trip differs from the payload")
+    t_enc = measure(c.encode, ctx.reps, ctx.warmup).median
+    t_dec = measure(c.decode, ctx.reps, ctx.warmup).median
+    return c.size, t_enc, t_dec
+
+
 def run(ctx: BenchContext) -> Table:
     table = Table("codec", "3. Codec: ZRLE vs general-purpose compressors on masked payloads",
                   ["workload", "threads", "codec", "ratio", "of ideal", "encode GB/s",
@@ -206,24 +217,13 @@ def run(ctx: BenchContext) -> Table:
             rows = []
             with threads(n_threads):
                 for label, factory in _codecs(ctx.R):
-                    try:
-                        c = factory(prep)
-                    except Unavailable as e:
-                        rows.append((label, None, str(e)))
-                        continue
-                    except ImportError as e:
-                        rows.append((label, None, f"{e.name or e} not installed"))
-                        continue
-                    c.encode()
-                    c.decode()
-                    if not np.array_equal(c.decoded(), prep.payload_flat):
-                        raise AssertionError(f"{label}: round trip differs from the payload")
-                    t_enc = measure(c.encode, ctx.reps, ctx.warmup).median
-                    t_dec = measure(c.decode, ctx.reps, ctx.warmup).median
-                    rows.append((label, (c.size, t_enc, t_dec), ""))
-                    ctx.log(f"codec {w.name} x{n_threads} {label}: {c.size} B, "
-                            f"enc {t_enc * 1e3:.3f} ms, dec {t_dec * 1e3:.3f} ms")
-                overhead = zrle_call_overhead(ctx)
+                    r, cell = ctx.attempt(f"codec {w.name} x{n_threads} {label}",
+                                          lambda factory=factory: _time_codec(factory(prep), ctx))
+                    rows.append((label, r, cell))
+                    if r is not None:
+                        ctx.log(f"codec {w.name} x{n_threads} {label}: {r[0]} B, "
+                                f"enc {r[1] * 1e3:.3f} ms, dec {r[2] * 1e3:.3f} ms")
+                overhead, _ = ctx.attempt("numba ZRLE call overhead", lambda: zrle_call_overhead(ctx))
             numba_row = next((r for label, r, _ in rows if label == ZrleNumba.label and r), None)
             if overhead and numba_row:
                 n_frames = len(prep.steps)
@@ -234,10 +234,10 @@ def run(ctx: BenchContext) -> Table:
                     f"numba's encode time and {overhead[1] * n_frames / numba_row[2]:.0%} of its "
                     f"decode time")
             base = next((r for label, r, _ in rows if label == BASELINE and r), None)
-            for label, r, why in rows:
+            for label, r, cell in rows:
                 labels = [w.name, str(n_threads), label]
                 if r is None:
-                    table.skip(labels, why)
+                    table.unmeasured(labels, cell)
                     continue
                 size, t_enc, t_dec = r
                 enc_gbs, dec_gbs = raw_gb / t_enc, raw_gb / t_dec

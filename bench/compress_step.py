@@ -202,6 +202,18 @@ def numba_call_overhead(ctx: BenchContext) -> float | None:
                    max(ctx.reps, 20), ctx.warmup).median
 
 
+def _time_impl(impl: Impl, prep: Prepared, ctx: BenchContext) -> float:
+    """Run once and check against the reference, then the median of ctx.reps runs."""
+    if impl.setup:
+        impl.setup()
+    impl.fn()
+    if hasattr(impl, "check"):
+        impl.check(prep)
+    else:
+        check_frames(prep, impl.frames())
+    return measure(impl.fn, ctx.reps, ctx.warmup, setup=impl.setup).median
+
+
 def run(ctx: BenchContext) -> Table:
     table = Table("compress", "2. Full compress step per training step",
                   ["workload", "threads", "implementation", "time (ms)", "GB/s", "of read-sum",
@@ -213,27 +225,15 @@ def run(ctx: BenchContext) -> Table:
         for n_threads in ctx.thread_counts:
             with threads(n_threads):
                 t_read, t_copy = _bandwidth_rows(words, ctx)
-                rows = [(READ_SUM, t_read, ""), (COPY, t_copy, "")]
+                rows = [(READ_SUM, t_read, None), (COPY, t_copy, None)]
                 for cls in IMPLEMENTATIONS:
-                    try:
-                        impl = cls(prep)
-                    except Unavailable as e:
-                        rows.append((cls.label, None, str(e)))
-                        continue
-                    except ImportError as e:
-                        rows.append((cls.label, None, f"{e.name or e} not installed"))
-                        continue
-                    if impl.setup:
-                        impl.setup()
-                    impl.fn()
-                    if hasattr(impl, "check"):
-                        impl.check(prep)
-                    else:
-                        check_frames(prep, impl.frames())
-                    t = measure(impl.fn, ctx.reps, ctx.warmup, setup=impl.setup).median
-                    rows.append((impl.label, t, ""))
-                    ctx.log(f"compress {w.name} x{n_threads} {impl.label}: {t * 1e3:.3f} ms")
-                overhead = numba_call_overhead(ctx)
+                    t, cell = ctx.attempt(f"compress {w.name} x{n_threads} {cls.label}",
+                                          lambda cls=cls: _time_impl(cls(prep), prep, ctx))
+                    rows.append((cls.label, t, cell))
+                    if t is not None:
+                        ctx.log(f"compress {w.name} x{n_threads} {cls.label}: {t * 1e3:.3f} ms")
+                overhead, _ = ctx.attempt("numba compress_step call overhead",
+                                          lambda: numba_call_overhead(ctx))
             t_step = next((t for label, t, _ in rows if label == NumbaStep.label and t), None)
             if overhead is not None and t_step:
                 fixed = overhead * len(w.grads)
@@ -242,10 +242,10 @@ def run(ctx: BenchContext) -> Table:
                     f"takes {overhead * 1e6:.1f} µs; × {len(w.grads)} layers = {fixed * 1e3:.3f} ms, "
                     f"{fixed / t_step:.0%} of the in-place step's {t_step * 1e3:.3f} ms")
             t_ref = next((t for label, t, _ in rows if label == REFERENCE and t), None)
-            for label, t, why in rows:
+            for label, t, cell in rows:
                 labels = [w.name, str(n_threads), label]
                 if t is None:
-                    table.skip(labels, why)
+                    table.unmeasured(labels, cell)
                     continue
                 gbs = gbytes / t
                 table.add(*labels, t * 1e3, gbs, gbs / (gbytes / t_read), gbs / (gbytes / t_copy),

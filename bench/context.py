@@ -13,6 +13,7 @@ from refmodel.compress import LayerStep, compress_layer
 from refmodel.quantiser import QuantConfig
 
 from .gradients import Workload
+from .tables import failed, not_available
 
 
 class Unavailable(Exception):
@@ -84,7 +85,25 @@ class BenchContext:
     R: float
     rtl: bool
     verbose: bool = True
+    failures: list[str] = field(default_factory=list)
     _prepared: dict = field(default_factory=dict)
+
+    def attempt(self, what: str, fn):
+        """(fn(), None), or (None, the cell that replaces the row's numbers): 'not available'
+        when a part of the project or a package is missing, 'failed' for anything else (a
+        result that differs from the reference, an API that changed), which is also recorded
+        so that the run exits non-zero."""
+        try:
+            return fn(), None
+        except Unavailable as e:
+            return None, not_available(str(e))
+        except ImportError as e:
+            return None, not_available(f"{e.name or e} not installed")
+        except Exception as e:       # noqa: BLE001 - one broken row must not lose the others
+            msg = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+            self.failures.append(f"{what}: {msg}")
+            self.log(f"FAILED {what}: {msg}")
+            return None, failed(msg)
 
     @property
     def cfg(self) -> QuantConfig:

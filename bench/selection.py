@@ -16,7 +16,7 @@ from refmodel.selection import block_norms, select_blocks
 from .compress_step import NumbaLayers, NumbaStep
 from .compress_step import check_frames as _check_step_frames
 from .context import BenchContext, Prepared, Unavailable, optional_module, require
-from .tables import Table
+from .tables import Table, not_available
 from .timing import measure, threads
 
 BASELINE = "fine: torch.topk"
@@ -153,23 +153,23 @@ def run(ctx: BenchContext) -> Table:
             with threads(n_threads):
                 for label, dev, factory in _methods(devices):
                     if torch is None and "torch" in label:
-                        rows.append((label, dev, None, "torch not installed"))
-                        continue
-                    try:
-                        fn, setup = factory(prep)
-                    except Unavailable as e:
-                        rows.append((label, dev, None, str(e)))
+                        rows.append((label, dev, None, not_available("torch not installed")))
                         continue
                     sync = torch.cuda.synchronize if dev == "cuda" else None
-                    sample = measure(fn, ctx.reps, ctx.warmup, setup=setup, sync=sync)
-                    rows.append((label, dev, sample.median, ""))
-                    ctx.log(f"selection {w.name} x{n_threads} {label} ({dev}): "
-                            f"{sample.median * 1e3:.3f} ms")
+
+                    def timed(factory=factory, sync=sync):
+                        fn, setup = factory(prep)
+                        return measure(fn, ctx.reps, ctx.warmup, setup=setup, sync=sync).median
+                    t, cell = ctx.attempt(f"selection {w.name} x{n_threads} {label} ({dev})", timed)
+                    rows.append((label, dev, t, cell))
+                    if t is not None:
+                        ctx.log(f"selection {w.name} x{n_threads} {label} ({dev}): "
+                                f"{t * 1e3:.3f} ms")
             base = {dev: t for label, dev, t, _ in rows if label == BASELINE and t}
-            for label, dev, t, why in rows:
+            for label, dev, t, cell in rows:
                 labels = [w.name, str(n_threads), dev, label]
                 if t is None:
-                    table.skip(labels, why)
+                    table.unmeasured(labels, cell)
                 else:
                     speedup = base[dev] / t if dev in base else None
                     table.add(*labels, t * 1e3, speedup if speedup else "no baseline")

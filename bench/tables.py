@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 NOT_AVAILABLE = "not available"
+FAILED = "failed"
 
 
 def fmt(x: float | int | None, digits: int = 4) -> str:
@@ -27,6 +28,15 @@ def not_available(reason: str) -> str:
     return f"{NOT_AVAILABLE}: {reason}"
 
 
+def failed(reason: str) -> str:
+    return f"{FAILED}: {reason}"
+
+
+def unmeasured(cell: str) -> bool:
+    """A cell that stands in for a measurement: skipped with a reason, or failed."""
+    return cell.startswith((NOT_AVAILABLE + ":", FAILED + ":"))
+
+
 @dataclass
 class Table:
     key: str                      # "selection", "compress", ...: stable id for tests
@@ -41,9 +51,13 @@ class Table:
         self.rows.append([c if isinstance(c, str) else fmt(c) for c in cells])
 
     def skip(self, label_cells: list[str], reason: str) -> None:
-        """A row that could not be measured: the labels, then the reason, then blanks."""
+        """A row that cannot be measured here: the labels, then the reason, then blanks."""
+        self.unmeasured(label_cells, not_available(reason))
+
+    def unmeasured(self, label_cells: list[str], cell: str) -> None:
+        """A row without numbers: the labels, then `cell` (see not_available / failed)."""
         rest = len(self.columns) - len(label_cells)
-        self.rows.append(list(label_cells) + [not_available(reason)] + [""] * (rest - 1))
+        self.rows.append(list(label_cells) + [cell] + [""] * (rest - 1))
 
     def to_markdown(self) -> str:
         out = [f"## {self.title}", "", "| " + " | ".join(self.columns) + " |",

@@ -562,10 +562,12 @@ class GroupStep:
     sat_feedback: list[int]
 
 
-def _segment_counts(mask: torch.Tensor, plan: GroupPlan) -> torch.Tensor:
-    """Per-layer count of True in a (n,) mask: prefix sums read at the layer bounds."""
-    cs = torch.cat([mask.new_zeros(1, dtype=torch.int64), torch.cumsum(mask.to(torch.int64), 0)])
-    return cs[plan.elem_end] - cs[plan.elem_start]
+def _segment_counts_rows(flags: torch.Tensor, plan: GroupPlan) -> torch.Tensor:
+    """Per-layer sums of each row of a (rows, n) int32 0/1 tensor: prefix sums read at the
+    layer bounds -> (rows, L) int64."""
+    cs = torch.cumsum(flags, dim=1, dtype=torch.int64)
+    cs = torch.cat([cs.new_zeros(cs.shape[0], 1), cs], dim=1)
+    return cs[:, plan.elem_end] - cs[:, plan.elem_start]
 
 
 def compress_group(plan: GroupPlan, grads: list[torch.Tensor], residuals: list[torch.Tensor | None],
@@ -602,9 +604,9 @@ def compress_group(plan: GroupPlan, grads: list[torch.Tensor], residuals: list[t
     s = flat_r.to(torch.int64) + q.to(torch.int64)
     acc = s.clamp(-QMAX, QMAX)
     absbits = flat_g.view(torch.int32) & 0x7FFFFFFF
-    counts = torch.stack([_segment_counts(is_nan, plan), _segment_counts(absbits > cfg.range_bits, plan),
-                          _segment_counts(s.abs() > QMAX, plan)]).tolist()
-    nan_c, sat_q, sat_fb = counts
+    # per-layer counts of (NaN, |g| > R, |r + q| > QMAX) in one prefix sum and one host sync
+    flags = torch.stack([is_nan, absbits > cfg.range_bits, s != acc]).to(torch.int32)
+    nan_c, sat_q, sat_fb = _segment_counts_rows(flags, plan).tolist()
     for j, c in enumerate(nan_c):
         if c:
             start = int(plan.elem_start[j])
@@ -623,9 +625,8 @@ def compress_group(plan: GroupPlan, grads: list[torch.Tensor], residuals: list[t
     block_mask[order[rank < plan.k_eff[layer_of_ranked]]] = True
     elem_mask = block_mask[plan.block_of_elem]
     acc32 = acc.to(torch.int32)
-    zero = torch.zeros((), dtype=torch.int32, device=dev)
-    payload = torch.where(elem_mask, acc32, zero)
-    residual_out = torch.where(elem_mask, zero, acc32)
+    payload = acc32 * elem_mask                       # a on selected blocks, 0 elsewhere
+    residual_out = acc32 - payload                    # so payload + residual = a exactly
 
     message, frame_words, nonzeros = _encode_group_frames(plan, payload, lmax, crc)
     residual_list = [t.view(shape) for t, shape in

@@ -11,9 +11,11 @@ Public API (mirrors `codec.zrle`):
 * `decode_frame(words, expected_n=None, start=0) -> codec.zrle.Frame`
 * `decode_into(words, out, expected_n=None, start=0) -> Frame` whose `values` is a view of
   `out[:n]` (no allocation; raises ValueError if `out` is shorter than the frame's `n`)
+* `decode_add(words, acc, expected_n=None, start=0) -> Frame` adds the values into an int64
+  accumulator, touching only the literals (the exchange's decode-and-sum)
 * `decode_message(words, expected_sizes=None) -> list[Frame]`
-* `check_frames(words, starts, ends, expected_n) -> int32 error codes`: validate many frames
-  in one jitted loop without materialising their values (fuzzing, batch checks).
+* `check_frames(words, starts, ends, expected_n=None) -> (codes, word)`: validate many
+  frames in one jitted loop (fuzzing, batch checks); 0 or the spec §3.5 code per frame.
 
 The jitted kernels never touch memory outside their arrays: the encoder's buffer is sized
 before it starts (a frame is at most `5 + 3n + 2` words) and the decoder checks the input
@@ -30,12 +32,12 @@ import numba as nb
 import numpy as np
 
 from . import errors as E
-from .crc32_numba import CRC_INIT, crc32_final, crc32_update, crc32_update_word
+from .crc32_numba import CRC_INIT, crc32_final, crc32_update
 from .zrle import (DEFAULT_LMAX_LOG2, HEADER_WORDS, LMAX_LOG2_MAX, LMAX_LOG2_MIN, MAGIC,
                    TRAILER_WORDS, VERSION, Frame, check_lmax_log2, max_frame_words, range_bits)
 
-__all__ = ["encode_frame", "encode_into", "decode_frame", "decode_into", "decode_message",
-           "check_frames", "max_frame_words", "NEED_BUFFER", "OK"]
+__all__ = ["encode_frame", "encode_into", "decode_frame", "decode_into", "decode_add",
+           "decode_message", "check_frames", "max_frame_words"]
 
 OK = 0
 NEED_BUFFER = -1           # kernel status: header valid but the output buffer is shorter than n
@@ -44,18 +46,27 @@ NEED_BUFFER = -1           # kernel status: header valid but the output buffer i
 # Encoder
 #
 # The streaming state machine of spec §3.2 with its state in a tuple
-# (z, L, tok_pos, wp, T, crc): pending zero count, literals buffered in the open token,
-# where that token's z/L slots were reserved, next free word, tokens emitted, CRC register.
-# Literals go straight into the output after their token's reserved z/L slots; when the
-# token closes, z and L are filled in and the token's words are fed to the CRC in order.
+# (z, L, tok_pos, wp, T, crc, crc_at): pending zero count, literals buffered in the open
+# token, where that token's z/L slots were reserved, next free word, tokens emitted, CRC
+# register, first word not yet in the CRC. Literals go straight into the output after their
+# token's reserved z/L slots; when the token closes, z and L are filled in and its words are
+# final. The CRC follows the closed words in batches of at least CRC_BATCH words (one call
+# per short token would cost more than the CRC itself).
 # ---------------------------------------------------------------------------------------------
 
 
+CRC_BATCH = 512
+
+
 @nb.njit(inline="always", nogil=True, cache=True)
-def _close_token(out, z, L, tok_pos, T, crc):
+def _close_token(out, z, L, tok_pos, T, crc, crc_at):
     out[tok_pos] = np.uint32(z)
     out[tok_pos + 1] = np.uint32(L)
-    return T + 1, crc32_update(crc, out, tok_pos, tok_pos + 2 + L)
+    end = tok_pos + 2 + L
+    if end - crc_at >= CRC_BATCH:
+        crc = crc32_update(crc, out, crc_at, end)
+        crc_at = end
+    return T + 1, crc, crc_at
 
 
 @nb.njit(inline="always", nogil=True, cache=True)
@@ -67,37 +78,37 @@ def enc_begin(out, base, n, layer_id, rbits, lmax_log2):
     out[base + 3] = np.uint32(n)
     out[base + 4] = np.uint32(rbits)
     crc = crc32_update(np.uint32(CRC_INIT), out, base, base + HEADER_WORDS)
-    return (np.int64(0), np.int64(0), np.int64(0), np.int64(base + HEADER_WORDS), np.int64(0), crc)
+    wp = np.int64(base + HEADER_WORDS)
+    return (np.int64(0), np.int64(0), np.int64(0), wp, np.int64(0), crc, wp)
 
 
 @nb.njit(inline="always", nogil=True, cache=True)
-def _zero_run_end(src, i):
-    """First index >= i with src[index] != 0 (or src.size); 8 words per test on long runs."""
-    hi = np.uint64(src.size)
+def _zero_run_end(src, i, hi):
+    """First index in [i, hi) with src[index] != 0, else hi; 8 words per test on long runs."""
     u = np.uint64(i)
-    while u + 8 <= hi and (src[u] | src[u + 1] | src[u + 2] | src[u + 3]
-                           | src[u + 4] | src[u + 5] | src[u + 6] | src[u + 7]) == 0:
+    end = np.uint64(hi)
+    while u + 8 <= end and (src[u] | src[u + 1] | src[u + 2] | src[u + 3]
+                            | src[u + 4] | src[u + 5] | src[u + 6] | src[u + 7]) == 0:
         u += np.uint64(8)
-    while u < hi and src[u] == 0:
+    while u < end and src[u] == 0:
         u += np.uint64(1)
     return np.int64(u)
 
 
 @nb.njit(inline="always", nogil=True, cache=True)
-def enc_feed(src, out, state, lmax):
-    """Feed the payload words of `src` (an int32 array or slice view) through the encoder.
+def enc_feed(src, lo, hi, out, state, lmax):
+    """Feed payload words src[lo:hi] (int32; 0 <= lo <= hi <= src.size) through the encoder.
 
     Walks alternating zero and nonzero runs; every word makes exactly the state change the
-    per-word loop of spec §3.2 makes, so the output is the canonical frame. Indices are
-    unsigned so numba emits no negative-index wraparound test."""
-    z, L, tok_pos, wp, T, crc = state
-    hi = src.size
-    i = 0
+    per-word loop of spec §3.2 makes, so the output is the canonical frame. Indices are cast
+    to unsigned so numba emits no negative-index wraparound test."""
+    z, L, tok_pos, wp, T, crc, crc_at = state
+    i = lo
     while i < hi:
-        j = _zero_run_end(src, i)
+        j = _zero_run_end(src, i, hi)
         if j > i:                               # zeros: close an open token, count them
             if L != 0:
-                T, crc = _close_token(out, z, L, tok_pos, T, crc)
+                T, crc, crc_at = _close_token(out, z, L, tok_pos, T, crc, crc_at)
                 z = 0
                 L = 0
             z += j - i
@@ -107,7 +118,7 @@ def enc_feed(src, out, state, lmax):
             if x == 0:
                 break
             if L == lmax:                       # buffer full: close, continue with z = 0
-                T, crc = _close_token(out, z, L, tok_pos, T, crc)
+                T, crc, crc_at = _close_token(out, z, L, tok_pos, T, crc, crc_at)
                 z = 0
                 L = 0
             if L == 0:                          # open a token: reserve its z and L slots
@@ -117,34 +128,34 @@ def enc_feed(src, out, state, lmax):
             wp += 1
             L += 1
             i += 1
-    return (z, L, tok_pos, wp, T, crc)
+    return (z, L, tok_pos, wp, T, crc, crc_at)
 
 
 @nb.njit(inline="always", nogil=True, cache=True)
 def enc_feed_zeros(count, out, state):
     """Feed `count` zero words (the same as `count` iterations of the zero branch)."""
-    z, L, tok_pos, wp, T, crc = state
+    z, L, tok_pos, wp, T, crc, crc_at = state
     if count > 0:
         if L != 0:
-            T, crc = _close_token(out, z, L, tok_pos, T, crc)
+            T, crc, crc_at = _close_token(out, z, L, tok_pos, T, crc, crc_at)
             z = 0
             L = 0
         z += count
-    return (z, L, tok_pos, wp, T, crc)
+    return (z, L, tok_pos, wp, T, crc, crc_at)
 
 
 @nb.njit(inline="always", nogil=True, cache=True)
 def enc_end(out, base, state):
     """Close the last token, write the trailer; return the frame length in words."""
-    z, L, tok_pos, wp, T, crc = state
+    z, L, tok_pos, wp, T, crc, crc_at = state
     if L != 0:
-        T, crc = _close_token(out, z, L, tok_pos, T, crc)
+        T, crc, crc_at = _close_token(out, z, L, tok_pos, T, crc, crc_at)
     elif z != 0:                                # trailing zeros: final (z, 0) token
         tok_pos = wp
         wp += 2
-        T, crc = _close_token(out, z, 0, tok_pos, T, crc)
+        T, crc, crc_at = _close_token(out, z, 0, tok_pos, T, crc, crc_at)
     out[wp] = np.uint32(T)
-    crc = crc32_update_word(crc, out[wp])
+    crc = crc32_update(crc, out, crc_at, wp + 1)
     out[wp + 1] = crc32_final(crc)
     return wp + TRAILER_WORDS - base
 
@@ -153,7 +164,7 @@ def enc_end(out, base, state):
 def _encode_kernel(flat, out, base, layer_id, rbits, lmax_log2):
     n = flat.size
     state = enc_begin(out, base, n, layer_id, rbits, lmax_log2)
-    state = enc_feed(flat, out, state, np.int64(1) << lmax_log2)
+    state = enc_feed(flat, 0, n, out, state, np.int64(1) << lmax_log2)
     return enc_end(out, base, state)
 
 
@@ -223,10 +234,16 @@ def _result(status, word, n, layer_id, rbits, lmax_log2, T, n_words, d1, d2):
             np.int64(lmax_log2), np.int64(T), np.int64(n_words), np.int64(d1), np.int64(d2))
 
 
+# What the decoder does with the values it validates.
+WRITE = 0       # out[:n] = values (zero runs written only with zero_fill)
+ADD = 1         # acc[:n] += values (int64; zero runs cost nothing)
+VALIDATE = 2    # check only
+
+
 @nb.njit(nogil=True, cache=True)
-def _decode_kernel(w, start, has_expected, expected_n, out, validate_only, zero_fill):
-    """Decode the frame at w[start:]; write values to out[:n] unless validate_only (zero runs
-    only when zero_fill: a freshly calloc'ed buffer needs no zero writes).
+def _decode_kernel(w, start, has_expected, expected_n, out, acc, mode, zero_fill):
+    """Decode the frame at w[start:] (mode WRITE, ADD or VALIDATE; see above).
+    A freshly calloc'ed `out` needs no zero_fill. On an error, out/acc may be partly updated.
     Checks in the order of spec §3.5 and of codec.zrle.decode_frame."""
     avail = w.size - start                      # words present from `start` on
     if avail < 0:
@@ -256,11 +273,11 @@ def _decode_kernel(w, start, has_expected, expected_n, out, validate_only, zero_
         return _result(_BAD_RANGE, 4, n, layer_id, rbits, lmax_log2, 0, 0, rbits, 0)
     if has_expected and n != expected_n:
         return _result(_SIZE, 3, n, layer_id, rbits, lmax_log2, 0, 0, n, expected_n)
-    write = not validate_only
-    if write and out.size < n:
+    if (mode == WRITE and out.size < n) or (mode == ADD and acc.size < n):
         return _result(NEED_BUFFER, 0, n, layer_id, rbits, lmax_log2, 0, 0, 0, 0)
 
-    crc = crc32_update(np.uint32(CRC_INIT), w, start, start + HEADER_WORDS)
+    crc = np.uint32(CRC_INIT)
+    crc_at = start                              # first word not yet in the CRC (batched)
     pos = np.int64(HEADER_WORDS)
     produced = np.int64(0)
     T = np.int64(0)
@@ -288,24 +305,36 @@ def _decode_kernel(w, start, has_expected, expected_n, out, validate_only, zero_
         if lits_at + L > avail:                 # all of this token's literals must be present
             return _result(_TRUNCATED, avail, n, layer_id, rbits, lmax_log2, T, 0, L,
                            max(0, avail - lits_at))
-        lits = w[start + lits_at:start + lits_at + L]
-        if L != 0:
-            nonzero = lits[0] != 0
-            for j in range(1, L):
-                nonzero &= lits[j] != 0
-            if not nonzero:                     # rare: find which literal is zero
-                j = 0
-                while lits[j] != 0:
-                    j += 1
-                return _result(_ZERO_LITERAL, lits_at + j, n, layer_id, rbits, lmax_log2, T, 0,
-                               j, 0)
-        if write:
+        # Unsigned indices: numba then emits no negative-index wraparound test, and LLVM
+        # vectorises the copy and the zero test together.
+        src = np.uint64(start + lits_at)
+        o = np.uint64(produced + z)
+        nl = np.uint64(L)
+        zero = False
+        if mode == WRITE:
             if zero_fill:
-                out[produced:produced + z] = 0
-            dst = out[produced + z:produced + z + L]
-            for j in range(L):
-                dst[j] = np.int32(lits[j])
-        crc = crc32_update(crc, w, start + pos, start + lits_at + L)
+                for i in range(np.uint64(produced), o):
+                    out[i] = 0
+            for j in range(nl):
+                v = w[src + j]
+                zero |= v == 0
+                out[o + j] = np.int32(v)
+        elif mode == ADD:
+            for j in range(nl):
+                v = w[src + j]
+                zero |= v == 0
+                acc[o + j] += np.int32(v)
+        else:
+            for j in range(nl):
+                zero |= w[src + j] == 0
+        if zero:                                # rare: find which literal is zero
+            j = 0
+            while w[start + lits_at + j] != 0:
+                j += 1
+            return _result(_ZERO_LITERAL, lits_at + j, n, layer_id, rbits, lmax_log2, T, 0, j, 0)
+        if start + lits_at + L - crc_at >= CRC_BATCH:
+            crc = crc32_update(crc, w, crc_at, start + lits_at + L)
+            crc_at = start + lits_at + L
         produced += z + L
         pos = lits_at + L
         prev_L = L
@@ -318,7 +347,7 @@ def _decode_kernel(w, start, has_expected, expected_n, out, validate_only, zero_
     t1 = np.int64(w[start + pos + 1])
     if t0 != T:
         return _result(_TOKEN_COUNT, pos, n, layer_id, rbits, lmax_log2, T, 0, t0, T)
-    crc = np.int64(crc32_final(crc32_update_word(crc, w[start + pos])))
+    crc = np.int64(crc32_final(crc32_update(crc, w, crc_at, start + pos + 1)))
     if t1 != crc:
         return _result(_CRC, pos + 1, n, layer_id, rbits, lmax_log2, T, 0, t1, crc)
     return _result(OK, 0, n, layer_id, rbits, lmax_log2, T, pos + TRAILER_WORDS, 0, 0)
@@ -390,6 +419,7 @@ def _frame(res, values) -> Frame:
 
 
 _EMPTY_I32 = np.zeros(0, dtype=np.int32)
+_EMPTY_I64 = np.zeros(0, dtype=np.int64)
 
 
 def decode_into(words, out: np.ndarray, expected_n: int | None = None, start: int = 0) -> Frame:
@@ -399,12 +429,28 @@ def decode_into(words, out: np.ndarray, expected_n: int | None = None, start: in
     _check_out(out, np.int32, "out")
     w = _as_words(words)
     has_exp, exp = _expected(expected_n)
-    res = _decode_kernel(w, _start(start), has_exp, exp, out, False, True)
+    res = _decode_kernel(w, _start(start), has_exp, exp, out, _EMPTY_I64, WRITE, True)
     if res[0] == NEED_BUFFER:
         raise ValueError(f"frame holds {int(res[2])} elements, out has room for {out.size}")
     if res[0] != OK:
         _raise_for(res)
     return _frame(res, out[:int(res[2])])
+
+
+def decode_add(words, acc: np.ndarray, expected_n: int | None = None, start: int = 0) -> Frame:
+    """Decode the frame at words[start:] and add its values into acc[:n] (int64), touching
+    only the literals: the cost follows the frame's length, not n. The returned Frame has
+    values=None. On a FrameError acc may already hold some of the frame's values, so treat
+    it as garbage. Raises ValueError (before touching acc) if n exceeds acc.size."""
+    _check_out(acc, np.int64, "acc")
+    w = _as_words(words)
+    has_exp, exp = _expected(expected_n)
+    res = _decode_kernel(w, _start(start), has_exp, exp, _EMPTY_I32, acc, ADD, False)
+    if res[0] == NEED_BUFFER:
+        raise ValueError(f"frame holds {int(res[2])} elements, acc has room for {acc.size}")
+    if res[0] != OK:
+        _raise_for(res)
+    return _frame(res, None)
 
 
 def decode_frame(words, expected_n: int | None = None, start: int = 0) -> Frame:
@@ -414,10 +460,10 @@ def decode_frame(words, expected_n: int | None = None, start: int = 0) -> Frame:
     w = _as_words(words)
     start = _start(start)
     has_exp, exp = _expected(expected_n)
-    res = _decode_kernel(w, start, has_exp, exp, _EMPTY_I32, False, False)
+    res = _decode_kernel(w, start, has_exp, exp, _EMPTY_I32, _EMPTY_I64, WRITE, False)
     if res[0] == NEED_BUFFER:                   # header is valid: now allocate n values
         out = np.zeros(int(res[2]), dtype=np.int32)   # calloc: zero runs cost nothing
-        res = _decode_kernel(w, start, has_exp, exp, out, False, False)
+        res = _decode_kernel(w, start, has_exp, exp, out, _EMPTY_I64, WRITE, False)
     else:
         out = _EMPTY_I32.copy()
     if res[0] != OK:
@@ -445,13 +491,15 @@ def decode_message(words, expected_sizes: list[int] | None = None) -> list[Frame
 
 @nb.njit(nogil=True, cache=True)
 def _check_frames_kernel(w, starts, ends, expected_n, scratch, codes, words_at):
+    empty64 = np.zeros(0, dtype=np.int64)
     for f in range(starts.size):
         lo, hi = starts[f], ends[f]
         view = w[lo:hi]                         # the decoder sees only this frame's words
         has_exp = expected_n[f] >= 0
-        res = _decode_kernel(view, 0, has_exp, expected_n[f], scratch, False, True)
+        res = _decode_kernel(view, 0, has_exp, expected_n[f], scratch, empty64, WRITE, True)
         if res[0] == NEED_BUFFER:               # n larger than scratch: validate only
-            res = _decode_kernel(view, 0, has_exp, expected_n[f], scratch, True, False)
+            res = _decode_kernel(view, 0, has_exp, expected_n[f], scratch, empty64, VALIDATE,
+                                 False)
         codes[f] = res[0]
         words_at[f] = res[1] if res[0] != OK else res[7]
 

@@ -115,11 +115,12 @@ module compress_top #(
     // ---- pass 1: quantise, feed back, store, norms, select --------------------------------
     logic [AW-1:0] in_count;
     logic          in_open, in_last;
-    logic          q_s_ready;
+    logic          q_s_valid, q_s_ready;
 
     assign in_open = state == PASS1 && in_count != n_a;
     assign in_last = in_count == n_a - 1'b1;
     assign s_tready = in_open && q_s_ready;
+    assign q_s_valid = s_tvalid && in_open;
 
     logic [31:0] q_tdata, q_resid;
     logic  [1:0] q_flags;
@@ -127,8 +128,8 @@ module compress_top #(
 
     quantiser #(.UW(32)) u_quantiser (
         .clk, .rst,
-        .cfg_m(m_r), .cfg_k($signed(ks_r)), .cfg_range_bits(rb_r),
-        .s_tdata(s_tdata[31:0]), .s_tuser(s_tdata[63:32]), .s_tvalid(s_tvalid && in_open),
+        .cfg_m(m_r), .cfg_k(ks_r), .cfg_range_bits(rb_r),
+        .s_tdata(s_tdata[31:0]), .s_tuser(s_tdata[63:32]), .s_tvalid(q_s_valid),
         .s_tready(q_s_ready), .s_tlast(in_last),
         .m_tdata(q_tdata), .m_tuser({q_resid, q_flags}), .m_tvalid(q_tvalid),
         .m_tready(q_tready), .m_tlast(q_tlast)
@@ -218,9 +219,13 @@ module compress_top #(
 
     assign m_res_tvalid = res_pending;
 
+    // (Icarus 11 miscompiles an enum comparison written directly in a port connection)
+    logic enc_cfg_valid;
+    assign enc_cfg_valid = state == ENC_CFG;
+
     zrle_encoder #(.LMAX_LOG2_MAX(LMAX_LOG2_MAX)) u_encoder (
         .clk, .rst,
-        .cfg_valid(state == ENC_CFG), .cfg_ready(enc_cfg_ready),
+        .cfg_valid(enc_cfg_valid), .cfg_ready(enc_cfg_ready),
         .cfg_layer_id(id_r), .cfg_n(n_r), .cfg_range_bits(rb_r), .cfg_lmax_log2(lmax_r),
         .s_tdata(fork_payload), .s_tvalid(pay_pending), .s_tready(enc_s_tready),
         .m_tdata(m_frame_tdata), .m_tvalid(m_frame_tvalid), .m_tready(m_frame_tready),

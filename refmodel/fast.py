@@ -142,6 +142,16 @@ def _pass1_inplace_blocks(gbits, r, B, norms, M, k, rbits, jlo, jhi):
     n = gbits.size
     satq = 0
     satfb = 0
+    if B == 1:                          # blocks of one element (1-D tensors): a flat loop
+        g_run, r_run, n_run = gbits[jlo:jhi], r[jlo:jhi], norms[jlo:jhi]
+        for i in range(g_run.size):
+            b = np.int64(g_run[i])
+            satq += (b & _ABS_MASK) > rbits
+            a, over = _feedback(_quantise_bits(b, M, k), r_run[i])
+            satfb += over
+            r_run[i] = a
+            n_run[i] = abs(a)
+        return satq, satfb
     for j in range(jlo, jhi):
         lo = j * B
         hi = min(lo + B, n)
@@ -255,7 +265,7 @@ def _pass2_keep(acc, B, mask, payload, res_out, out, base, layer_id, rbits, lmax
         hi = min(lo + B, n)
         a_blk, p_blk, r_blk = acc[lo:hi], payload[lo:hi], res_out[lo:hi]
         if mask[j]:
-            state = enc_feed(a_blk, out, state, lmax)
+            state = enc_feed(acc, lo, hi, out, state, lmax)
             for i in range(a_blk.size):
                 p_blk[i] = a_blk[i]
                 r_blk[i] = 0
@@ -280,9 +290,9 @@ def _pass2_inplace(r, B, mask, out, base, layer_id, rbits, lmax_log2):
         if mask[j]:
             lo = j * B
             hi = min(lo + B, n)
-            r_blk = r[lo:hi]
-            state = enc_feed(r_blk, out, state, lmax)
-            r_blk[:] = 0
+            state = enc_feed(r, lo, hi, out, state, lmax)
+            for i in range(np.uint64(lo), np.uint64(hi)):
+                r[i] = 0
             j += 1
         else:
             j2 = j + 1
@@ -529,7 +539,7 @@ def compress_step(grad: np.ndarray, residual: np.ndarray, cfg: QuantConfig | flo
     if offset < 0 or out_words.size - offset < need:
         raise ValueError(f"out_words has {out_words.size - offset} words from offset {offset}; "
                          f"this step may need {need} (see max_step_words)")
-    threads = _thread_count(parallel)
+    threads = _thread_count(parallel, "parallel")
     if threads > 1 and lay.n_blocks > 1:
         job = _Job(cfg, [(gbits, r, plan)], out_words, [offset])
         return job.run(threads, where_of=lambda i: where)[0]
@@ -542,14 +552,15 @@ def compress_step(grad: np.ndarray, residual: np.ndarray, cfg: QuantConfig | flo
     return StepInfo(int(n_words), plan.k_eff, lay.n_blocks, lay.block_size, int(satq), int(satfb))
 
 
-def _thread_count(parallel) -> int:
-    if parallel is True:
+def _thread_count(value, name: str) -> int:
+    """True -> numba's thread count; False/None -> 1; else a positive integer."""
+    if value is True:
         return nb.get_num_threads()
-    if parallel is False or parallel is None:
+    if value is False or value is None:
         return 1
-    threads = operator.index(parallel)
+    threads = operator.index(value)
     if threads < 1:
-        raise ValueError(f"thread count must be >= 1, got {parallel}")
+        raise ValueError(f"{name} must be >= 1, got {value}")
     return threads
 
 
@@ -680,7 +691,7 @@ def compress_layers(grads: Sequence[np.ndarray], residuals: Sequence[np.ndarray]
     ks = _per_layer(k, count, "k")
     bss = _per_layer(block_size, count, "block_size")
     ids = list(range(count)) if layer_ids is None else _per_layer(layer_ids, count, "layer_ids")
-    threads = nb.get_num_threads() if n_threads is None else _thread_count(n_threads)
+    threads = nb.get_num_threads() if n_threads is None else _thread_count(n_threads, "n_threads")
 
     layers, offsets, total = [], [], 0
     for i in range(count):

@@ -25,10 +25,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from codec.zrle import LMAX_LOG2_MAX, LMAX_LOG2_MIN
+
 from .compressors import COMPRESSORS, DenseCompressor, StepStats, WorkerState, build_compressor, layers_of
 from .optim import GlobalMomentumSGD
-from .state import (CheckpointError, compressor_state, load_checkpoint, rank_path,
+from .state import (compressor_state, load_checkpoint, rank_path,
                     restore_compressor_state, rng_state, save_checkpoint, set_rng_state)
+from .models import ALIASES as MODEL_ALIASES
 from .workers import SimulatedCluster, StepTimes
 
 EVAL_BATCH = 1000
@@ -136,20 +139,43 @@ def positive_float(text: str) -> float:
     return v
 
 
+def momentum_value(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (0.0 <= v < 1.0):
+        raise argparse.ArgumentTypeError(f"momentum must be in [0, 1), got {text!r}")
+    return v
+
+
+def lmax_log2_value(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not (LMAX_LOG2_MIN <= v <= LMAX_LOG2_MAX):
+        raise argparse.ArgumentTypeError(f"LMAX_LOG2 must be in {LMAX_LOG2_MIN}..{LMAX_LOG2_MAX}, "
+                                         f"got {v}")
+    return v
+
+
 def add_common_arguments(p: argparse.ArgumentParser) -> None:
     """Options shared by `train` and `validate`."""
     d = TrainConfig()
     p.add_argument("--data", default=d.data, choices=["fashion-mnist", "digits", "mnist", "cifar10"],
                    help="dataset (default: Fashion-MNIST from /usr/share/datasets/fashion-mnist)")
     p.add_argument("--data-dir", default=None, help="directory with the dataset files")
-    p.add_argument("--model", default=None,
-                   help="lenet5 | digits-cnn | resnet20 | conv64 (default: the dataset's own)")
+    p.add_argument("--model", default=None, choices=sorted(MODEL_ALIASES),
+                   help="default: the dataset's own (lenet5 for Fashion-MNIST / MNIST, digits-cnn, "
+                        "resnet20 for CIFAR-10)")
     p.add_argument("--workers", type=positive_int, default=None,
                    help="simulated workers (default 4; under --ddp the torchrun world size)")
     p.add_argument("--epochs", type=positive_int, default=d.epochs)
     p.add_argument("--batch-size", type=positive_int, default=d.batch_size, help="per worker")
     p.add_argument("--lr", type=positive_float, default=d.lr)
-    p.add_argument("--momentum", type=float, default=d.momentum, help="global momentum, [0, 1)")
+    p.add_argument("--momentum", type=momentum_value, default=d.momentum,
+                   help="global momentum, [0, 1)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--dense-below", type=nonneg_int, default=0, metavar="N",
                    help="send layers with fewer than N elements dense (default 0: none)")
@@ -161,7 +187,8 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--range", type=positive_float, default=d.range, help="quantiser range R")
     p.add_argument("--block-size", type=positive_int, default=None,
                    help="override the block size B (default: one filter / FC row)")
-    p.add_argument("--lmax-log2", type=int, default=d.lmax_log2, help="ZRLE LMAX_LOG2 (1..24)")
+    p.add_argument("--lmax-log2", type=lmax_log2_value, default=d.lmax_log2,
+                   help="ZRLE LMAX_LOG2 (1..24)")
     p.add_argument("--train-subset", type=positive_int, default=None, metavar="N",
                    help="train on a seeded random subset of N training samples")
     p.add_argument("--test-subset", type=positive_int, default=None, metavar="N",
@@ -587,8 +614,10 @@ def train_main(argv: list[str]) -> int:
     from .data import DatasetError
     try:
         result = run_training(cfg)
-    except (DatasetError, CheckpointError) as e:
-        print(f"gradblock train: {e}", file=sys.stderr)
+    except (DatasetError, ValueError) as e:
+        # bad data or checkpoint, a model that does not fit the data, a NaN gradient (the
+        # run diverged), a malformed peer frame: one line naming it, no traceback
+        print(f"gradblock train: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     if not cfg.ddp or int(os.environ.get("RANK", "0")) == 0:
         acc = result["final_test_acc"]

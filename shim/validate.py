@@ -74,6 +74,9 @@ def validate_main(argv: list[str]) -> int:
             bar.set_description(name)
             cfg.progress = False
             results.append(run_training(cfg, progress=bar, dataset=dataset))
+    except ValueError as e:          # a model that does not fit the data, a diverged run (NaN)
+        print(f"gradblock validate: {name}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
     finally:
         bar.close()
 

@@ -7,7 +7,8 @@ refuses), unusual ranges R (so k is large, small or negative), residuals at the 
 blocks that do not divide n, norm ties, k above the block count, and LMAX splits. The cocotb
 testbenches read either directory the same way (manifest.json + <case>.npz).
 
-    write_cases(directory, quick=True) -> list of case names
+    write_cases(directory, "edge")   # small corner cases, seconds on any simulator
+    write_cases(directory, "layer")  # a real conv layer size (36864 elements)
 """
 from __future__ import annotations
 
@@ -97,7 +98,7 @@ def _special_floats() -> np.ndarray:
     return np.concatenate([_bits(bits), _f32(halves)])
 
 
-def quick_cases(rng: np.random.Generator) -> list[tuple[dict, dict]]:
+def edge_cases(rng: np.random.Generator) -> list[tuple[dict, dict]]:
     cases = []
     special = _special_floats()
     cases.append(make_case(
@@ -155,7 +156,7 @@ def quick_cases(rng: np.random.Generator) -> list[tuple[dict, dict]]:
     return cases
 
 
-def slow_cases(rng: np.random.Generator) -> list[tuple[dict, dict]]:
+def layer_cases(rng: np.random.Generator) -> list[tuple[dict, dict]]:
     """A real conv layer size (64x64x3x3 = 36864) with gradient-like values and a residual."""
     shape = (64, 64, 3, 3)
     scale = np.exp(rng.normal(-6, 1.5, (shape[0], 1, 1, 1)))         # per-filter magnitude
@@ -165,12 +166,16 @@ def slow_cases(rng: np.random.Generator) -> list[tuple[dict, dict]]:
                       description="64x64x3x3 conv layer, per-filter scales, nonzero residual")]
 
 
-def write_cases(directory, quick: bool = True, seed: int = 12345) -> list[str]:
-    """Write manifest.json and <case>.npz files; return the case names."""
+KINDS = {"edge": edge_cases, "layer": layer_cases}
+
+
+def write_cases(directory, kind: str = "edge", seed: int = 12345) -> list[str]:
+    """Write manifest.json and <case>.npz files of one kind of case; return the case names."""
+    if kind not in KINDS:
+        raise ValueError(f"case kind must be one of {sorted(KINDS)}, got {kind!r}")
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    cases = quick_cases(rng) + ([] if quick else slow_cases(rng))
+    cases = KINDS[kind](np.random.default_rng(seed))
     entries = []
     for meta, arrays in cases:
         np.savez(out / meta["npz"], **arrays)

@@ -209,6 +209,9 @@ def _simulate(sim, toplevel, build_dir, run_dir, test_module, parameters, env, w
     except SystemExit:
         # Under pytest, cocotb's runner exits when a test fails; the results file tells us more.
         pass
+    except RuntimeError as exc:
+        # the simulator died (signal, crash) before cocotb could finish the results file
+        (run_dir / "runner_error.txt").write_text(str(exc))
     return results
 
 
@@ -262,7 +265,10 @@ def run_rtl(toplevel: str, sources, test_module: str, sim: str, parameters: dict
         if not result.tests:
             result.error = f"no cocotb tests ran from {test_module}"
     else:
-        result.error = "simulation ended without a results file (crash or missing test module)"
+        died = run_dir / "runner_error.txt"
+        result.error = ("simulation ended without a results file ("
+                        + (died.read_text() if died.is_file() else "crash or missing test module")
+                        + ")")
     if waves:
         wf = _waves_file(sim, toplevel, run_dir)
         result.waves = wf if wf.is_file() else None

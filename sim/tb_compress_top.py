@@ -158,20 +158,22 @@ class Bench:
 
 @cocotb.test()
 async def golden_cases(dut):
-    """Every case, layer after layer without reset, every pause ratio on all three streams.
-    Cases this build cannot hold must be refused with the right code."""
+    """Every case, layer after layer without reset, every traffic profile on all three
+    streams. Cases this build cannot hold must be refused with the right code."""
     tb = Bench(dut)
     await tbc.start(dut)
-    cases = tbc.load_cases(MODULE)
-    for salt, ratio in enumerate(tbc.pause_ratios()):
-        tbc.set_pauses(tb.endpoints, ratio, salt)
-        for case in cases:
-            cfg = config_of(case)
-            err = expected_error(cfg)
-            if err:
-                await tb.refused(case, cfg, err, "does not fit this build")
-            else:
-                tb.check(case, *await tb.run_layer(case, cfg))
+
+    async def run_case(case):
+        cfg = config_of(case)
+        err = expected_error(cfg)
+        if err:
+            await tb.refused(case, cfg, err, "does not fit this build")
+            return f"refused as it must be (err_code {err})"
+        tb.check(case, *await tb.run_layer(case, cfg))
+        return ""
+
+    await tbc.golden_loop(dut, MODULE, tbc.load_cases(MODULE), run_case, [tb.src],
+                          [tb.frame, tb.res])
 
 
 def small_case(cases):
@@ -255,7 +257,7 @@ async def reset_mid_stream(dut):
     case = small_case(tbc.load_cases(MODULE))
     n = case.meta["n"]
     for when in ("pass 1", "pass 2"):
-        tbc.set_pauses(tb.endpoints, 0.3, len(when))
+        tbc.set_traffic([tb.src], [tb.frame, tb.res], 0.3, 0.3, len(when))
         await tb.configure(config_of(case))
         await tb.src.send(AxiStreamFrame(tdata=input_words(case)))
         if when == "pass 1":
@@ -266,11 +268,9 @@ async def reset_mid_stream(dut):
             await ClockCycles(dut.clk, max(1, n // 4))
         await tbc.reset(dut)
         await ClockCycles(dut.clk, 2)
-        for ep in (tb.frame, tb.res):
-            while not ep.empty():     # whatever completed before the reset is legitimate
-                ep.recv_nowait()
+        tbc.drain(tb.frame, tb.res)     # whatever completed before the reset is legitimate
         assert dut.busy.value == 0, f"busy after a reset in {when}"
-        tbc.set_pauses(tb.endpoints, 0.0, 0)
+        tbc.no_traffic(tb.endpoints)
         frame, res, status = await tb.run_layer(case)
         tb.check(case, frame, res, status)
 
@@ -278,13 +278,17 @@ async def reset_mid_stream(dut):
 @cocotb.test()
 async def throughput(dut):
     """Unthrottled: cycles per word on the input (pass 1), the residual and the frame (pass 2),
-    and cycles per element for the whole layer."""
+    and cycles per element for the whole layer (config to done), on the largest case and on
+    the one with the densest frame (the encoder's output is the limit there)."""
     tb = Bench(dut)
     mon = tbc.monitor(dut, "s")
     await tbc.start(dut)
     cases = [c for c in tbc.load_cases(MODULE)
              if expected_error(config_of(c)) == ERR_OK and c.meta["n"] > 0]
-    for case in sorted(cases, key=lambda c: c.meta["n"])[-2:]:
+    largest = max(cases, key=lambda c: c.meta["n"])
+    longer = [c for c in cases if c.meta["n"] >= 32] or cases
+    densest = max(longer, key=lambda c: (c.meta["frame_words"] / c.meta["n"], c.meta["n"]))
+    for case in [largest] + ([densest] if densest.name != largest.name else []):
         n = case.meta["n"]
         start = get_sim_time("ns")
         frame, res, status = await tb.run_layer(case)

@@ -4,6 +4,8 @@ word with codec.zrle.encode_frame (or a golden directory's `frame`).
 Tests
   encode_cases     every selected case under every traffic profile, frames back to back
   reset_mid_frame  reset at several points inside a frame, then a clean frame must be exact
+  config_clamp     cfg_lmax_log2 outside 1..LMAX_LOG2_MAX is clamped (and h1 says so)
+  ready_paths      s_tready and cfg_ready do not change when only m_tready does
   throughput       unthrottled cycle counts against an ideal streaming encoder (TB_METRICS)
 
 Settings come from the environment (see sim/tb_util.py); TB_LMAX_LOG2_MAX must name the
@@ -15,7 +17,7 @@ import random
 
 import cocotb
 import numpy as np
-from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge, with_timeout
+from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge, Timer, with_timeout
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
 from codec import zrle
@@ -177,6 +179,78 @@ async def reset_mid_frame(dut):
         assert not got, f"after reset at cycle {when}: " + "\n".join(got.values())
         assert len(env.out.words) == clean.frame.size, \
             f"after reset at cycle {when}: {len(env.out.words)} words out, frame has {clean.frame.size}"
+
+
+@cocotb.test()
+async def config_clamp(dut):
+    """cfg_lmax_log2 0 encodes as 1, anything above the build's LMAX_LOG2_MAX as that maximum;
+    the frame's h1 names the value used, so it decodes."""
+    limit = lmax_log2_max()
+    rng = np.random.default_rng(8)
+    payload = np.where(rng.random(70) < 0.7, rng.integers(1, 2**31, size=70), 0).astype(np.int32)
+    await tb.start(dut)
+    env = EncoderEnv(dut)
+    env.traffic(0.2, 0.2, random.Random(2))
+    for asked, used in ((0, 1), (limit + 1, limit), (31, limit)):
+        want = tb.make_case(f"clamp_{asked}", payload, used, 3)
+        asked_case = tb.CodecCase(want.name, want.payload, want.frame, want.layer_id,
+                                  want.range_bits, asked)
+        sender = cocotb.start_soon(env.send_frames([asked_case]))
+        got = await with_timeout(env.receive_frames([want]), time_limit_ns([want]), "ns")
+        await sender
+        assert not got, f"cfg_lmax_log2 {asked}: " + "\n".join(got.values())
+
+
+@cocotb.test()
+async def ready_paths(dut):
+    """No combinational path from m_tready to s_tready or cfg_ready: in the middle of each
+    cycle of a frame (random input valid, random m_tready) m_tready is flipped and the ready
+    outputs must not move."""
+    limit = lmax_log2_max()
+    rng = random.Random(9)
+    vals = np.random.default_rng(9).integers(1, 2**31, size=300).astype(np.int32)
+    vals[np.random.default_rng(10).random(300) < 0.4] = 0
+    case = tb.make_case("ready_probe", vals, min(3, limit), 1)
+    await tb.start(dut)
+    dut.s_tvalid.value = 0
+    dut.m_tready.value = 0
+    dut.cfg_valid.value = 0
+    words = [int(x) for x in case.payload.view(np.uint32)]
+    sent, configured, frames_seen = 0, False, 0
+    for cycle in range(2500):
+        await FallingEdge(dut.clk)
+        valid = int(configured and sent < len(words) and rng.random() < 0.8)
+        dut.s_tvalid.value = valid
+        dut.s_tdata.value = words[sent] if valid else 0
+        if not configured:
+            dut.cfg_valid.value = 1
+            dut.cfg_layer_id.value = case.layer_id
+            dut.cfg_n.value = case.n
+            dut.cfg_range_bits.value = case.range_bits
+            dut.cfg_lmax_log2.value = case.lmax_log2
+        m_ready = int(rng.random() < 0.5)
+        dut.m_tready.value = m_ready
+        await Timer(1, "ns")
+        before = (int(dut.s_tready.value), int(dut.cfg_ready.value))
+        dut.m_tready.value = 1 - m_ready
+        await Timer(1, "ns")
+        after = (int(dut.s_tready.value), int(dut.cfg_ready.value))
+        assert before == after, (f"cycle {cycle}: (s_tready, cfg_ready) went {before} -> {after} "
+                                 f"when only m_tready changed")
+        dut.m_tready.value = m_ready
+        handshake_cfg = not configured and before[1] == 1
+        handshake_in = valid and before[0] == 1
+        last_out = m_ready and dut.m_tvalid.value == 1 and dut.m_tlast.value == 1
+        await RisingEdge(dut.clk)
+        if handshake_cfg:
+            configured = True
+            dut.cfg_valid.value = 0
+        if handshake_in:
+            sent += 1
+        if last_out:
+            frames_seen += 1
+            configured, sent = False, 0
+    assert frames_seen >= 2, f"only {frames_seen} frames completed while probing"
 
 
 def ideal_cycles(case: tb.CodecCase) -> int:

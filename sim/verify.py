@@ -46,7 +46,8 @@ REGISTRY: dict[str, RtlModule] = {m.name: m for m in [
               parameters={"LMAX_LOG2_MAX": 8}, env={"TB_LMAX_LOG2_MAX": 8}),
     RtlModule("zrle_decoder", "zrle_decoder",
               ("zrle_decoder", "crc32_word", "axis_skid_buffer", "sync_fifo"),
-              "sim.tb_zrle_decoder", "decode_cases", "decode", ("frame", "payload")),
+              "sim.tb_zrle_decoder", "decode_cases", "decode", ("frame", "payload"),
+              parameters={"QUEUE_AW": 4}),
 ]}
 
 

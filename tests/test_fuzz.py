@@ -123,6 +123,15 @@ def numba_outcome(words, expected_n):
     return (0, f.n_words, f.values.tolist())
 
 
+def add_outcome(words, expected_n):
+    acc = np.zeros(header_n(words), dtype=np.int64)
+    try:
+        f = zrle_numba.decode_add(words, acc, expected_n)
+    except E.FrameError as e:
+        return (e.code, e.word)
+    return (0, f.n_words, acc.tolist())
+
+
 def header_n(frame: np.ndarray) -> int:
     return int(frame[3]) if frame.size > 3 else 0
 
@@ -148,6 +157,8 @@ def fuzz(n_cases: int, seed: int, n_cross: int):
         e = None if exp[c] < 0 else int(exp[c])
         ref = reference_outcome(frame, e)
         assert ref == numba_outcome(frame, e), (int(c), frame.tolist(), e)
+        if header_n(frame) <= 4096:
+            assert ref == add_outcome(frame, e), (int(c), frame.tolist(), e)
         assert ref[:2] == (int(codes[c]), int(at[c])), int(c)
         compared += 1
     assert compared >= 0.8 * len(sample)

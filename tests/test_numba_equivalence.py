@@ -155,6 +155,36 @@ def test_compress_layers_is_the_concatenated_reference(n_threads, rng):
     assert [f.layer_id for f in frames] == [100 + i for i in range(8)]
 
 
+@pytest.mark.parametrize("chunk", [1, 5, 64])
+def test_layers_split_into_chunks_across_threads(monkeypatch, chunk, rng):
+    """Small chunks make every layer run as many pass-1 tasks on the pool."""
+    monkeypatch.setattr(fast._Job, "CHUNK", chunk)
+    shapes = [(9, 2, 3, 3), (50,), (12, 7), (), (3, 40)]
+    grads = [(rng.standard_normal(s) * 4).astype(np.float32) for s in shapes]
+    residuals = [rng.integers(-2**31, 2**31, s, dtype=np.int64).astype(np.int32) for s in shapes]
+    refs = [compress.compress_layer(g, r, k=0.3, layer_id=i, lmax_log2=2)
+            for i, (g, r) in enumerate(zip(grads, residuals))]
+    rs = [r.copy() for r in residuals]
+    message, infos = fast.compress_layers(grads, rs, k=0.3, lmax_log2=2, n_threads=3)
+    assert np.array_equal(message, np.concatenate([s.frame for s in refs]))
+    for ref, info, r in zip(refs, infos, rs):
+        assert np.array_equal(r, ref.residual_out)
+        assert (info.sat_quant, info.sat_feedback) == (ref.sat_quant, ref.sat_feedback)
+    for i, (g, r0) in enumerate(zip(grads, residuals)):
+        r = r0.copy()
+        out = np.zeros(fast.max_step_words(g.size, refs[i].layout.block_size, refs[i].k_eff),
+                       np.uint32)
+        info = fast.compress_step(g, r, 10.0, 0.3, None, i, 2, out, parallel=3)
+        assert np.array_equal(out[:info.n_words], refs[i].frame)
+        assert np.array_equal(r, refs[i].residual_out)
+    grads[1][-1] = np.nan                            # in the last chunk of layer 1
+    rs = [r.copy() for r in residuals]
+    with pytest.raises(NonFiniteError, match="layer 1") as e:
+        fast.compress_layers(grads, rs, k=0.3, n_threads=2)
+    assert e.value.first_index == 49
+    assert all(np.array_equal(a, b) for a, b in zip(rs, residuals))
+
+
 def test_compress_layers_block_size_per_layer(rng):
     grads = [rng.standard_normal(s).astype(np.float32) for s in [(40,), (6, 10)]]
     rs = [np.zeros(g.shape, np.int32) for g in grads]

@@ -232,6 +232,7 @@ def test_real_gradients_digits(device, k):
     _check_real_gradients(_real_gradient_steps("digits-cnn", x, y, device), k)
 
 
+@pytest.mark.slow
 def test_real_gradients_fashion_mnist(device):
     from shim.data import DatasetError, load_dataset
     try:

@@ -80,11 +80,35 @@ def outcome(decode, words, expected_n=None, start=0):
     return ("ok", f.values.tolist(), f.n_words, f.n_tokens, f.layer_id, f.range_bits, f.lmax_log2)
 
 
+def buffered_outcome(words, expected_n, start, add):
+    """decode_into (add=False) or decode_add (add=True) into a roomy, dirty buffer."""
+    w = np.asarray(words, dtype=np.uint32)
+    room = int(w[start + 3]) if w.size > start + 3 else 0
+    if room > 1 << 16:
+        return None                              # covered by the decoders that allocate
+    base = np.arange(room, dtype=np.int64) - 7
+    try:
+        if add:
+            acc = base.copy()
+            f = zrle_numba.decode_add(w, acc, expected_n, start)
+            values = (acc - base).tolist()
+        else:
+            out = np.full(room, -99, dtype=np.int32)
+            f = zrle_numba.decode_into(w, out, expected_n, start)
+            values = f.values.tolist()
+    except E.FrameError as e:
+        return (type(e), e.word)
+    return ("ok", values, f.n_words, f.n_tokens, f.layer_id, f.range_bits, f.lmax_log2)
+
+
 def both(words, expected_n=None, start=0):
-    """The outcome of both decoders, asserted equal."""
+    """The outcome of both decoders (and of the numba buffer forms), asserted equal."""
     a = outcome(zrle.decode_frame, words, expected_n, start)
     b = outcome(zrle_numba.decode_frame, words, expected_n, start)
     assert a == b
+    for add in (False, True):
+        c = buffered_outcome(words, expected_n, start, add)
+        assert c is None or c == a, ("decode_add" if add else "decode_into", c, a)
     return a
 
 
@@ -227,6 +251,19 @@ def test_encode_into_offsets_and_bounds(rng):
         zrle_numba.encode_into(p, out.astype(np.int32), 0, 4)
     with pytest.raises(TypeError):
         zrle_numba.encode_into(p, np.zeros(400, np.uint32)[::2], 0, 4)
+
+
+def test_decode_add_accumulates(rng):
+    layers = [rng.integers(-3, 3, 60).astype(np.int32) * (rng.random(60) < 0.3) for _ in range(3)]
+    acc = np.full(60, 2**40, dtype=np.int64)
+    for p in layers:
+        f = zrle_numba.decode_add(zrle.encode_frame(p.astype(np.int32)), acc, 60)
+        assert f.values is None and f.n_words > 0
+    assert np.array_equal(acc, 2**40 + np.sum(layers, axis=0))
+    with pytest.raises(ValueError, match="room"):
+        zrle_numba.decode_add(zrle.encode_frame(layers[0].astype(np.int32)), acc[:59])
+    with pytest.raises(TypeError):
+        zrle_numba.decode_add(zrle.encode_frame(layers[0].astype(np.int32)), acc.astype(np.int32))
 
 
 def test_decode_into_writes_only_n_values(rng):
