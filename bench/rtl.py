@@ -172,8 +172,12 @@ def _run_one(bench: RtlBench, sim: str, vectors_dir: Path | None, work: Path):
     why = available(sim)
     if why:
         raise Unavailable(why)
-    if importlib.util.find_spec(bench.test_module) is None:
-        raise Unavailable(f"{bench.test_module.replace('.', '/')}.py not present")
+    spec = importlib.util.find_spec(bench.test_module)
+    tb_file = f"{bench.test_module.replace('.', '/')}.py"
+    if spec is None or spec.origin is None:
+        raise Unavailable(f"{tb_file} not present")
+    if not re.search(r"^async def throughput\(", Path(spec.origin).read_text(), re.M):
+        raise Unavailable(f"{tb_file} has no `throughput` test")
     sources = hw_sources(*(bench.sources or hw_dependencies(bench.toplevel)))
     metrics = work / f"{bench.toplevel}-{sim}.json"
     env = {**bench.env, "TB_METRICS": str(metrics)}
@@ -182,33 +186,28 @@ def _run_one(bench: RtlBench, sim: str, vectors_dir: Path | None, work: Path):
             env[variable] = bench.parameters.get(parameter) or hw_parameter_default(
                 bench.toplevel, parameter)
     if bench.needs_vectors:
-        if vectors_dir is None:
-            raise Unavailable("no datapath vectors (sim.datapath_vectors missing)")
         env["TB_GOLDEN_DIRS"] = str(vectors_dir)
     result = run_rtl(bench.toplevel, sources, bench.test_module, sim,
                      parameters=bench.parameters, env=env,
                      testcase="throughput", run_name="bench-throughput", waves_on_failure=False)
     if result.error:
-        raise Unavailable(result.error.splitlines()[0])
+        raise RuntimeError(result.error.splitlines()[0])
     if not result.passed:
         failed = "; ".join(t.message.splitlines()[0] for t in result.tests if not t.passed
                            and t.message)
-        raise Unavailable(f"throughput test failed: {failed or 'see ' + str(result.run_dir)}")
+        raise RuntimeError(f"throughput test failed: {failed or 'see ' + str(result.run_dir)}")
     records = read_metrics(metrics)
     if not records:
-        raise Unavailable("throughput test wrote no metrics")
+        raise RuntimeError("throughput test wrote no metrics")
     return result, records
 
 
-def _vectors(work: Path, ctx: BenchContext) -> Path | None:
-    try:
-        dv = optional_module("sim.datapath_vectors")
-        write_cases = require(dv, "write_cases")
-    except Unavailable as e:
-        ctx.log(f"rtl: {e}")
-        return None
+def _vectors(work: Path) -> Path:
+    """The datapath testbenches' corner-case vectors (sim.datapath_vectors' default kind:
+    small, so a cocotb run takes seconds)."""
+    write_cases = require(optional_module("sim.datapath_vectors"), "write_cases")
     out = work / "vectors"
-    write_cases(out, quick=True)
+    write_cases(out)
     return out
 
 
@@ -226,15 +225,20 @@ def run(ctx: BenchContext) -> list[Table]:
         return [cyc, speed]
     with tempfile.TemporaryDirectory(prefix="gradblock-bench-rtl-") as tmp:
         work = Path(tmp)
-        vectors = _vectors(work, ctx)
+        vectors, why_no_vectors = ctx.attempt("rtl: datapath vectors", lambda: _vectors(work))
         for sim in SIMULATORS:
             for bench in benches():
-                try:
-                    result, records = _run_one(bench, sim, vectors, work)
-                except Unavailable as e:
-                    cyc.skip([sim, bench.toplevel], str(e))
-                    speed.skip([sim, bench.toplevel], str(e))
+                if bench.needs_vectors and vectors is None:
+                    got, cell = None, why_no_vectors
+                else:
+                    got, cell = ctx.attempt(f"rtl {sim} {bench.toplevel}",
+                                            lambda bench=bench, sim=sim: _run_one(
+                                                bench, sim, vectors, work))
+                if got is None:
+                    cyc.unmeasured([sim, bench.toplevel], cell)
+                    speed.unmeasured([sim, bench.toplevel], cell)
                     continue
+                result, records = got
                 rows = throughputs(records)
                 for t in rows:
                     cyc.add(sim, bench.toplevel, t.case, t.words_in, t.words_out, t.cycles,

@@ -149,6 +149,11 @@ def bench_main(argv: list[str] | None = None) -> int:
     if not args.no_write:
         report.write(args.out, text)
         ctx.log(f"wrote {args.out}")
+    if ctx.failures:
+        print(f"gradblock bench: {len(ctx.failures)} row(s) failed:", file=sys.stderr)
+        for f in ctx.failures:
+            print(f"  {f}", file=sys.stderr)
+        return 1
     return 0
 
 

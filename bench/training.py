@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from .context import BenchContext, Unavailable, optional_module, require
+from .context import BenchContext, optional_module, require
 from .gradients import FASHION_MNIST_DIR, FASHION_MNIST_MEAN, FASHION_MNIST_STD
 from .gradients import fashion_mnist_images, fashion_mnist_labels
 from .tables import Table
@@ -101,13 +101,15 @@ def run(ctx: BenchContext) -> Table:
             if why or not have_data:
                 table.skip(labels, why or f"no Fashion-MNIST at {FASHION_MNIST_DIR}")
                 continue
-            try:
+            def timed(name=name, device=device):
                 with threads(n_threads):
-                    med, sent = _measure_cluster(name, device, n_workers, batch, ctx.k, ctx.R,
-                                                 steps, ctx.warmup)
-            except Unavailable as e:
-                table.skip(labels, str(e))
+                    return _measure_cluster(name, device, n_workers, batch, ctx.k, ctx.R, steps,
+                                            ctx.warmup)
+            result, cell = ctx.attempt(f"training {device} {name}", timed)
+            if result is None:
+                table.unmeasured(labels, cell)
                 continue
+            med, sent = result
             step = sum(med)
             ctx.log(f"training {device} {name}: step {step * 1e3:.1f} ms")
             gather_s = sent * (n_workers - 1) * 8 / (LINK_GBIT * 1e9)

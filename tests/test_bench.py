@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from bench import report, rtl, targets, workloads
-from bench.tables import NOT_AVAILABLE, Table, fmt, parse_markdown_tables
+from bench.tables import NOT_AVAILABLE, Table, fmt, parse_markdown_tables, unmeasured
 from bench.timing import measure
 
 REPO = Path(__file__).resolve().parent.parent
@@ -113,6 +113,25 @@ def test_measure_runs_setup_untimed_and_counts():
     s = measure(fn, reps=5, warmup=2, setup=setup)
     assert len(s.times) == 5 and calls == {"fn": 7, "setup": 7}
     assert s.median < 0.01                                  # setup's sleep is not timed
+
+
+def test_attempt_turns_errors_into_cells():
+    from bench.context import BenchContext, Unavailable
+    ctx = BenchContext(quick=True, reps=1, warmup=0, thread_counts=[1], workloads=[], k=1, R=10.0,
+                       rtl=False, verbose=False)
+    assert ctx.attempt("ok", lambda: 3) == (3, None)
+
+    def missing():
+        raise Unavailable("refmodel.fast not present")
+
+    def broken():
+        raise AssertionError("layer 3: frame differs from the reference")
+
+    assert ctx.attempt("m", missing) == (None, f"{NOT_AVAILABLE}: refmodel.fast not present")
+    value, cell = ctx.attempt("b", broken)
+    assert value is None and cell.startswith("failed: AssertionError: layer 3")
+    assert unmeasured(cell) and ctx.failures == ["b: AssertionError: layer 3: frame differs from "
+                                                 "the reference"]
 
 
 def test_report_write_keeps_hand_written_sections(tmp_path):
@@ -217,7 +236,7 @@ def test_quick_run_cells_parse(quick_report):
     for title in TITLES.values():
         for row in tables[title]:
             cells = list(row.items())
-            skipped = any(v.startswith(NOT_AVAILABLE) for _, v in cells)
+            skipped = any(unmeasured(v) for _, v in cells)
             for col, value in cells:
                 if col in LABEL_COLUMNS or skipped:
                     continue
@@ -226,12 +245,11 @@ def test_quick_run_cells_parse(quick_report):
                 _num(value)                          # raises if a number does not parse
     # the measured tables have measured rows: ResNet-20 on one thread at least
     for title in (TITLES["selection"], TITLES["compress"], TITLES["codec"]):
-        assert any(not r[next(iter(r.keys() - LABEL_COLUMNS))].startswith(NOT_AVAILABLE)
-                   for r in tables[title])
+        assert any(not any(unmeasured(v) for v in r.values()) for r in tables[title])
 
 
 def _measured(rows):
-    return [r for r in rows if not any(v.startswith(NOT_AVAILABLE) for v in r.values())]
+    return [r for r in rows if not any(unmeasured(v) for v in r.values())]
 
 
 @pytest.mark.torch
