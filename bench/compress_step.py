@@ -137,26 +137,6 @@ class NumbaLayers(_NumbaInPlace):
         return [self.message[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-class NumbaQuantiseOnly(Impl):
-    """Not a step: fast.quantise over every layer, the first stage of every step, timed
-    alone as a floor for the step's per-element arithmetic (it also allocates its codes)."""
-    label = "numba quantise only (diagnostic: a floor for any step)"
-
-    def __init__(self, prep: Prepared):
-        fast = optional_module("refmodel.fast")
-        self.quantise = require(fast, "quantise")
-        self.grads, self.cfg = prep.workload.grads, prep.cfg
-        self.expected = [s.q for s in prep.steps]
-
-    def fn(self):
-        self.last = [self.quantise(g, self.cfg).q for g in self.grads]
-
-    def check(self, prep: Prepared):
-        for i, (got, ref) in enumerate(zip(self.last, self.expected)):
-            if not np.array_equal(got, ref):
-                raise AssertionError(f"layer {i}: quantised codes differ from the reference")
-
-
 class TorchLayer(Impl):
     label = "torch compress_layer"
 
@@ -173,7 +153,7 @@ class TorchLayer(Impl):
                      for g, r, i in self.work]
 
 
-IMPLEMENTATIONS = [Reference, NumbaLayer, NumbaStep, NumbaLayers, TorchLayer, NumbaQuantiseOnly]
+IMPLEMENTATIONS = [Reference, NumbaLayer, NumbaStep, NumbaLayers, TorchLayer]
 
 
 def _bandwidth_rows(words: np.ndarray, ctx: BenchContext):
@@ -207,10 +187,7 @@ def _time_impl(impl: Impl, prep: Prepared, ctx: BenchContext) -> float:
     if impl.setup:
         impl.setup()
     impl.fn()
-    if hasattr(impl, "check"):
-        impl.check(prep)
-    else:
-        check_frames(prep, impl.frames())
+    check_frames(prep, impl.frames())
     return measure(impl.fn, ctx.reps, ctx.warmup, setup=impl.setup).median
 
 

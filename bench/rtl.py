@@ -32,23 +32,22 @@ class RtlBench:
     sources: tuple[str, ...] = ()        # hw/ modules; empty: found from the instantiations
     parameters: dict = field(default_factory=dict)
     env: dict = field(default_factory=dict)
-    # testbench variables that must equal an HDL parameter's default: {variable: parameter}
-    env_from_parameters: dict = field(default_factory=dict)
+    golden_env: str = "TB_GOLDEN_DIRS"   # how a datapath testbench is told where vectors are
 
 
 BENCHES = (RtlBench("quantiser", "sim.tb_quantiser", True),
            RtlBench("ef_add", "sim.tb_ef_add", True),
            RtlBench("block_l1", "sim.tb_block_l1", True),
-           RtlBench("topk_select", "sim.tb_topk_select", True,
-                    env_from_parameters={"TB_K_MAX": "K_MAX"}),
+           RtlBench("topk_select", "sim.tb_topk_select", True),
            RtlBench("compress_top", "sim.tb_compress_top", True),
            RtlBench("zrle_encoder", "sim.tb_zrle_encoder", False),
            RtlBench("zrle_decoder", "sim.tb_zrle_decoder", False))
 
 
 def benches() -> list[RtlBench]:
-    """BENCHES, with sources, parameters and testbench settings taken from `gradblock
-    verify`'s registry (sim.verify.REGISTRY) for the blocks it lists."""
+    """BENCHES, with sources, HDL parameters and testbench settings (which must match the
+    parameters) taken from `gradblock verify`'s registry, sim.verify.REGISTRY, for the blocks
+    it lists; the others are built with their defaults and found sources."""
     try:
         registry = list(optional_module("sim.verify").REGISTRY.values())
     except (Unavailable, AttributeError):
@@ -58,19 +57,9 @@ def benches() -> list[RtlBench]:
         entry = next((m for m in registry if m.toplevel == b.toplevel), None)
         if entry is not None:
             b = replace(b, sources=tuple(entry.sources), parameters=dict(entry.parameters),
-                        env=dict(entry.env))
+                        env=dict(entry.env), golden_env=getattr(entry, "golden_env", b.golden_env))
         out.append(b)
     return out
-
-
-def hw_parameter_default(toplevel: str, name: str, hw_dir: Path = HW_DIR) -> str:
-    """The default value of `parameter ... NAME = value` in hw/<toplevel>.sv."""
-    path = hw_dir / f"{toplevel}.sv"
-    m = re.search(rf"parameter\s+(?:int\s+)?(?:unsigned\s+)?{name}\s*=\s*([^,;)\s]+)",
-                  path.read_text()) if path.is_file() else None
-    if m is None:
-        raise Unavailable(f"no default for parameter {name} in hw/{toplevel}.sv")
-    return m.group(1)
 
 
 def hw_dependencies(toplevel: str, hw_dir: Path = HW_DIR) -> list[str]:
@@ -111,36 +100,36 @@ def read_metrics(path: Path) -> list[dict]:
 @dataclass(frozen=True)
 class Throughput:
     case: str
-    words_in: int
-    words_out: int
-    cycles: int              # first input word (or configuration) to last output word
-    ideal_cycles: int        # a streaming ideal: one word per cycle on each side, no latency
+    stream: str
+    words: int               # words that crossed the stream
+    cycles: int
+    ideal_cycles: int        # what a zero-latency one-word-per-cycle design needs
 
-    @property
-    def busier(self) -> int:
-        """Words on the busier stream: one of the two bounds a word-per-cycle design has."""
-        return max(self.words_in, self.words_out)
+
+# codec records carry both sides of a case: (module) -> (input side, output side) names
+CODEC_SIDES = {"zrle_encoder": (("n", "values in"), ("frame_words", "frame out")),
+               "zrle_decoder": (("frame_words", "frame in"), ("n", "values out"))}
 
 
 def throughputs(records: list[dict]) -> list[Throughput]:
-    """One Throughput per case. Datapath records come per stream ('in' / 'out', each with
-    the span of its own beats) and are paired by case; codec records carry the whole case."""
-    out, streams = [], {}
+    """Rows of the cycles table. Datapath records measure one stream each (its words and the
+    span of its beats; the ideal is one word per cycle). Codec records measure a whole case
+    against the testbench's own ideal streaming design; the row names the busier side, the
+    bound of a one-word-per-cycle design."""
+    out = []
     for rec in records:
         case = str(rec.get("case", rec.get("pattern", "?")))
         if "stream" in rec:
-            streams.setdefault(case, {})[rec["stream"]] = rec
-        elif rec.get("module") == "zrle_decoder":
-            out.append(Throughput(case, int(rec["frame_words"]), int(rec["n"]), int(rec["cycles"]),
-                                  int(rec["ideal_cycles"])))
-        else:
-            out.append(Throughput(case, int(rec["n"]), int(rec["frame_words"]), int(rec["cycles"]),
-                                  int(rec["ideal_cycles"])))
-    for case, by in streams.items():
-        w_in = int(by.get("in", {}).get("words", 0))
-        w_out = int(by.get("out", {}).get("words", 0))
-        cycles = max(int(r["cycles"]) for r in by.values())
-        out.append(Throughput(case, w_in, w_out, cycles, max(w_in, w_out)))
+            words = int(rec["words"])
+            out.append(Throughput(case, str(rec["stream"]), words, int(rec["cycles"]), words))
+            continue
+        sides = CODEC_SIDES.get(rec.get("module"))
+        if sides is None or "ideal_cycles" not in rec:
+            raise ValueError(f"unrecognised throughput record {rec}")
+        (k_in, name_in), (k_out, name_out) = sides
+        words, name = max((int(rec[k_in]), name_in), (int(rec[k_out]), name_out))
+        out.append(Throughput(case, f"{name} (busier side)", words, int(rec["cycles"]),
+                              int(rec["ideal_cycles"])))
     return out
 
 
@@ -161,8 +150,13 @@ def testcase_timing(results_xml: Path | None, testcase: str) -> tuple[float, flo
     return None
 
 
-def _words_through(rows: list[Throughput]) -> int:
-    return sum(r.words_in for r in rows)
+def _words_through(records: list[dict]) -> int:
+    """Payload values the throughput test pushed through the block."""
+    total = 0
+    for rec in records:
+        if rec.get("stream", "in").startswith("in"):
+            total += int(rec.get("words", rec.get("n", 0)))
+    return total
 
 
 def _run_one(bench: RtlBench, sim: str, vectors_dir: Path | None, work: Path):
@@ -181,12 +175,8 @@ def _run_one(bench: RtlBench, sim: str, vectors_dir: Path | None, work: Path):
     sources = hw_sources(*(bench.sources or hw_dependencies(bench.toplevel)))
     metrics = work / f"{bench.toplevel}-{sim}.json"
     env = {**bench.env, "TB_METRICS": str(metrics)}
-    for variable, parameter in bench.env_from_parameters.items():
-        if variable not in env:
-            env[variable] = bench.parameters.get(parameter) or hw_parameter_default(
-                bench.toplevel, parameter)
     if bench.needs_vectors:
-        env["TB_GOLDEN_DIRS"] = str(vectors_dir)
+        env[bench.golden_env] = str(vectors_dir)
     result = run_rtl(bench.toplevel, sources, bench.test_module, sim,
                      parameters=bench.parameters, env=env,
                      testcase="throughput", run_name="bench-throughput", waves_on_failure=False)
@@ -213,8 +203,8 @@ def _vectors(work: Path) -> Path:
 
 def run(ctx: BenchContext) -> list[Table]:
     cyc = Table("rtl", "4. RTL: cycles per word (unthrottled streams)",
-                ["simulator", "module", "case", "words in", "words out", "cycles",
-                 "ideal cycles", "cycles/word", "words/cycle", "of ideal"])
+                ["simulator", "module", "case", "stream", "words", "cycles", "ideal cycles",
+                 "cycles/word", "words/cycle", "of ideal"])
     speed = Table("rtl_speed", "4b. RTL simulation speed",
                   ["simulator", "module", "build + run (s)", "test (s)", "simulated cycles",
                    "cycles/s", "words", "words/s"])
@@ -239,13 +229,12 @@ def run(ctx: BenchContext) -> list[Table]:
                     speed.unmeasured([sim, bench.toplevel], cell)
                     continue
                 result, records = got
-                rows = throughputs(records)
-                for t in rows:
-                    cyc.add(sim, bench.toplevel, t.case, t.words_in, t.words_out, t.cycles,
-                            t.ideal_cycles, t.cycles / t.busier, t.busier / t.cycles,
+                for t in throughputs(records):
+                    cyc.add(sim, bench.toplevel, t.case, t.stream, t.words, t.cycles,
+                            t.ideal_cycles, t.cycles / t.words, t.words / t.cycles,
                             t.ideal_cycles / t.cycles)
                 timing = testcase_timing(result.results_xml, "throughput")
-                words = _words_through(rows)
+                words = _words_through(records)
                 if timing and timing[0] > 0:
                     wall, sim_ns = timing
                     cycles = int(sim_ns / CLOCK_NS)
@@ -256,13 +245,12 @@ def run(ctx: BenchContext) -> list[Table]:
                 ctx.log(f"rtl {sim} {bench.toplevel}: {len(records)} records, "
                         f"{result.seconds:.1f} s")
     cyc.notes.append("cycle counts are the testbenches' own (TB_METRICS) from their `throughput` "
-                     "test: no idle input cycles, no backpressure. Words in / out: payload values "
-                     "and frame words (encoder: values in, frame out; decoder: frame in, values "
-                     "out; datapath stages: one word per element each side). cycles/word and "
-                     "words/cycle are on the busier stream, which a one-word-per-cycle design "
-                     "cannot beat; 'of ideal' = ideal cycles / cycles, the ideal being a "
-                     "zero-latency design that moves one word per cycle on each side (for the "
-                     "encoder it also waits for the end of a run, since L precedes the literals)")
+                     "test: no idle input cycles, no backpressure. Datapath rows are one stream "
+                     "each (its words, the span of its beats; ideal: one word per cycle). Codec "
+                     "rows are a whole case, counted on its busier side (values or frame words), "
+                     "against the testbench's ideal: a zero-latency design moving one word per "
+                     "cycle on each side, which for the encoder still waits for the end of each "
+                     "run because L precedes the literals. 'of ideal' = ideal cycles / cycles")
     speed.notes.append("test (s): wall time of the throughput test from cocotb's results.xml; "
                        "build + run includes compiling when the build is stale; words = input "
                        f"words pushed through; simulated cycles at a {CLOCK_NS} ns clock")

@@ -33,6 +33,10 @@ from sim.rtl_deps import sources  # noqa: E402  (needs the repository root on sy
 class SynthRun:
     top: str
     parameters: dict
+    files: tuple = ()      # sources; default: the top and what it instantiates, from hw/
+
+    def source_files(self) -> list[Path]:
+        return [Path(f) for f in self.files] if self.files else sources(self.top)
 
 
 # compress_top contains quantiser, ef_add, block_l1, topk_select, pipe_reg and the encoder with
@@ -63,7 +67,7 @@ class SynthResult:
 
 
 def yosys_script(run: SynthRun, stat_json: Path, mem_dump: Path) -> str:
-    files = " ".join(str(p) for p in sources(run.top))
+    files = " ".join(str(p) for p in run.source_files())
     chparam = " ".join(f"-set {k} {v}" for k, v in run.parameters.items())
     return "; ".join([
         f"read_verilog -sv {files}",

@@ -28,6 +28,7 @@ step validates everything, NaN included, before it modifies the residual.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import functools
 import math
 import operator
 import threading
@@ -47,6 +48,7 @@ from .selection import BlockLayout, resolve_k
 __all__ = ["compress_layer", "compress_step", "compress_layers", "quantise", "block_norms",
            "select_blocks", "StepInfo", "max_step_words", "LayerStep", "QuantResult"]
 
+_F32, _I32, _U32 = np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint32)
 _ABS_MASK = 0x7FFFFFFF
 _INF_BITS = 0x7F800000
 
@@ -426,26 +428,41 @@ def _block_layout(shape: tuple[int, ...], block_size) -> BlockLayout:
     return BlockLayout(n, block_size, -(-n // block_size) if n else 0)
 
 
+def _make_plan(shape, k, block_size, layer_id, lmax_log2) -> _Plan:
+    """The argument checks the reference makes after quantising, in its order."""
+    layout = _block_layout(shape, block_size)
+    k_eff = resolve_k(k, layout.n_blocks)
+    lmax_log2 = check_lmax_log2(lmax_log2)
+    if layout.n >= 2**32:
+        raise ValueError(f"layer of {layout.n} elements does not fit the 32-bit n field")
+    if not (0 <= int(layer_id) < 2**32):
+        raise ValueError(f"layer id must fit 32 bits, got {layer_id}")
+    return _Plan(layout, k_eff, int(layer_id), lmax_log2)
+
+
+# A training loop asks for the same plans every step: cache them (validation costs more
+# than a small layer's kernels). Failures are not cached, so errors are always re-raised.
+_cached_plan = functools.lru_cache(maxsize=4096)(_make_plan)
+
+
 def _plan(shape, residual_shape, k, block_size, layer_id, lmax_log2, gbits, where,
           same_shape=True) -> _Plan:
-    """The checks the reference makes after quantising, in its order; a NaN in the gradient
-    is reported first, as the reference's quantiser would."""
+    """_make_plan, with a NaN in the gradient reported first, as the reference's quantiser
+    (which runs before these checks) would."""
     try:
         if same_shape and residual_shape != shape:
             raise ValueError(f"residual shape {residual_shape} != gradient shape {shape}")
-        layout = _block_layout(shape, block_size)
-        k_eff = resolve_k(k, layout.n_blocks)
-        lmax_log2 = check_lmax_log2(lmax_log2)
-        if layout.n >= 2**32:
-            raise ValueError(f"layer of {layout.n} elements does not fit the 32-bit n field")
-        if not (0 <= int(layer_id) < 2**32):
-            raise ValueError(f"layer id must fit 32 bits, got {layer_id}")
+        try:
+            return _cached_plan(shape, k, block_size, layer_id, lmax_log2)
+        except TypeError as unhashable:         # e.g. a numpy array as k: check uncached
+            if "unhashable" not in str(unhashable):
+                raise
+            return _make_plan(shape, k, block_size, layer_id, lmax_log2)
     except (ValueError, TypeError) as late:
         nan = _nan_error(gbits, where)
         if nan is not None:
             raise nan from None
         raise late
-    return _Plan(layout, k_eff, int(layer_id), lmax_log2)
 
 
 def compress_layer(grad, residual: np.ndarray | None = None, *,
@@ -487,13 +504,14 @@ def compress_layer(grad, residual: np.ndarray | None = None, *,
                      int(satq), int(satfb))
 
 
-def _check_array(a, dtype, name, writeable=False):
+def _check_array(a, dtype: np.dtype, name, writeable=False):
     if not isinstance(a, np.ndarray) or a.dtype != dtype:
-        raise TypeError(f"{name} must be a numpy {np.dtype(dtype).name} array, got "
+        raise TypeError(f"{name} must be a numpy {dtype.name} array, got "
                         f"{getattr(a, 'dtype', type(a).__name__)}")
-    if not a.flags.c_contiguous:
+    flags = a.flags
+    if not flags.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous")
-    if writeable and not a.flags.writeable:
+    if writeable and not flags.writeable:
         raise ValueError(f"{name} must be writeable")
 
 
@@ -501,8 +519,8 @@ def _validate_layer(grad, residual, k, block_size, layer_id, lmax_log2, where):
     """All checks of one in-place step except NaN and the output size.
     Returns (float bits, flat residual view, plan)."""
     grad = np.asarray(grad)
-    _check_array(grad, np.float32, "grad")
-    _check_array(residual, np.int32, "residual", writeable=True)
+    _check_array(grad, _F32, "grad")
+    _check_array(residual, _I32, "residual", writeable=True)
     gbits = grad.reshape(-1).view(np.uint32)
     if residual.size != grad.size:
         late = ValueError(f"residual has {residual.size} elements, gradient {grad.size}")
@@ -530,7 +548,7 @@ def compress_step(grad: np.ndarray, residual: np.ndarray, cfg: QuantConfig | flo
     Everything, NaN included, is checked before the residual is touched."""
     cfg = _config(cfg)
     gbits, r, plan = _validate_layer(grad, residual, k, block_size, layer_id, lmax_log2, where)
-    _check_array(out_words, np.uint32, "out_words", writeable=True)
+    _check_array(out_words, _U32, "out_words", writeable=True)
     if out_words.ndim != 1:
         raise ValueError("out_words must be 1-D")
     lay = plan.layout
@@ -593,72 +611,91 @@ def _balanced_groups(tasks: list, cost, groups: int) -> list[list]:
 
 
 class _Job:
-    """Validated layers run on a thread pool in three phases, each split into tasks of
-    about CHUNK elements and balanced over the threads:
+    """Validated layers run on a thread pool, the work cut into tasks of about CHUNK
+    elements (a layer larger than that is split by block ranges) and balanced over the
+    threads, in phases:
 
     1. count NaNs (nothing has been modified yet, so a NaN can still be reported cleanly);
-    2. pass 1 over block ranges: residual <- a, block norms, saturation counts;
-    3. per layer: selection, then pass 2 (encode the selected blocks, zero their residual).
+    2. a layer that fits one chunk runs its whole step (_step_kernel) as one task; a split
+       layer runs pass 1 per block range: residual <- a, block norms, saturation counts;
+    3. per split layer: selection, then pass 2 (encode the selected blocks, zero their
+       residual).
     """
     CHUNK = 1 << 17
+    GROUPS_PER_THREAD = 4
 
     def __init__(self, cfg: QuantConfig, layers, out: np.ndarray, offsets: list[int]):
         self.cfg, self.layers, self.out, self.offsets = cfg, layers, out, offsets
-        self.norms = [np.empty(p.layout.n_blocks, dtype=np.int64) for _, _, p in layers]
+        self.lays = [p.layout for _, _, p in layers]
 
     def _block_ranges(self, i):
-        lay = self.layers[i][2].layout
+        lay = self.lays[i]
         per = max(1, self.CHUNK // lay.block_size)
         return [(i, j, min(j + per, lay.n_blocks)) for j in range(0, lay.n_blocks, per)]
 
+    def _elems(self, task):
+        i, jlo, jhi = task
+        lay = self.lays[i]
+        return min(jhi * lay.block_size, lay.n) - jlo * lay.block_size
+
     def run(self, threads: int, where_of) -> list[StepInfo]:
-        cfg, layers = self.cfg, self.layers
-        pass1 = [t for i in range(len(layers)) for t in self._block_ranges(i)]
-        lays = [p.layout for _, _, p in layers]
-
-        def elems(t):
-            i, jlo, jhi = t
-            return min(jhi * lays[i].block_size, lays[i].n) - jlo * lays[i].block_size
-
+        cfg, layers, lays = self.cfg, self.layers, self.lays
+        count = len(layers)
+        ranges = [self._block_ranges(i) for i in range(count)]
+        split = [i for i in range(count) if len(ranges[i]) > 1]
+        whole = [i for i in range(count) if len(ranges[i]) <= 1]
+        chunks = [t for i in split for t in ranges[i]]
         pool = _thread_pool(threads)
 
         def spread(fn, tasks, cost):
-            groups = _balanced_groups(tasks, cost, threads)
+            # More groups than threads: the pool hands them out as threads come free, so a
+            # thread that the OS runs slowly takes fewer of them.
+            groups = _balanced_groups(tasks, cost, self.GROUPS_PER_THREAD * threads)
             return [x for part in pool.map(lambda g: [fn(t) for t in g], groups) for x in part]
 
         def nan_task(t):
-            i, jlo, jhi = t
-            lo, hi = jlo * lays[i].block_size, jlo * lays[i].block_size + elems(t)
-            return i, int(_nan_count(layers[i][0][lo:hi]))
+            i, jlo, _ = t
+            lo = jlo * lays[i].block_size
+            return i, int(_nan_count(layers[i][0][lo:lo + self._elems(t)]))
 
-        bad = sorted(i for i, c in spread(nan_task, pass1, elems) if c)
+        whole_tasks = [(i, 0, lays[i].n_blocks) for i in whole]
+        bad = sorted(i for i, c in spread(nan_task, chunks + whole_tasks, self._elems) if c)
         if bad:
             raise _nan_error(layers[bad[0]][0], where_of(bad[0]))
+
+        norms = {i: np.empty(lays[i].n_blocks, dtype=np.int64) for i in split}
+        n_words, satq, satfb = [0] * count, [0] * count, [0] * count
 
         def pass1_task(t):
             i, jlo, jhi = t
             gbits, r, plan = layers[i]
-            sq, sf = _pass1_range(gbits, r, plan.layout.block_size, self.norms[i], cfg.M, cfg.k,
-                                  cfg.range_bits, jlo, jhi)
-            return i, int(sq), int(sf)
+            if i in norms:
+                sq, sf = _pass1_range(gbits, r, plan.layout.block_size, norms[i], cfg.M, cfg.k,
+                                      cfg.range_bits, jlo, jhi)
+                return i, 0, int(sq), int(sf)
+            nw, sq, sf = _step_kernel(gbits, r, plan.layout.block_size, plan.layout.n_blocks,
+                                      plan.k_eff, cfg.M, cfg.k, cfg.range_bits, self.out,
+                                      self.offsets[i], plan.layer_id, plan.lmax_log2)
+            return i, int(nw), int(sq), int(sf)
 
-        satq = [0] * len(layers)
-        satfb = [0] * len(layers)
-        for i, sq, sf in spread(pass1_task, pass1, elems):
+        for i, nw, sq, sf in spread(pass1_task, chunks + whole_tasks, self._elems):
+            n_words[i] = nw
             satq[i] += sq
             satfb[i] += sf
 
         def finish_task(i):
             _, r, plan = layers[i]
-            return i, int(_step_tail(r, plan.layout.block_size, self.norms[i], plan.k_eff,
-                                     self.out, self.offsets[i], plan.layer_id, cfg.range_bits,
+            return i, int(_step_tail(r, plan.layout.block_size, norms[i], plan.k_eff, self.out,
+                                     self.offsets[i], plan.layer_id, cfg.range_bits,
                                      plan.lmax_log2))
 
-        sel = [min(lays[i].n, layers[i][2].k_eff * lays[i].block_size) + lays[i].n_blocks
-               for i in range(len(layers))]
-        n_words = dict(spread(finish_task, list(range(len(layers))), lambda i: sel[i]))
+        def finish_cost(i):          # the mask scan plus the selected elements
+            return lays[i].n_blocks + min(lays[i].n, layers[i][2].k_eff * lays[i].block_size)
+
+        for i, nw in spread(finish_task, split, finish_cost):
+            n_words[i] = nw
         return [StepInfo(n_words[i], layers[i][2].k_eff, lays[i].n_blocks, lays[i].block_size,
-                         satq[i], satfb[i]) for i in range(len(layers))]
+                         satq[i], satfb[i]) for i in range(count)]
 
 
 def _per_layer(value, count, name):

@@ -68,9 +68,12 @@ def describe_run(results: list[dict]) -> str:
     r0 = results[0]
     subset = f", train subset {c['train_subset']}" if c.get("train_subset") else ""
     tsub = f", test subset {c['test_subset']}" if c.get("test_subset") else ""
+    ramp = f" (linear warm-up over {c['lr_warmup_epochs']:g} epochs)" \
+        if c.get("lr_warmup_epochs") else ""
     return (f"{c['data']} / {c['model']}, {c['workers']} workers x batch {c['batch_size']}, "
-            f"{c['epochs']} epoch(s) = {r0['steps']} steps, lr {c['lr']}, global momentum "
-            f"{c['momentum']}, seed {c['seed']}{subset}{tsub}, {r0['mode']} on {r0['device']}")
+            f"{c['epochs']} epoch(s) = {r0['steps']} steps, lr {c['lr']}{ramp}, global momentum "
+            f"{c['momentum']}, seed {c['seed']}{subset}{tsub}, "
+            f"{r0['mode']} on {r0['device']}")
 
 
 def write_json(path: str | Path, payload) -> Path:

@@ -48,6 +48,7 @@ class TrainConfig:
     dlgs_interval: int = 10
     dense_below: int = 0
     warmup_epochs: int = 0              # epochs trained dense before the compressor takes over
+    lr_warmup_epochs: float = 0.0       # lr ramps linearly from lr/steps to lr over these epochs
     range: float = 10.0
     block_size: int | None = None
     lmax_log2: int = 8
@@ -73,7 +74,7 @@ class TrainConfig:
     # settings that decide the bits; a checkpoint is only resumed under the same ones
     # (not `epochs`: the data order depends on (seed, epoch) only, so a run may be extended)
     BIT_KEYS = ("data", "model", "compressor", "k", "density", "dlgs_interval", "dense_below",
-                "warmup_epochs",
+                "warmup_epochs", "lr_warmup_epochs",
                 "range", "block_size", "lmax_log2", "workers", "batch_size", "lr",
                 "momentum", "seed", "train_subset", "test_subset", "ddp")
 
@@ -139,6 +140,16 @@ def positive_float(text: str) -> float:
     return v
 
 
+def nonneg_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(v) and v >= 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return v
+
+
 def momentum_value(text: str) -> float:
     try:
         v = float(text)
@@ -182,6 +193,9 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup-epochs", type=nonneg_int, default=0, metavar="E",
                    help="train the first E epochs dense, then switch to the compressor "
                         "(its residuals start at zero)")
+    p.add_argument("--lr-warmup-epochs", type=nonneg_float, default=0.0, metavar="E",
+                   help="ramp the learning rate linearly from lr/S to lr over the first E epochs "
+                        "(S = their steps), then hold it")
     p.add_argument("--dlgs-interval", type=positive_int, default=d.dlgs_interval,
                    help="dlgs: steps between threshold recomputations")
     p.add_argument("--range", type=positive_float, default=d.range, help="quantiser range R")
@@ -429,9 +443,19 @@ class Trainer:
         return restore_compressor_state(self.compressor, ckpt["compressor"], worker_ids, self.device)
 
     # -- one step
+    def lr_at(self, step: int) -> float:
+        """The learning rate of global step `step` (0-based): linear warm-up, then constant.
+        A function of the step alone, so a resumed run uses the same rates."""
+        ramp = round(self.cfg.lr_warmup_epochs * self.problem.steps_per_epoch)
+        if ramp <= 0 or step >= ramp:
+            return self.cfg.lr
+        return self.cfg.lr * (step + 1) / ramp
+
     def _step(self, shards: list[np.ndarray]) -> None:
         p, b, s = self.problem, self.cfg.batch_size, self.step_in_epoch
         h = self.history
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr_at(self.global_step)
         if self.ddp:
             x, y = worker_batch(p, shards[self.rank], s, b)
             self.hook.reset_step()

@@ -63,6 +63,13 @@ def expected_error(cfg: dict) -> int:
     return ERR_OK
 
 
+def refusal_reason(cfg: dict, err: int) -> str:
+    return {ERR_N: f"n {cfg['n']} > N_MAX {build_param('N_MAX')}",
+            ERR_K_MAX: f"k_eff {min(cfg['k'], cfg['n_blocks'])} > K_MAX {build_param('K_MAX')}",
+            ERR_LMAX: f"lmax_log2 {cfg['lmax_log2']} outside 1..{build_param('LMAX_LOG2_MAX')}",
+            }.get(err, "invalid configuration")
+
+
 def input_words(case) -> list[int]:
     g = case.arrays["grad_bits"].astype(np.uint64)
     r = case.arrays["residual_in"].view(np.uint32).astype(np.uint64)
@@ -167,8 +174,9 @@ async def golden_cases(dut):
         cfg = config_of(case)
         err = expected_error(cfg)
         if err:
-            await tb.refused(case, cfg, err, "does not fit this build")
-            return f"refused as it must be (err_code {err})"
+            why = refusal_reason(cfg, err)
+            await tb.refused(case, cfg, err, why)
+            return f"refused as it must be: err_code {err} ({why})"
         tb.check(case, *await tb.run_layer(case, cfg))
         return ""
 

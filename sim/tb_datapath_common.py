@@ -206,7 +206,8 @@ def user_words(frame) -> list[int]:
 
 async def golden_loop(dut, module: str, cases: list[Case], run_case, inputs, outputs,
                       skip=None) -> None:
-    """Run `run_case(case)` (which raises AssertionError on a mismatch) for every case under
+    """Run `run_case(case)` (which raises AssertionError on a mismatch and may return a remark
+    string) for every case under
     every traffic profile, layer after layer without reset. A failure is recorded, the DUT is
     reset, and the loop goes on, so every case gets a verdict; TB_CASE_RESULTS receives one
     record per case and the test fails at the end if any case did.
@@ -223,8 +224,8 @@ async def golden_loop(dut, module: str, cases: list[Case], run_case, inputs, out
             if verdict.get(case.name, ("pass",))[0] == "fail":
                 continue
             try:
-                note = await run_case(case)
-                verdict.setdefault(case.name, ("pass", note or ""))
+                note = await run_case(case)     # a str is a remark for the verdict
+                verdict.setdefault(case.name, ("pass", note if isinstance(note, str) else ""))
             except AssertionError as e:
                 detail = f"traffic {p_in}:{p_out}: {e}"
                 verdict[case.name] = ("fail", detail)

@@ -77,8 +77,15 @@ def quiet(*drivers) -> None:
         d.log.setLevel(logging.ERROR)
 
 
+IDLE_INPUTS = ("s_tvalid", "cfg_valid")
+
+
 async def start(dut, reset_cycles: int = 3) -> None:
-    """Start the clock and apply a synchronous reset."""
+    """Start the clock and apply a synchronous reset. Input valids are dropped first: a value
+    left by an earlier test would otherwise be taken on the first cycle after reset."""
+    for name in IDLE_INPUTS:
+        if hasattr(dut, name):
+            getattr(dut, name).value = 0
     cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
     dut.rst.value = 1
     await ClockCycles(dut.clk, reset_cycles)

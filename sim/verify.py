@@ -48,6 +48,25 @@ REGISTRY: dict[str, RtlModule] = {m.name: m for m in [
               ("zrle_decoder", "crc32_word", "axis_skid_buffer", "sync_fifo"),
               "sim.tb_zrle_decoder", "decode_cases", "decode", ("frame", "payload"),
               parameters={"QUEUE_AW": 4}),
+    # datapath blocks (their testbenches read TB_GOLDEN_DIR through sim/tb_datapath_common.py)
+    RtlModule("quantiser", "quantiser", ("quantiser", "pipe_reg"),
+              "sim.tb_quantiser", "golden_cases", "quantiser",
+              ("grad_bits", "quantised", "quant_sat", "quant_nan")),
+    RtlModule("ef_add", "ef_add", ("ef_add", "pipe_reg"),
+              "sim.tb_ef_add", "golden_cases", "feedback",
+              ("residual_in", "quantised", "accumulated", "feedback_sat")),
+    RtlModule("block_l1", "block_l1", ("block_l1",),
+              "sim.tb_block_l1", "golden_cases", "norms", ("accumulated", "block_norms")),
+    RtlModule("topk_select", "topk_select", ("topk_select",),
+              "sim.tb_topk_select", "golden_cases", "select", ("block_norms", "selected"),
+              parameters={"K_MAX": 128}, env={"TB_K_MAX": 128}),
+    RtlModule("compress_top", "compress_top",
+              ("compress_top", "quantiser", "pipe_reg", "ef_add", "block_l1", "topk_select",
+               "zrle_encoder", "sync_fifo", "crc32_word", "axis_skid_buffer"),
+              "sim.tb_compress_top", "golden_cases", "top",
+              ("grad_bits", "residual_in", "frame", "residual_out"),
+              parameters={"N_MAX": 65536, "K_MAX": 32, "LMAX_LOG2_MAX": 8},
+              env={"TB_N_MAX": 65536, "TB_K_MAX": 32, "TB_LMAX_LOG2_MAX": 8}),
 ]}
 
 

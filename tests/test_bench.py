@@ -151,18 +151,20 @@ def test_rtl_metrics_in_both_formats(tmp_path):
     listed.write_text(json.dumps([
         {"module": "zrle_encoder", "pattern": "dense", "n": 8, "frame_words": 23, "cycles": 25,
          "ideal_cycles": 24},
-        {"module": "zrle_decoder", "pattern": "dense", "n": 8, "frame_words": 23, "cycles": 24,
-         "ideal_cycles": 24}]))
+        {"module": "zrle_decoder", "pattern": "sparse", "n": 64, "frame_words": 9, "cycles": 70,
+         "ideal_cycles": 66}]))
     lines = tmp_path / "b.json"
     lines.write_text("\n".join(json.dumps({"module": "quantiser", "stream": s, "case": "c",
                                            "words": 8, "cycles": c, "cycles_per_word": c / 8})
                                for s, c in (("in", 8), ("out", 9))))
     enc, dec = rtl.throughputs(rtl.read_metrics(listed))
-    assert (enc.words_in, enc.words_out, enc.cycles, enc.ideal_cycles) == (8, 23, 25, 24)
-    assert (dec.words_in, dec.words_out, dec.busier) == (23, 8, 23)
-    (q,) = rtl.throughputs(rtl.read_metrics(lines))
-    assert (q.case, q.words_in, q.words_out, q.cycles, q.ideal_cycles) == ("c", 8, 8, 9, 8)
+    assert enc == rtl.Throughput("dense", "frame out (busier side)", 23, 25, 24)
+    assert dec == rtl.Throughput("sparse", "values out (busier side)", 64, 70, 66)
+    q_in, q_out = rtl.throughputs(rtl.read_metrics(lines))
+    assert q_out == rtl.Throughput("c", "out", 8, 9, 8)
     assert rtl.read_metrics(tmp_path / "missing.json") == []
+    with pytest.raises(ValueError):
+        rtl.throughputs([{"module": "mystery", "cycles": 3}])
 
 
 def test_rtl_timing_from_cocotb_results(tmp_path):
@@ -191,6 +193,15 @@ def test_targets_read_the_tables():
     lines = targets.evaluate({"compress": comp})
     assert "60% of copy" in lines[0] and "met" in lines[0]
     assert "not measured" in lines[1] and "not measured" in lines[3]
+    cols = ["simulator", "module", "case", "stream", "words", "cycles", "ideal cycles",
+            "cycles/word", "words/cycle", "of ideal"]
+    rtl_table = Table("rtl", "4", cols)
+    rtl_table.add("icarus", "top", "c", "in (pass 1)", 1000, 1004, 1000, 1.004, 0.996, 0.996)
+    rtl_table.add("icarus", "top", "c", "frame", 10, 100, 10, 10.0, 0.1, 0.1)   # not judged
+    rtl_table.add("icarus", "enc", "c", "frame out (busier side)", 90, 100, 97, 1.11, 0.9, 0.97)
+    line = targets.evaluate({"rtl": rtl_table})[3]
+    assert "icarus top: 0.9960 of ideal" in line and "icarus enc: 0.9700 of ideal" in line
+    assert line.count("— met") == 1 and line.count("— missed") == 1
 
 
 # ------------------------------------------------------------------------------ quick run
@@ -301,7 +312,6 @@ def test_quick_run_ratios_agree_with_times(quick_report):
         assert abs(sum(shares) - 1) < 0.005, r
 
     for r in _measured(tables[TITLES["rtl"]]):
-        busier = max(_num(r["words in"]), _num(r["words out"]))
-        assert _close(_num(r["words/cycle"]), busier / _num(r["cycles"])), r
+        assert _close(_num(r["words/cycle"]), _num(r["words"]) / _num(r["cycles"])), r
         assert _close(_num(r["words/cycle"]) * _num(r["cycles/word"]), 1.0), r
         assert _close(_num(r["of ideal"]), _num(r["ideal cycles"]) / _num(r["cycles"])), r

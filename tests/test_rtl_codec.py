@@ -2,9 +2,10 @@
 on Icarus Verilog and Verilator, against codec.zrle (synthetic cases made in the testbench)
 and against a `gradblock golden --quick` directory.
 
-Quick subset: Icarus with one parameter set and fewer traffic profiles. Everything else
-(Verilator builds take about a minute each, the other parameter sets, all traffic profiles)
-is marked slow. A failing run writes a waveform and names it in the assertion message.
+Quick subset: Icarus with one parameter set each. Everything else (Verilator, whose builds
+take about a minute each; the other parameter sets; the golden set on both simulators) is
+marked slow. Icarus runs two traffic profiles, Verilator all four. A failing run writes a
+waveform and names it in the assertion message.
 """
 from __future__ import annotations
 
@@ -52,8 +53,9 @@ SIMS = [pytest.param(s, id=s, marks=slow_unless(s == "icarus")) for s in ("icaru
 GOLDEN_SIMS = [pytest.param(s, id=s, marks=[pytest.mark.slow]) for s in ("icarus", "verilator")]
 
 
-def traffic_for(sim: str, quick: bool) -> str:
-    return QUICK_TRAFFIC if quick else FULL_TRAFFIC
+def traffic_for(sim: str) -> str:
+    """All four traffic profiles on Verilator (fast), two on Icarus."""
+    return FULL_TRAFFIC if sim == "verilator" else QUICK_TRAFFIC
 
 
 # ------------------------------------------------------------------ CRC-32
@@ -69,11 +71,10 @@ def test_encoder_synthetic(sim, lmax_max, tmp_path):
     """Edge cases of the token grammar for lmax_log2 1, 2, 3, 8 (those above the build's
     LMAX_LOG2_MAX are skipped by the testbench), backpressure, resets, throughput."""
     need(sim)
-    quick = sim == "icarus" and lmax_max == 3
     metrics = tmp_path / "metrics.json"
     res = run_rtl("zrle_encoder", hw_sources(*ENCODER), "sim.tb_zrle_encoder", sim,
                   parameters={"LMAX_LOG2_MAX": lmax_max},
-                  env={"TB_LMAX_LOG2_MAX": lmax_max, "TB_TRAFFIC": traffic_for(sim, quick),
+                  env={"TB_LMAX_LOG2_MAX": lmax_max, "TB_TRAFFIC": traffic_for(sim),
                        "TB_METRICS": metrics, "TB_CASE_RESULTS": tmp_path / "cases.json"})
     check(res)
     assert {t.name for t in res.tests} == {"encode_cases", "reset_mid_frame", "config_clamp",
@@ -95,12 +96,11 @@ def test_decoder(sim, queue_aw, tmp_path):
     """Valid frames under backpressure, every error code, random corruptions, resets and (with
     the default queue) throughput against an ideal decoder."""
     need(sim)
-    quick = sim == "icarus" and queue_aw == 4
     tests = None if queue_aw == 4 else "decode_cases,decode_errors,reset_mid_frame,ready_paths"
     metrics = tmp_path / "metrics.json"
     res = run_rtl("zrle_decoder", hw_sources(*DECODER), "sim.tb_zrle_decoder", sim,
                   parameters={"QUEUE_AW": queue_aw}, testcase=tests,
-                  env={"TB_TRAFFIC": traffic_for(sim, quick), "TB_FUZZ": 100 if quick else 200,
+                  env={"TB_TRAFFIC": traffic_for(sim), "TB_FUZZ": 200 if sim == "verilator" else 100,
                        "TB_METRICS": metrics})
     check(res)
     names = {t.name for t in res.tests}

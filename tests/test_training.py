@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -17,12 +18,17 @@ BASE = dict(data="digits", epochs=2, batch_size=32, workers=4, threads=1, progre
             eval_every=4)
 
 
-@pytest.mark.parametrize("compressor,stops", [("coarse", (7,)), ("dlgs", (5, 15)),
-                                              ("topk", (13,))])
-def test_stopped_and_resumed_run_is_bit_identical(tmp_path, compressor, stops):
+@pytest.mark.parametrize("compressor,stops,extra", [
+    ("coarse", (7,), {}),
+    ("dlgs", (5, 15), {}),
+    ("topk", (13,), {}),
+    # dense warm-up epoch, then coarse; the lr ramp spans the stops
+    ("coarse", (5, 14), {"warmup_epochs": 1, "lr_warmup_epochs": 1.5}),
+])
+def test_stopped_and_resumed_run_is_bit_identical(tmp_path, compressor, stops, extra):
     """Stop at the given steps (mid-epoch, and across an epoch boundary), resume from the
     checkpoint each time: same parameters, momentum, residuals and curves as one run."""
-    cfg = dict(BASE, compressor=compressor, k=1, dlgs_interval=3)
+    cfg = dict(BASE, compressor=compressor, k=1, dlgs_interval=3, **extra)
     whole = run_training(TrainConfig(**cfg, out=str(tmp_path / "whole")))
     ckpt = str(tmp_path / "ck.pt")
     resume = None
@@ -39,6 +45,22 @@ def test_stopped_and_resumed_run_is_bit_identical(tmp_path, compressor, stops):
     for key in ("curves", "bytes_sent", "elements_sent", "sat_quant", "sat_feedback", "steps",
                 "final_test_acc"):
         assert whole[key] == rest[key], key
+
+
+def test_lr_warmup_and_dense_warmup(tmp_path):
+    from shim.train import Trainer
+    cfg = TrainConfig(**dict(BASE, lr=0.05, lr_warmup_epochs=1.0))
+    trainer = Trainer(cfg)
+    assert trainer.problem.steps_per_epoch == 11
+    assert [trainer.lr_at(s) for s in (0, 4, 10, 11, 50)] == \
+        [0.05 / 11, 0.05 * 5 / 11, 0.05, 0.05, 0.05]
+    # one dense warm-up epoch: that epoch's bytes are exactly dense, then coarse takes over
+    both = run_training(TrainConfig(**dict(BASE, compressor="coarse", warmup_epochs=1)))
+    n_params = sum(math.prod(lay["shape"]) for lay in both["layers"])
+    dense_epoch = 11 * 4 * 4 * n_params
+    coarse_only = run_training(TrainConfig(**dict(BASE, compressor="coarse", epochs=1)))
+    assert dense_epoch < both["bytes_sent"] < dense_epoch + 2 * coarse_only["bytes_sent"]
+    assert both["final_test_acc"] is not None
 
 
 def test_train_cli_writes_result_and_model(tmp_path, capsys):

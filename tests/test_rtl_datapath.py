@@ -1,0 +1,261 @@
+"""RTL of the compress datapath (hw/quantiser.sv, ef_add.sv, block_l1.sv, topk_select.sv,
+compress_top.sv) in cocotb on Icarus Verilog and Verilator, against golden vectors: the shared
+`gradblock golden --quick` set plus the datapath corner cases of sim/datapath_vectors.py, both
+computed with the numpy reference.
+
+Quick subset (`-m "not slow"`): Icarus, one parameter set per block, cases up to 300 elements,
+two traffic profiles. Slow: Verilator builds (about a minute each), other parameter sets, every
+golden case under four traffic profiles, a 64x64x3x3 layer through compress_top. A failing run
+writes a waveform and names it (with the case, word index and values) in the assertion message.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sim.datapath_vectors import write_cases
+from sim.harness import REPO_ROOT, run_rtl, simulator_available
+from sim.rtl_deps import module_closure, sources
+
+pytestmark = pytest.mark.sim
+
+QUICK_TRAFFIC = "0:0,0.5:0.6"
+FULL_TRAFFIC = "0:0,0.3:0,0:0.5,0.6:0.7"
+QUICK_MAX_N = 300
+TESTS = {
+    "quantiser": {"golden_cases", "reset_mid_stream", "throughput"},
+    "ef_add": {"golden_cases", "reset_mid_stream", "throughput"},
+    "block_l1": {"golden_cases", "reset_mid_stream", "throughput"},
+    "topk_select": {"golden_cases", "shuffled_order", "k_out_of_range", "reset_mid_stream",
+                    "throughput"},
+    "compress_top": {"golden_cases", "config_errors", "empty_layer", "misplaced_tlast",
+                     "reset_mid_stream", "throughput"},
+}
+
+
+def need(sim: str) -> None:
+    reason = simulator_available(sim)
+    if reason:
+        pytest.skip(f"{sim} unavailable: {reason}")
+
+
+# ------------------------------------------------------------------ vectors
+@pytest.fixture(scope="session")
+def golden_quick(tmp_path_factory):
+    """`gradblock golden --quick`, written once per session."""
+    out = tmp_path_factory.mktemp("golden") / "quick"
+    proc = subprocess.run([sys.executable, "-m", "gradblock.cli", "golden", "--quick", "--no-check",
+                           str(out)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        pytest.fail(f"gradblock golden --quick failed ({proc.returncode}):\n{proc.stdout[-2000:]}"
+                    f"\n{proc.stderr[-2000:]}")
+    return out
+
+
+@pytest.fixture(scope="session")
+def edge_vectors(tmp_path_factory):
+    out = tmp_path_factory.mktemp("datapath") / "edge"
+    write_cases(out, "edge")
+    return out
+
+
+@pytest.fixture(scope="session")
+def layer_vectors(tmp_path_factory):
+    out = tmp_path_factory.mktemp("datapath") / "layer"
+    write_cases(out, "layer")
+    return out
+
+
+def manifest_cases(*dirs) -> list[dict]:
+    return [c for d in dirs for c in json.loads((d / "manifest.json").read_text())["cases"]]
+
+
+# ------------------------------------------------------------------ running
+def run_block(top: str, sim: str, dirs, tmp_path, parameters=None, env=None, testcase=None,
+              quick: bool = False):
+    """Run sim.tb_<top>; return (per-case verdicts, metrics). Asserts the run passed."""
+    results, metrics = tmp_path / "cases.json", tmp_path / "metrics.json"
+    full_env = {"TB_GOLDEN_DIRS": os.pathsep.join(str(d) for d in dirs),
+                "TB_TRAFFIC": QUICK_TRAFFIC if quick else FULL_TRAFFIC,
+                "TB_CASE_RESULTS": results, "TB_METRICS": metrics, **(env or {})}
+    if quick:
+        full_env.setdefault("TB_MAX_N", QUICK_MAX_N)
+    res = run_rtl(top, sources(top), f"sim.tb_{top}", sim, parameters=parameters or {},
+                  env=full_env, testcase=testcase)
+    assert res.passed, res.report()
+    ran = {t.name for t in res.tests}
+    wanted = set(testcase.split(",")) if testcase else TESTS[top]
+    assert wanted <= ran, f"tests missing from the run: {sorted(wanted - ran)}"
+    verdicts = {r["case"]: r for r in json.loads(results.read_text())} if results.is_file() else {}
+    recs = json.loads(metrics.read_text()) if metrics.is_file() else []
+    return verdicts, recs
+
+
+def expect_verdicts(verdicts: dict, cases: list[dict], stage: str, max_n: int | None,
+                    skip_empty: bool = True) -> None:
+    """Every applicable case got a verdict, every verdict is a pass (or an empty-layer skip)."""
+    want = {c["name"] for c in cases if stage in c["stages"] and (max_n is None or c["n"] <= max_n)}
+    assert set(verdicts) == want, (sorted(set(verdicts) ^ want))
+    for name, v in verdicts.items():
+        ok = v["status"] == "pass" or (skip_empty and v["status"] == "skip"
+                                       and "empty layer" in v["detail"])
+        assert ok, f"{name}: {v}"
+
+
+def full_rate(recs: list[dict], module: str, streams: set[str]) -> None:
+    seen = {r["stream"] for r in recs if r["module"] == module}
+    assert streams <= seen, f"{module}: no throughput record for {sorted(streams - seen)}"
+    for r in recs:
+        if r["module"] == module and r["stream"] in streams:
+            assert r["cycles"] == r["words"], f"{module} {r['stream']}: {r}"
+
+
+def slow_unless(condition: bool):
+    return [] if condition else [pytest.mark.slow]
+
+
+SIMS = [pytest.param(s, id=s, marks=slow_unless(s == "icarus")) for s in ("icarus", "verilator")]
+
+
+# ------------------------------------------------------------------ the four stages
+@pytest.mark.parametrize("sim", SIMS)
+def test_quantiser(sim, golden_quick, edge_vectors, tmp_path):
+    """grad_bits -> quantised + sat + nan flags on every case; Verilator with the 32-bit
+    passthrough compress_top uses, Icarus with a 1-bit one."""
+    need(sim)
+    quick = sim == "icarus"
+    dirs = (golden_quick, edge_vectors)
+    verdicts, recs = run_block("quantiser", sim, dirs, tmp_path, quick=quick,
+                               parameters={"UW": 1 if quick else 32})
+    expect_verdicts(verdicts, manifest_cases(*dirs), "quantiser", QUICK_MAX_N if quick else None)
+    full_rate(recs, "quantiser", {"in", "out"})
+
+
+@pytest.mark.parametrize("sim", SIMS)
+def test_ef_add(sim, golden_quick, edge_vectors, tmp_path):
+    need(sim)
+    quick = sim == "icarus"
+    dirs = (golden_quick, edge_vectors)
+    verdicts, recs = run_block("ef_add", sim, dirs, tmp_path, quick=quick)
+    expect_verdicts(verdicts, manifest_cases(*dirs), "feedback", QUICK_MAX_N if quick else None)
+    full_rate(recs, "ef_add", {"in", "out"})
+
+
+@pytest.mark.parametrize("sim", SIMS)
+def test_block_l1(sim, golden_quick, edge_vectors, tmp_path):
+    need(sim)
+    quick = sim == "icarus"
+    dirs = (golden_quick, edge_vectors)
+    verdicts, recs = run_block("block_l1", sim, dirs, tmp_path, quick=quick)
+    expect_verdicts(verdicts, manifest_cases(*dirs), "norms", QUICK_MAX_N if quick else None)
+    full_rate(recs, "block_l1", {"in", "out (block_size 1)"})
+
+
+TOPK_BUILDS = [pytest.param(sim, k, id=f"{sim}-K_MAX{k}", marks=slow_unless(sim == "icarus"
+                                                                          and k == 16))
+               for sim, k in (("icarus", 16), ("verilator", 16), ("icarus", 1), ("icarus", 128))]
+
+
+@pytest.mark.parametrize("sim,k_max", TOPK_BUILDS)
+def test_topk_select(sim, k_max, golden_quick, edge_vectors, tmp_path):
+    """Rank order and ties on every case; cases with k_eff > K_MAX give the first K_MAX
+    indices with cfg_err (K_MAX 1 makes that most of them, 128 none of the golden set)."""
+    need(sim)
+    quick = sim == "icarus" and k_max == 16
+    dirs = (golden_quick, edge_vectors)
+    verdicts, recs = run_block("topk_select", sim, dirs, tmp_path, quick=quick,
+                               parameters={"K_MAX": k_max}, env={"TB_K_MAX": k_max})
+    cases = manifest_cases(*dirs)
+    expect_verdicts(verdicts, cases, "select", QUICK_MAX_N if quick else None)
+    over = {n for n, v in verdicts.items() if "> K_MAX" in v["detail"]}
+    assert over == {c["name"] for c in cases if c["name"] in verdicts and c["k_eff"] > k_max}
+    full_rate(recs, "topk_select", {"in", "out"})
+
+
+# ------------------------------------------------------------------ compress_top
+def top_params(n_max: int, k_max: int, lmax_log2_max: int = 8):
+    p = {"N_MAX": n_max, "K_MAX": k_max, "LMAX_LOG2_MAX": lmax_log2_max}
+    return p, {f"TB_{k}": v for k, v in p.items()}
+
+
+def refused(verdicts: dict) -> set[str]:
+    return {n for n, v in verdicts.items() if v["detail"].startswith("refused")}
+
+
+def test_compress_top_quick(golden_quick, edge_vectors, tmp_path):
+    """Icarus, a small build (N_MAX 4096, K_MAX 16): every small case end to end, layer after
+    layer; cases with k_eff > 16 refused with err_code 5; config errors, n = 0, a misplaced
+    tlast, resets in both passes, full-rate input and residual."""
+    need("icarus")
+    params, env = top_params(4096, 16)
+    dirs = (golden_quick, edge_vectors)
+    verdicts, recs = run_block("compress_top", "icarus", dirs, tmp_path, parameters=params,
+                               env=env, quick=True)
+    cases = manifest_cases(*dirs)
+    expect_verdicts(verdicts, cases, "top", QUICK_MAX_N, skip_empty=False)
+    assert refused(verdicts) == {c["name"] for c in cases if c["name"] in verdicts
+                                 and c["k_eff"] > 16}
+    full_rate(recs, "compress_top", {"in (pass 1)", "residual (pass 2)"})
+
+
+@pytest.mark.slow
+def test_compress_top_verilator(golden_quick, edge_vectors, layer_vectors, tmp_path):
+    """Verilator, the default build (N_MAX 65536, K_MAX 32): every golden and corner case and
+    a 64x64x3x3 layer (36864 elements) end to end, every test of the testbench."""
+    need("verilator")
+    params, env = top_params(65536, 32)
+    dirs = (golden_quick, edge_vectors, layer_vectors)
+    verdicts, recs = run_block("compress_top", "verilator", dirs, tmp_path, parameters=params,
+                               env={**env, "TB_TRAFFIC": "0:0,0.5:0.6"})
+    cases = manifest_cases(*dirs)
+    expect_verdicts(verdicts, cases, "top", None, skip_empty=False)
+    assert refused(verdicts) == {c["name"] for c in cases if c["k_eff"] > 32
+                                 and "top" in c["stages"]}
+    assert verdicts["dp_conv64"]["status"] == "pass"
+    full_rate(recs, "compress_top", {"in (pass 1)", "residual (pass 2)"})
+    layer = {r["stream"]: r for r in recs if r["case"] == "dp_conv64"}
+    assert layer["layer (config to done)"]["cycles"] <= 2 * 36864 + 200, layer
+
+
+@pytest.mark.slow
+def test_compress_top_icarus_large_k(golden_quick, edge_vectors, tmp_path):
+    """Icarus, K_MAX 128: no golden case is refused, so every one (k_eff up to 80) goes through
+    the whole datapath under all four traffic profiles."""
+    need("icarus")
+    params, env = top_params(2048, 128)
+    dirs = (golden_quick, edge_vectors)
+    verdicts, _ = run_block("compress_top", "icarus", dirs, tmp_path, parameters=params, env=env,
+                            testcase="golden_cases")
+    cases = manifest_cases(*dirs)
+    expect_verdicts(verdicts, cases, "top", None, skip_empty=False)
+    assert not refused(verdicts)
+
+
+def test_lmax_above_build_is_refused(golden_quick, tmp_path):
+    """A build with LMAX_LOG2_MAX 3 refuses the lmax_log2 8 layers (err_code 6) and still
+    compresses the lmax_log2 2 and 3 ones exactly."""
+    need("icarus")
+    params, env = top_params(2048, 16, lmax_log2_max=3)
+    names = ["lmax2_runs", "lmax3_runs", "one_element", "special_floats"]
+    verdicts, _ = run_block("compress_top", "icarus", (golden_quick,), tmp_path,
+                            parameters=params, testcase="golden_cases",
+                            env={**env, "TB_CASES": ",".join(names), "TB_TRAFFIC": "0.3:0.3"})
+    assert set(verdicts) == set(names)
+    assert refused(verdicts) == {"one_element", "special_floats"}
+    assert all("err_code 6" in verdicts[n]["detail"] for n in refused(verdicts))
+    assert all(v["status"] == "pass" for v in verdicts.values())
+
+
+# ------------------------------------------------------------------ bookkeeping
+def test_verify_registry_matches_sources():
+    """`gradblock verify` builds each datapath block from exactly the files it instantiates."""
+    from sim.verify import REGISTRY
+    for top in TESTS:
+        assert top in REGISTRY, f"{top} is not registered in sim/verify.py"
+        entry = REGISTRY[top]
+        assert set(entry.sources) == set(module_closure(top)), (top, entry.sources)
+        assert entry.test_module == f"sim.tb_{top}" and entry.testcase == "golden_cases"
