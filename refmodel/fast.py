@@ -621,7 +621,7 @@ class _Job:
     3. per split layer: selection, then pass 2 (encode the selected blocks, zero their
        residual).
     """
-    CHUNK = 1 << 17
+    CHUNK = 1 << 18
     GROUPS_PER_THREAD = 4
 
     def __init__(self, cfg: QuantConfig, layers, out: np.ndarray, offsets: list[int]):
@@ -716,7 +716,7 @@ def compress_layers(grads: Sequence[np.ndarray], residuals: Sequence[np.ndarray]
     The message is the layers' frames concatenated in the order given. `k` and
     `block_size` may be one value or a list with one entry per layer; `layer_ids`
     defaults to 0, 1, 2, ... With n_threads > 1 (default: numba's thread count) the work
-    is cut into chunks of about 128K elements, large layers included, and balanced over a
+    is cut into chunks of about 256K elements, large layers included, and balanced over a
     thread pool (the kernels release the GIL). Every layer is validated, NaN included,
     before any residual is modified; a NaN is reported for the first layer (in the order
     given) that has one."""

@@ -10,6 +10,7 @@ waveform and names it in the assertion message.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -171,3 +172,29 @@ def test_encoder_skips_lmax_above_build(golden_quick, tmp_path):
     skipped = {n: r["detail"] for n, r in results.items() if r["status"] == "skip"}
     assert passed and skipped and not set(results) - passed - set(skipped)
     assert all("LMAX_LOG2_MAX 3" in why for why in skipped.values())
+
+
+# ------------------------------------------------------------------ gradblock verify
+def test_verify_runs_golden_cases(golden_quick, capsys):
+    """`gradblock verify` on two golden cases of the codec blocks: a table row per
+    (module, case), exit 0."""
+    need("icarus")
+    from sim.verify import verify_main
+    rc = verify_main(["--sim", "icarus", "--vectors", str(golden_quick),
+                      "--modules", "zrle_encoder", "zrle_decoder",
+                      "--cases", "one_element", "lmax2_runs", "--traffic", "0.3:0.3"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    for module in ("zrle_encoder", "zrle_decoder"):
+        for case in ("one_element", "lmax2_runs"):
+            assert any(line.split()[:3] == [module, case, "PASS"] for line in out.splitlines()), out
+    assert re.search(r"^4 pass, 0 fail, 0 skip, 0 error \(icarus\)$", out, re.M), out
+
+
+def test_verify_rejects_bad_arguments(tmp_path, capsys):
+    from sim.verify import verify_main
+    assert verify_main(["--sim", "icarus", "--modules", "no_such_block"]) == 2
+    assert "unknown module" in capsys.readouterr().err
+    assert verify_main(["--sim", "icarus", "--vectors", str(tmp_path / "missing")]) == 2
+    assert "gradblock verify:" in capsys.readouterr().err
+    assert verify_main(["--sim", "questa"]) == 2          # argparse: invalid choice

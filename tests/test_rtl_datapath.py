@@ -4,8 +4,9 @@ compress_top.sv) in cocotb on Icarus Verilog and Verilator, against golden vecto
 computed with the numpy reference.
 
 Quick subset (`-m "not slow"`): Icarus, one parameter set per block, cases up to 300 elements,
-two traffic profiles. Slow: Verilator builds (about a minute each), other parameter sets, every
-golden case under four traffic profiles, a 64x64x3x3 layer through compress_top. A failing run
+two traffic profiles. Slow: Verilator builds (about a minute each) with every case, other
+parameter sets, compress_top on every golden case under four traffic profiles, a 64x64x3x3
+layer through compress_top. A failing run
 writes a waveform and names it (with the case, word index and values) in the assertion message.
 """
 from __future__ import annotations
@@ -76,16 +77,18 @@ def manifest_cases(*dirs) -> list[dict]:
 
 # ------------------------------------------------------------------ running
 def run_block(top: str, sim: str, dirs, tmp_path, parameters=None, env=None, testcase=None,
-              quick: bool = False):
-    """Run sim.tb_<top>; return (per-case verdicts, metrics). Asserts the run passed."""
-    results, metrics = tmp_path / "cases.json", tmp_path / "metrics.json"
+              quick: bool = False, run_name: str | None = None):
+    """Run sim.tb_<top>; return (per-case verdicts, metrics). Asserts the run passed.
+    quick: cases up to QUICK_MAX_N elements. Two traffic profiles unless env says otherwise."""
+    tag = run_name or top
+    results, metrics = tmp_path / f"{tag}-cases.json", tmp_path / f"{tag}-metrics.json"
     full_env = {"TB_GOLDEN_DIRS": os.pathsep.join(str(d) for d in dirs),
-                "TB_TRAFFIC": QUICK_TRAFFIC if quick else FULL_TRAFFIC,
+                "TB_TRAFFIC": QUICK_TRAFFIC,
                 "TB_CASE_RESULTS": results, "TB_METRICS": metrics, **(env or {})}
     if quick:
         full_env.setdefault("TB_MAX_N", QUICK_MAX_N)
     res = run_rtl(top, sources(top), f"sim.tb_{top}", sim, parameters=parameters or {},
-                  env=full_env, testcase=testcase)
+                  env=full_env, testcase=testcase, run_name=run_name)
     assert res.passed, res.report()
     ran = {t.name for t in res.tests}
     wanted = set(testcase.split(",")) if testcase else TESTS[top]
@@ -204,18 +207,25 @@ def test_compress_top_quick(golden_quick, edge_vectors, tmp_path):
 
 @pytest.mark.slow
 def test_compress_top_verilator(golden_quick, edge_vectors, layer_vectors, tmp_path):
-    """Verilator, the default build (N_MAX 65536, K_MAX 32): every golden and corner case and
-    a 64x64x3x3 layer (36864 elements) end to end, every test of the testbench."""
+    """Verilator, the default build (N_MAX 65536, K_MAX 32): every golden and corner case end to
+    end with every test of the testbench; then a 64x64x3x3 layer (36864 elements) once under
+    backpressure and once at full rate (2n + a few cycles)."""
     need("verilator")
     params, env = top_params(65536, 32)
-    dirs = (golden_quick, edge_vectors, layer_vectors)
+    dirs = (golden_quick, edge_vectors)
     verdicts, recs = run_block("compress_top", "verilator", dirs, tmp_path, parameters=params,
-                               env={**env, "TB_TRAFFIC": "0:0,0.5:0.6"})
+                               env=env, run_name="cases")
     cases = manifest_cases(*dirs)
     expect_verdicts(verdicts, cases, "top", None, skip_empty=False)
-    assert refused(verdicts) == {c["name"] for c in cases if c["k_eff"] > 32
-                                 and "top" in c["stages"]}
-    assert verdicts["dp_conv64"]["status"] == "pass"
+    assert refused(verdicts) == {c["name"] for c in cases if "top" in c["stages"]
+                                 and c["k_eff"] > 32}
+    full_rate(recs, "compress_top", {"in (pass 1)", "residual (pass 2)"})
+
+    verdicts, recs = run_block("compress_top", "verilator", (layer_vectors,), tmp_path,
+                               parameters=params, env={**env, "TB_TRAFFIC": "0.3:0.3"},
+                               testcase="golden_cases,throughput", run_name="layer")
+    assert verdicts == {"dp_conv64": {"module": "compress_top", "case": "dp_conv64",
+                                      "status": "pass", "detail": ""}}
     full_rate(recs, "compress_top", {"in (pass 1)", "residual (pass 2)"})
     layer = {r["stream"]: r for r in recs if r["case"] == "dp_conv64"}
     assert layer["layer (config to done)"]["cycles"] <= 2 * 36864 + 200, layer
@@ -228,8 +238,8 @@ def test_compress_top_icarus_large_k(golden_quick, edge_vectors, tmp_path):
     need("icarus")
     params, env = top_params(2048, 128)
     dirs = (golden_quick, edge_vectors)
-    verdicts, _ = run_block("compress_top", "icarus", dirs, tmp_path, parameters=params, env=env,
-                            testcase="golden_cases")
+    verdicts, _ = run_block("compress_top", "icarus", dirs, tmp_path, parameters=params,
+                            env={**env, "TB_TRAFFIC": FULL_TRAFFIC}, testcase="golden_cases")
     cases = manifest_cases(*dirs)
     expect_verdicts(verdicts, cases, "top", None, skip_empty=False)
     assert not refused(verdicts)

@@ -343,6 +343,21 @@ def test_error_class_and_word_on_both_decoders(name, words, expected_n, exc, wor
         assert result[1] == word
 
 
+def error_text(decode, words, expected_n=None):
+    try:
+        decode(words, expected_n)
+    except E.FrameError as e:
+        return str(e)
+    return "ok"
+
+
+@pytest.mark.parametrize("name, words, expected_n, exc, word", ERROR_CASES,
+                         ids=[c[0] for c in ERROR_CASES])
+def test_error_messages_are_identical(name, words, expected_n, exc, word):
+    assert error_text(zrle.decode_frame, words, expected_n) == \
+        error_text(zrle_numba.decode_frame, words, expected_n)
+
+
 def test_every_error_class_is_provoked():
     seen = {c[3] for c in ERROR_CASES} | {E.TruncatedError}   # truncation: tested below
     assert set(E.ALL_ERRORS) <= seen
@@ -363,6 +378,8 @@ def test_truncation_at_every_length(tokens, n):
     assert both(frame, n)[0] == "ok"
     for length in range(frame.size):
         assert both(frame[:length], n) == (E.TruncatedError, length), length
+        assert error_text(zrle.decode_frame, frame[:length], n) == \
+            error_text(zrle_numba.decode_frame, frame[:length], n)
 
 
 def test_truncation_with_start_offset():
