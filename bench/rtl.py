@@ -252,6 +252,7 @@ def run(ctx: BenchContext) -> list[Table]:
                      "cycle on each side, which for the encoder still waits for the end of each "
                      "run because L precedes the literals. 'of ideal' = ideal cycles / cycles")
     speed.notes.append("test (s): wall time of the throughput test from cocotb's results.xml; "
-                       "build + run includes compiling when the build is stale; words = input "
-                       f"words pushed through; simulated cycles at a {CLOCK_NS} ns clock")
+                       "build + run includes compiling when the build is stale; words = payload "
+                       f"values (elements) through the block; simulated cycles at a {CLOCK_NS} ns "
+                       f"clock")
     return [cyc, speed]

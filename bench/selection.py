@@ -15,7 +15,7 @@ from refmodel.selection import block_norms, select_blocks
 
 from .compress_step import NumbaLayers, NumbaStep
 from .compress_step import check_frames as _check_step_frames
-from .context import BenchContext, Prepared, Unavailable, optional_module, require
+from .context import BenchContext, Prepared, optional_module, require
 from .tables import Table, not_available
 from .timing import measure, threads
 

@@ -112,6 +112,21 @@ def test_decoder(sim, queue_aw, tmp_path):
         assert rec["dense_lg8"]["cycles_per_frame_word"] == 1.0
 
 
+# ------------------------------------------------------------------ layer-sized frames
+@pytest.mark.slow
+def test_long_layers_on_verilator(tmp_path):
+    """64x64x3x3 = 36864-element layers (block-sparse as coarse selection leaves them, and
+    dense) through encoder and decoder under backpressure (Verilator: minutes on Icarus)."""
+    need("verilator")
+    env = {"TB_SYNTHETIC": "long", "TB_TRAFFIC": "0:0,0.3:0.3", "TB_LMAX_LOG2_MAX": 8}
+    check(run_rtl("zrle_encoder", hw_sources(*ENCODER), "sim.tb_zrle_encoder", "verilator",
+                  parameters={"LMAX_LOG2_MAX": 8}, testcase="encode_cases",
+                  run_name="long-encode_cases", env=env))
+    check(run_rtl("zrle_decoder", hw_sources(*DECODER), "sim.tb_zrle_decoder", "verilator",
+                  parameters={"QUEUE_AW": 4}, testcase="decode_cases",
+                  run_name="long-decode_cases", env=env))
+
+
 # ------------------------------------------------------------------ golden vectors
 @pytest.fixture(scope="session")
 def golden_quick(tmp_path_factory):
