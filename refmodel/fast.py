@@ -541,9 +541,9 @@ def compress_step(grad: np.ndarray, residual: np.ndarray, cfg: QuantConfig | flo
         the new residual (0 on the selected blocks, clamp(r + Q(g)) elsewhere).
     out_words: uint32 1-D; the frame is written at out_words[offset:offset + n_words] and
         needs max_step_words(n, B, k_eff) words from offset (checked first).
-    parallel: False, True (numba.get_num_threads() threads) or a thread count: split the
-        NaN check and pass 1 of this layer across a thread pool (worth it from a few
-        hundred thousand elements on); selection and encoding stay on one thread.
+    parallel: False, True (numba.get_num_threads() threads) or a thread count: split pass 1
+        of this layer (and, for a large layer, its NaN check) across a thread pool; worth
+        it from about a million elements on. Selection and encoding stay on one thread.
 
     Everything, NaN included, is checked before the residual is touched."""
     cfg = _config(cfg)
@@ -583,20 +583,19 @@ def _thread_count(value, name: str) -> int:
 
 
 _pool_lock = threading.Lock()
-_pool: cf.ThreadPoolExecutor | None = None
-_pool_size = 0
+_pools: dict[int, cf.ThreadPoolExecutor] = {}
 
 
 def _thread_pool(workers: int) -> cf.ThreadPoolExecutor:
-    """One pool kept for the process (starting threads costs more than a small layer)."""
-    global _pool, _pool_size
+    """A pool of exactly `workers` threads, kept for the process (starting threads costs
+    more than a small layer); one pool per size, so a call never runs on more threads
+    than it asked for."""
     with _pool_lock:
-        if _pool is None or _pool_size < workers:
-            if _pool is not None:
-                _pool.shutdown(wait=False)
-            _pool = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gradblock")
-            _pool_size = workers
-        return _pool
+        pool = _pools.get(workers)
+        if pool is None:
+            pool = _pools[workers] = cf.ThreadPoolExecutor(max_workers=workers,
+                                                           thread_name_prefix="gradblock")
+        return pool
 
 
 def _balanced_groups(tasks: list, cost, groups: int) -> list[list]:
@@ -647,9 +646,13 @@ class _Job:
         chunks = [t for i in split for t in ranges[i]]
         pool = _thread_pool(threads)
 
-        def spread(fn, tasks, cost):
-            # More groups than threads: the pool hands them out as threads come free, so a
-            # thread that the OS runs slowly takes fewer of them.
+        def spread(fn, tasks, cost, inline_below):
+            # A phase whose work is below `inline_below` runs on this thread: a round trip
+            # through the pool costs about as much. Otherwise make more groups than threads:
+            # the pool hands them out as threads come free, so a thread that the OS runs
+            # slowly takes fewer of them.
+            if sum(cost(t) for t in tasks) < inline_below:
+                return [fn(t) for t in tasks]
             groups = _balanced_groups(tasks, cost, self.GROUPS_PER_THREAD * threads)
             return [x for part in pool.map(lambda g: [fn(t) for t in g], groups) for x in part]
 
@@ -659,7 +662,9 @@ class _Job:
             return i, int(_nan_count(layers[i][0][lo:lo + self._elems(t)]))
 
         whole_tasks = [(i, 0, lays[i].n_blocks) for i in whole]
-        bad = sorted(i for i, c in spread(nan_task, chunks + whole_tasks, self._elems) if c)
+        # the NaN scan only reads (about 4x cheaper per element than pass 1)
+        bad = sorted(i for i, c in spread(nan_task, chunks + whole_tasks, self._elems,
+                                          4 * self.CHUNK * threads) if c)
         if bad:
             raise _nan_error(layers[bad[0]][0], where_of(bad[0]))
 
@@ -678,7 +683,7 @@ class _Job:
                                       self.offsets[i], plan.layer_id, plan.lmax_log2)
             return i, int(nw), int(sq), int(sf)
 
-        for i, nw, sq, sf in spread(pass1_task, chunks + whole_tasks, self._elems):
+        for i, nw, sq, sf in spread(pass1_task, chunks + whole_tasks, self._elems, self.CHUNK):
             n_words[i] = nw
             satq[i] += sq
             satfb[i] += sf
@@ -692,7 +697,7 @@ class _Job:
         def finish_cost(i):          # the mask scan plus the selected elements
             return lays[i].n_blocks + min(lays[i].n, layers[i][2].k_eff * lays[i].block_size)
 
-        for i, nw in spread(finish_task, split, finish_cost):
+        for i, nw in spread(finish_task, split, finish_cost, self.CHUNK):
             n_words[i] = nw
         return [StepInfo(n_words[i], layers[i][2].k_eff, lays[i].n_blocks, lays[i].block_size,
                          satq[i], satfb[i]) for i in range(count)]

@@ -6,7 +6,7 @@ mismatch reports that name the case, word index and both values in hex.
 Environment variables read here (set through run_rtl(env=...)):
   TB_GOLDEN_DIR   a `gradblock golden` directory; without it synthetic cases are generated
   TB_SYNTHETIC    which synthetic cases: "edge" (default: the token grammar's edge cases for
-                  each TB_LMAX_LOG2) or "long" (36864-element layers)
+                  each TB_LMAX_LOG2) or "long" (a 36864-element layer)
   TB_CASES        comma-separated case names to keep (default: all)
   TB_MIN_N, TB_MAX_N  keep only cases with TB_MIN_N <= n <= TB_MAX_N (long cases apart)
   TB_TRAFFIC      profiles "in:out,in:out,...": probability of an idle input cycle and of a
@@ -202,8 +202,8 @@ def synthetic_cases(lmax_log2_values, seed: int = 1) -> list[CodecCase]:
 
 
 def long_cases(seed: int = 3) -> list[CodecCase]:
-    """Layer-sized payloads (64x64x3x3 = 36864 elements) as coarse selection leaves them: 8 of
-    64 filters of 576 kept (a few exact zeros inside), the rest zero; and the same layer dense."""
+    """A layer-sized payload (64x64x3x3 = 36864 elements) as coarse selection leaves it: 8 of
+    64 filters of 576 kept (a few exact zeros inside), the rest zero."""
     rng = np.random.default_rng(seed)
     n_blocks, block = 64, 576
     vals = rng.integers(-2**31, 2**31, size=n_blocks * block, dtype=np.int64)
@@ -212,8 +212,7 @@ def long_cases(seed: int = 3) -> list[CodecCase]:
     keep = np.zeros(n_blocks, dtype=bool)
     keep[rng.choice(n_blocks, size=8, replace=False)] = True
     sparse = np.where(np.repeat(keep, block), vals, 0).astype(np.int32)
-    return [make_case("conv64x64x3x3_k8", sparse, 8, 12, 10.0),
-            make_case("conv64x64x3x3_dense", vals.astype(np.int32), 8, 13, 10.0)]
+    return [make_case("conv64x64x3x3_k8", sparse, 8, 12, 10.0)]
 
 
 def golden_cases(directory: str | Path, stage: str) -> list[CodecCase]:

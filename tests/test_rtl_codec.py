@@ -115,10 +115,10 @@ def test_decoder(sim, queue_aw, tmp_path):
 # ------------------------------------------------------------------ layer-sized frames
 @pytest.mark.slow
 def test_long_layers_on_verilator(tmp_path):
-    """64x64x3x3 = 36864-element layers (block-sparse as coarse selection leaves them, and
-    dense) through encoder and decoder under backpressure (Verilator: minutes on Icarus)."""
+    """A 64x64x3x3 = 36864-element layer, block-sparse as coarse selection leaves it, through
+    encoder and decoder under backpressure (on Verilator: Icarus would take minutes)."""
     need("verilator")
-    env = {"TB_SYNTHETIC": "long", "TB_TRAFFIC": "0:0,0.3:0.3", "TB_LMAX_LOG2_MAX": 8}
+    env = {"TB_SYNTHETIC": "long", "TB_TRAFFIC": "0.3:0.3", "TB_LMAX_LOG2_MAX": 8}
     check(run_rtl("zrle_encoder", hw_sources(*ENCODER), "sim.tb_zrle_encoder", "verilator",
                   parameters={"LMAX_LOG2_MAX": 8}, testcase="encode_cases",
                   run_name="long-encode_cases", env=env))
