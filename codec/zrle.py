@@ -125,6 +125,8 @@ def decode_frame(words: np.ndarray, expected_n: int | None = None, start: int = 
     first problem, in the order of docs/spec.md §3.5. Never reads past the end of `words`."""
     w = np.asarray(words, dtype=np.uint32)
     end = w.size
+    if start < 0:
+        raise ValueError(f"start must be >= 0, got {start}")
 
     def word(i: int) -> int:
         if start + i >= end:

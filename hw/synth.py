@@ -52,9 +52,11 @@ LATCH_SELECT = "t:*dlatch* t:*DLATCH*"
 @dataclass
 class ModuleStats:
     name: str                      # readable: module (parameters)
-    cells: int                     # generic gates and flops, memories excluded
-    flops: int                     # flip-flop bits
+    cells: int                     # its own generic gates and flops, memories excluded
+    flops: int                     # its own flip-flop bits
     memories: list = field(default_factory=list)   # (name, words, bits)
+    total_cells: int = 0           # with every module instantiated below it
+    total_flops: int = 0
 
 
 @dataclass
@@ -153,7 +155,9 @@ def module_stats(stat: dict, memories: dict) -> dict:
     out = {}
     for name, m in mods.items():
         cells, flops, _ = _own_cells(m.get("num_cells_by_type", {}), mods)
-        out[name] = ModuleStats(readable_module(name), cells, flops, memories.get(name, []))
+        total_cells, total_flops = hierarchy_totals(stat, name)
+        out[name] = ModuleStats(readable_module(name), cells, flops, memories.get(name, []),
+                                total_cells, total_flops)
     return out
 
 
@@ -168,7 +172,7 @@ def hierarchy_totals(stat: dict, top: str) -> tuple[int, int]:
             cells, flops = cells + n * c, flops + n * f
         return cells, flops
 
-    return walk(next(k for k in mods if k.lstrip("\\") == top))
+    return walk(next(k for k in mods if k.lstrip("\\") == top.lstrip("\\")))
 
 
 def run_synth(run: SynthRun, yosys: str = "yosys", timeout: int = 1200) -> SynthResult:
@@ -193,14 +197,15 @@ def run_synth(run: SynthRun, yosys: str = "yosys", timeout: int = 1200) -> Synth
 
 
 def format_table(results: list[SynthResult]) -> str:
-    lines = ["| module | cells | flop bits | memories (words x bits) |", "|---|---:|---:|---|"]
+    lines = ["| module | cells | flop bits | cells, with submodules | flop bits, with submodules "
+             "| memories (words x bits) |", "|---|---:|---:|---:|---:|---|"]
     for res in results:
-        for name, m in sorted(res.modules.items(), key=lambda kv: kv[1].name):
-            mems = ", ".join(f"{mem} {w} x {b}" for mem, w, b in m.memories) or "-"
-            lines.append(f"| `{m.name}` | {m.cells} | {m.flops} | {mems} |")
         params = ", ".join(f"{k}={v}" for k, v in res.run.parameters.items())
-        lines.append(f"| **{res.run.top}** ({params or 'defaults'}), whole hierarchy | "
-                     f"**{res.total_cells}** | **{res.total_flops}** | |")
+        lines.append(f"| **{res.run.top}** run ({params or 'default parameters'}) | | | | | |")
+        for m in sorted(res.modules.values(), key=lambda m: m.name):
+            mems = ", ".join(f"{mem} {w} x {b}" for mem, w, b in m.memories) or "-"
+            lines.append(f"| `{m.name}` | {m.cells} | {m.flops} | {m.total_cells} | "
+                         f"{m.total_flops} | {mems} |")
     return "\n".join(lines)
 
 
@@ -224,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(
             [{"top": r.run.top, "parameters": r.run.parameters, "total_cells": r.total_cells,
               "total_flops": r.total_flops,
-              "modules": {m.name: {"cells": m.cells, "flops": m.flops, "memories": m.memories}
+              "modules": {m.name: {"cells": m.cells, "flops": m.flops, "memories": m.memories,
+                                   "total_cells": m.total_cells, "total_flops": m.total_flops}
                           for m in r.modules.values()}} for r in results], indent=1))
     return 0
 

@@ -43,7 +43,7 @@ from codec.zrle_numba import enc_begin, enc_end, enc_feed, enc_feed_zeros
 
 from .compress import LayerStep
 from .quantiser import DEFAULT_RANGE, QMAX, NonFiniteError, QuantConfig, QuantResult
-from .selection import BlockLayout, resolve_k
+from .selection import BlockLayout, block_layout, resolve_k
 
 __all__ = ["compress_layer", "compress_step", "compress_layers", "quantise", "block_norms",
            "select_blocks", "StepInfo", "max_step_words", "LayerStep", "QuantResult"]
@@ -416,21 +416,9 @@ class _Plan:
     lmax_log2: int
 
 
-def _block_layout(shape: tuple[int, ...], block_size) -> BlockLayout:
-    """refmodel.selection.block_layout (same result, same errors) with math.prod: called
-    once per layer per step, where numpy's prod costs more than a small layer's kernel."""
-    n = math.prod(shape)
-    if block_size is None:
-        block_size = math.prod(shape[1:]) if len(shape) >= 2 else 1
-    block_size = int(block_size)
-    if block_size < 1:
-        raise ValueError(f"block_size must be >= 1, got {block_size}")
-    return BlockLayout(n, block_size, -(-n // block_size) if n else 0)
-
-
 def _make_plan(shape, k, block_size, layer_id, lmax_log2) -> _Plan:
     """The argument checks the reference makes after quantising, in its order."""
-    layout = _block_layout(shape, block_size)
+    layout = block_layout(shape, block_size)
     k_eff = resolve_k(k, layout.n_blocks)
     lmax_log2 = check_lmax_log2(lmax_log2)
     if layout.n >= 2**32:

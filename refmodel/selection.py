@@ -22,13 +22,15 @@ class BlockLayout:
 
 def block_layout(shape: tuple[int, ...], block_size: int | None = None) -> BlockLayout:
     """Shape (d0, d1, ...) -> d0 blocks of prod(d1, ...) elements (a conv filter C*K*K,
-    an FC row); 1-D tensors and scalars -> blocks of one element. `block_size` overrides."""
-    n = int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
+    an FC row); 1-D tensors and scalars -> blocks of one element. `block_size` overrides.
+    Called once per layer per step, so it sticks to Python ints (math.prod)."""
+    n = math.prod(shape)
     if block_size is None:
-        block_size = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) >= 2 else 1
+        # a shape with a zero dimension is an empty layer; its block size is moot
+        block_size = max(1, math.prod(shape[1:])) if len(shape) >= 2 else 1
+    if isinstance(block_size, bool) or int(block_size) != block_size or block_size < 1:
+        raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
     block_size = int(block_size)
-    if block_size < 1:
-        raise ValueError(f"block_size must be >= 1, got {block_size}")
     n_blocks = -(-n // block_size) if n else 0
     return BlockLayout(n, block_size, n_blocks)
 
@@ -36,8 +38,6 @@ def block_layout(shape: tuple[int, ...], block_size: int | None = None) -> Block
 def resolve_k(k: int | float, n_blocks: int) -> int:
     """Blocks to send: an integer k >= 1 -> min(k, n_blocks); a fraction 0 < f < 1 ->
     min(n_blocks, max(1, ceil(f * n_blocks))) with f * n_blocks one float64 product."""
-    if n_blocks == 0:
-        return 0
     if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
         if k < 1:
             raise ValueError(f"k must be >= 1 blocks, got {k}")
@@ -47,6 +47,8 @@ def resolve_k(k: int | float, n_blocks: int) -> int:
         if f >= 1.0 and f.is_integer():
             return min(int(f), n_blocks)
         raise ValueError(f"k must be an integer >= 1 or a fraction in (0, 1), got {k!r}")
+    if n_blocks == 0:
+        return 0
     return min(n_blocks, max(1, math.ceil(f * float(n_blocks))))
 
 

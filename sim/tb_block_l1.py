@@ -20,7 +20,8 @@ class Bench:
 
     def send(self, case) -> None:
         self.dut.cfg_block_size.value = int(case.meta["block_size"])
-        self.src.send_nowait(AxiStreamFrame(tdata=case.arrays["accumulated"].view("uint32").tolist()))
+        words = case.arrays["accumulated"].view("uint32").tolist()
+        self.src.send_nowait(AxiStreamFrame(tdata=words))
 
     async def run_case(self, case):
         self.send(case)

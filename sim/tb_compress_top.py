@@ -148,7 +148,8 @@ class Bench:
             tbc.check_words(case.name, "residual_out", a["residual_out"].view(np.uint32), res.tdata)
         tbc.check_value(case.name, "err_code", err, status["err_code"])
         tbc.check_value(case.name, "sat_quant", case.meta["sat_quant"], status["sat_quant"])
-        tbc.check_value(case.name, "sat_feedback", case.meta["sat_feedback"], status["sat_feedback"])
+        tbc.check_value(case.name, "sat_feedback", case.meta["sat_feedback"],
+                        status["sat_feedback"])
         tbc.check_value(case.name, "nan count", int(a["quant_nan"].sum()), status["nan"])
 
     async def refused(self, case, cfg: dict, err: int, what: str) -> None:
@@ -176,7 +177,7 @@ async def golden_cases(dut):
         if err:
             why = refusal_reason(cfg, err)
             await tb.refused(case, cfg, err, why)
-            return f"refused as it must be: err_code {err} ({why})"
+            return tbc.Refused(f"refused as it must be: err_code {err} ({why})")
         tb.check(case, *await tb.run_layer(case, cfg))
         return ""
 

@@ -63,6 +63,8 @@ def test_hierarchy_totals_count_instances():
     assert synth.hierarchy_totals(stat, "top") == (2 + 2 * 3, 1 + 2 * 2)
     mods = synth.module_stats(stat, {})
     assert (mods["\\top"].cells, mods["\\top"].flops) == (2, 1)
+    assert (mods["\\top"].total_cells, mods["\\top"].total_flops) == (8, 5)
+    assert (mods["\\leaf"].total_cells, mods["\\leaf"].total_flops) == (3, 2)
 
 
 # ------------------------------------------------------------------ yosys
@@ -107,5 +109,7 @@ def test_full_synthesis():
     assert top[f"topk_select (K_MAX={k_max})"].flops == k_max * 97 + 1
     assert top["quantiser (UW=32)"].cells > 1000            # the 24 x 32 multiplier is there
     assert "zrle_decoder" in by_name(results[1])
+    assert top["compress_top"].total_cells == results[0].total_cells
+    assert top["ef_add"].total_flops == 35 and top["ef_add"].flops == 0   # its pipe_reg holds them
     table = synth.format_table(results)
-    assert "**compress_top**" in table and "**zrle_decoder**" in table
+    assert "**compress_top** run" in table and "**zrle_decoder** run" in table

@@ -42,10 +42,17 @@ def test_last_block_bounds():
 
 
 @steps
-@pytest.mark.parametrize("shape, block_size", [((4,), 0), ((4,), -2), ((3, 0), None)])
+@pytest.mark.parametrize("shape, block_size", [((4,), 0), ((4,), -2), ((4,), 2.5), ((4,), True)])
 def test_bad_block_size(compress_layer, shape, block_size):
     with pytest.raises(ValueError, match="block_size"):
         compress_layer(np.ones(shape, dtype=np.float32), block_size=block_size)
+
+
+@steps
+def test_zero_dimension_is_an_empty_layer(compress_layer):
+    step = compress_layer(np.ones((3, 0), dtype=np.float32))
+    assert (step.layout.n, step.layout.n_blocks, step.k_eff) == (0, 0, 0)
+    assert step.frame.size == 7 and step.frame[3] == 0 and step.frame[5] == 0   # n = 0, T = 0
 
 
 # ------------------------------------------------------------------------------ k
@@ -67,6 +74,8 @@ def test_resolve_k(k, n_blocks, expect):
 def test_bad_k(k):
     with pytest.raises(ValueError, match="k must be"):
         S.resolve_k(k, 10)
+    with pytest.raises(ValueError, match="k must be"):
+        S.resolve_k(k, 0)                  # checked even when the layer has no blocks
     with pytest.raises(ValueError, match="k must be"):
         fast.compress_layer(np.ones((10, 2), dtype=np.float32), k=k)
 

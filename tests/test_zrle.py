@@ -401,6 +401,8 @@ def test_truncated_literals_reported_before_zero_literal():
 def test_start_must_not_be_negative():
     with pytest.raises(ValueError, match="start"):
         zrle_numba.decode_frame(make_frame([(1, [5])], 2), start=-1)
+    with pytest.raises(ValueError, match="start"):
+        zrle.decode_frame(make_frame([(1, [5])], 2), start=-1)
 
 
 def test_trailing_words_after_a_frame_are_ignored():
