@@ -9,6 +9,7 @@ testbenches read either directory the same way (manifest.json + <case>.npz).
 
     write_cases(directory, "edge")   # small corner cases, seconds on any simulator
     write_cases(directory, "layer")  # a real conv layer size (36864 elements)
+    write_cases(directory, "sweep")  # random bit patterns through the quantiser, five ranges
 """
 from __future__ import annotations
 
@@ -166,7 +167,20 @@ def layer_cases(rng: np.random.Generator) -> list[tuple[dict, dict]]:
                       description="64x64x3x3 conv layer, per-filter scales, nonzero residual")]
 
 
-KINDS = {"edge": edge_cases, "layer": layer_cases}
+def sweep_cases(rng: np.random.Generator) -> list[tuple[dict, dict]]:
+    """Quantiser-only sweeps: 4096 uniformly random float32 bit patterns (every exponent, NaN
+    and Inf included) per range R, R chosen so that k is small, large and negative."""
+    cases = []
+    for label, R in (("r10", 10.0), ("r1e-3", 1e-3), ("r3e38", 3.0e38), ("r1e-40", 1e-40),
+                     ("r0p75", 0.75)):
+        bits = rng.integers(0, 2**32, 4096, dtype=np.uint64).astype(np.uint32)
+        cases.append(make_case(f"dp_sweep_{label}", bits.view(np.float32), R=R,
+                               stages=["quantiser"],
+                               description=f"4096 random float32 bit patterns, R = {R}"))
+    return cases
+
+
+KINDS = {"edge": edge_cases, "layer": layer_cases, "sweep": sweep_cases}
 
 
 def write_cases(directory, kind: str = "edge", seed: int = 12345) -> list[str]:

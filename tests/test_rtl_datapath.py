@@ -65,6 +65,13 @@ def edge_vectors(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def sweep_vectors(tmp_path_factory):
+    out = tmp_path_factory.mktemp("datapath") / "sweep"
+    write_cases(out, "sweep")
+    return out
+
+
+@pytest.fixture(scope="session")
 def layer_vectors(tmp_path_factory):
     out = tmp_path_factory.mktemp("datapath") / "layer"
     write_cases(out, "layer")
@@ -127,12 +134,15 @@ SIMS = [pytest.param(s, id=s, marks=slow_unless(s == "icarus")) for s in ("icaru
 
 # ------------------------------------------------------------------ the four stages
 @pytest.mark.parametrize("sim", SIMS)
-def test_quantiser(sim, golden_quick, edge_vectors, tmp_path):
+def test_quantiser(sim, golden_quick, edge_vectors, tmp_path, request):
     """grad_bits -> quantised + sat + nan flags on every case; Verilator with the 32-bit
-    passthrough compress_top uses, Icarus with a 1-bit one."""
+    passthrough compress_top uses, Icarus with a 1-bit one. Verilator also runs 5 x 4096 random
+    bit patterns (every class of float32) at five ranges."""
     need(sim)
     quick = sim == "icarus"
     dirs = (golden_quick, edge_vectors)
+    if not quick:
+        dirs += (request.getfixturevalue("sweep_vectors"),)
     verdicts, recs = run_block("quantiser", sim, dirs, tmp_path, quick=quick,
                                parameters={"UW": 1 if quick else 32})
     expect_verdicts(verdicts, manifest_cases(*dirs), "quantiser", QUICK_MAX_N if quick else None)

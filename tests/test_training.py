@@ -145,4 +145,4 @@ def test_validate_matrix_writes_table_json_and_png(tmp_path, capsys):
         ["dense", "topk", "dlgs", "coarse", "coarse"]
     assert len({r["steps"] for r in data["runs"]}) == 1
     assert (out / "validate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert (out / "validate.md").read_text().count("\n| ") == 5
+    assert (out / "validate.md").read_text().count("\n| ") == 6     # header + 5 rows
