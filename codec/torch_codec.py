@@ -75,8 +75,9 @@ def quantise(x: torch.Tensor, cfg: QuantConfig | float = DEFAULT_RANGE, where: s
     """
     _check_float32(x, "gradient")
     cfg = quant_config(cfg)
-    q, saturated, nan_count, is_nan = _quantise_lazy(x, cfg)
-    nan_n, sat = (int(v) for v in torch.stack([nan_count, saturated]).tolist())
+    q, absbits = _quantise_lazy(x, cfg)
+    is_nan = absbits > 0x7F800000
+    nan_n, sat = torch.stack([is_nan.sum(), (absbits > cfg.range_bits).sum()]).tolist()
     if nan_n:
         _raise_nan(is_nan, nan_n, where)
     return q, sat
@@ -105,7 +106,8 @@ def saturation_bits(cfg: QuantConfig) -> int:
 
 
 def _quantise_lazy(x: torch.Tensor, cfg: QuantConfig):
-    """quantise without any host sync: returns (codes, sat_count, nan_count, nan_mask) tensors.
+    """quantise without any host sync or checks: returns (codes, |bits|) tensors; NaN
+    (|bits| > 0x7F800000) and saturation (|bits| > bits(R)) are for the caller to count.
 
     With e' = max(e, 1): m = |bits| - ((e' - 1) << 23) (the implicit 1 for normals, f for
     subnormals) and t = k + 150 - e'. P = m*M < 2**56 is int64. Round-half-to-even of P / 2**t
@@ -124,9 +126,7 @@ def _quantise_lazy(x: torch.Tensor, cfg: QuantConfig):
     mag32 = mag.to(torch.int32)
     sign = bits >> 31                                  # 0 or -1: (v ^ -1) - -1 = -v
     codes = ((mag32 ^ sign) - sign).reshape(x.shape)
-    is_nan = absbits > 0x7F800000
-    saturated = (absbits > cfg.range_bits).sum()
-    return codes, saturated, is_nan.sum(), is_nan
+    return codes, absbits
 
 
 def dequantise(v: torch.Tensor, cfg: QuantConfig | float = DEFAULT_RANGE) -> torch.Tensor:
@@ -464,9 +464,11 @@ def compress_layer(grad: torch.Tensor, residual: torch.Tensor | None = None, *,
         raise ValueError(f"residual on {residual.device}, gradient on {grad.device}")
     layout = block_layout(tuple(grad.shape), block_size)
     k_eff = resolve_k(k, layout.n_blocks)
-    q, sat_q, nan_count, is_nan = _quantise_lazy(grad, cfg)
+    q, absbits = _quantise_lazy(grad, cfg)
+    is_nan = absbits > 0x7F800000
     acc, sat_fb = _error_feedback_lazy(residual, q)
-    nan_n, sat_q, sat_fb = (int(v) for v in torch.stack([nan_count, sat_q, sat_fb]).tolist())
+    nan_n, sat_q, sat_fb = torch.stack([is_nan.sum(), (absbits > cfg.range_bits).sum(),
+                                        sat_fb]).tolist()
     if nan_n:
         _raise_nan(is_nan, nan_n, where)
     norms = block_norms(acc, layout)
@@ -600,13 +602,16 @@ def compress_group(plan: GroupPlan, grads: list[torch.Tensor], residuals: list[t
                         else r.reshape(-1) for j, r in enumerate(residuals)]) if L else \
         torch.zeros(0, dtype=torch.int32, device=dev)
 
-    q, _, _, is_nan = _quantise_lazy(flat_g, cfg)
+    q, absbits = _quantise_lazy(flat_g, cfg)
     s = flat_r.to(torch.int64) + q.to(torch.int64)
     acc = s.clamp(-QMAX, QMAX)
-    absbits = flat_g.view(torch.int32) & 0x7FFFFFFF
-    # per-layer counts of (NaN, |g| > R, |r + q| > QMAX) in one prefix sum and one host sync
-    flags = torch.stack([is_nan, absbits > cfg.range_bits, s != acc]).to(torch.int32)
-    nan_c, sat_q, sat_fb = _segment_counts_rows(flags, plan).tolist()
+    # NaN, |g| > R, |r + q| > QMAX: totals in one host sync, per layer only when any is nonzero
+    flags = (absbits > 0x7F800000, absbits > cfg.range_bits, s != acc)
+    if any(torch.stack([f.sum() for f in flags]).tolist()):
+        nan_c, sat_q, sat_fb = _segment_counts_rows(torch.stack(flags).to(torch.int32), plan).tolist()
+    else:
+        nan_c = sat_q = sat_fb = [0] * L
+    is_nan = flags[0]
     for j, c in enumerate(nan_c):
         if c:
             start = int(plan.elem_start[j])

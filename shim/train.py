@@ -175,13 +175,14 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     """Options shared by `train` and `validate`."""
     d = TrainConfig()
     p.add_argument("--data", default=d.data, choices=["fashion-mnist", "digits", "mnist", "cifar10"],
-                   help="dataset (default: Fashion-MNIST from /usr/share/datasets/fashion-mnist)")
+                   help="dataset; Fashion-MNIST is read from /usr/share/datasets/fashion-mnist "
+                        "unless --data-dir is given")
     p.add_argument("--data-dir", default=None, help="directory with the dataset files")
     p.add_argument("--model", default=None, choices=sorted(MODEL_ALIASES),
-                   help="default: the dataset's own (lenet5 for Fashion-MNIST / MNIST, digits-cnn, "
+                   help="None: the dataset's own (lenet5 for Fashion-MNIST / MNIST, digits-cnn, "
                         "resnet20 for CIFAR-10)")
     p.add_argument("--workers", type=positive_int, default=None,
-                   help="simulated workers (default 4; under --ddp the torchrun world size)")
+                   help="simulated workers (None: 4; under --ddp the torchrun world size)")
     p.add_argument("--epochs", type=positive_int, default=d.epochs)
     p.add_argument("--batch-size", type=positive_int, default=d.batch_size, help="per worker")
     p.add_argument("--lr", type=positive_float, default=d.lr)
@@ -189,7 +190,7 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
                    help="global momentum, [0, 1)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--dense-below", type=nonneg_int, default=0, metavar="N",
-                   help="send layers with fewer than N elements dense (default 0: none)")
+                   help="send layers with fewer than N elements dense (0: none)")
     p.add_argument("--warmup-epochs", type=nonneg_int, default=0, metavar="E",
                    help="train the first E epochs dense, then switch to the compressor "
                         "(its residuals start at zero)")
@@ -200,7 +201,7 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
                    help="dlgs: steps between threshold recomputations")
     p.add_argument("--range", type=positive_float, default=d.range, help="quantiser range R")
     p.add_argument("--block-size", type=positive_int, default=None,
-                   help="override the block size B (default: one filter / FC row)")
+                   help="override the block size B (None: one filter / FC row)")
     p.add_argument("--lmax-log2", type=lmax_log2_value, default=d.lmax_log2,
                    help="ZRLE LMAX_LOG2 (1..24)")
     p.add_argument("--train-subset", type=positive_int, default=None, metavar="N",
@@ -212,7 +213,7 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch intra-op threads (0: torch's default); results are bit-reproducible "
                         "for a fixed thread count")
     p.add_argument("--eval-every", type=nonneg_int, default=0, metavar="STEPS",
-                   help="also evaluate every STEPS steps (default: once per epoch)")
+                   help="also evaluate every STEPS steps (0: only at epoch ends)")
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no tqdm progress bar")
 

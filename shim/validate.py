@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k-large", type=parse_k, default=4, help="the larger coarse k")
     p.add_argument("--compressors", nargs="+", default=None,
                    choices=["dense", "topk", "dlgs", "coarse1", "coarseK"],
-                   help="run only these rows (default: all five)")
+                   help="run only these rows (None: all five)")
     p.add_argument("--quick", action="store_true",
                    help=f"short run: {QUICK['epochs']} epochs on a {QUICK['train_subset']}-sample "
                         f"training subset, {QUICK['test_subset']} test samples (explicit options win)")
