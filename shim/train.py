@@ -415,9 +415,6 @@ class Trainer:
             self.cluster.compressor, self.cluster.workers = comp, states
 
     # -- checkpoints
-    def _worker_states(self) -> dict:
-        return self.states
-
     def _ckpt_path(self, path: str) -> Path:
         return rank_path(path, self.rank if self.ddp else None)
 
@@ -428,7 +425,7 @@ class Trainer:
             "global_step": self.global_step,
             "model": self.problem.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "compressor": compressor_state(self.compressor, self._worker_states()),
+            "compressor": compressor_state(self.compressor, self.states),
             "rng": rng_state(),
             "history": asdict(self.history),
         })
