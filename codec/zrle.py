@@ -185,8 +185,10 @@ def decode_frame(words: np.ndarray, expected_n: int | None = None, start: int = 
     return Frame(layer_id, rbits, lmax_log2, out, T, pos + TRAILER_WORDS)
 
 
-def decode_message(words: np.ndarray, expected_sizes: list[int] | None = None) -> list[Frame]:
-    """Decode concatenated frames (one per layer, in parameter order)."""
+def decode_message(words: np.ndarray, expected_sizes: list[int] | None = None,
+                   decode_frame=decode_frame) -> list[Frame]:
+    """Decode concatenated frames (one per layer, in parameter order). `decode_frame` lets a
+    faster decoder with the same contract (codec.zrle_numba) reuse this walk."""
     w = np.asarray(words, dtype=np.uint32)
     frames, at = [], 0
     while at < w.size:

@@ -25,8 +25,6 @@ The jitted kernels never touch memory outside their arrays: the encoder's buffer
 before it starts (a frame is at most `5 + 3n + 2` words) and the decoder checks the input
 length before every read and the frame's `n` against its output before every write.
 
-Known difference from the reference: `start` must be >= 0 here (the reference would index
-from the end of the array with a negative start).
 """
 from __future__ import annotations
 
@@ -36,6 +34,7 @@ import numba as nb
 import numpy as np
 
 from . import errors as E
+from . import zrle
 from .crc32_numba import CRC_INIT, crc32_final, crc32_update
 from .zrle import (DEFAULT_LMAX_LOG2, HEADER_WORDS, LMAX_LOG2_MAX, LMAX_LOG2_MIN, MAGIC,
                    TRAILER_WORDS, VERSION, Frame, check_lmax_log2, max_frame_words, range_bits)
@@ -477,20 +476,7 @@ def decode_frame(words, expected_n: int | None = None, start: int = 0) -> Frame:
 
 def decode_message(words, expected_sizes: list[int] | None = None) -> list[Frame]:
     """Decode concatenated frames (one per layer, in parameter order), as codec.zrle does."""
-    w = _as_words(words)
-    frames, at = [], 0
-    while at < w.size:
-        i = len(frames)
-        exp = None
-        if expected_sizes is not None:
-            if i >= len(expected_sizes):
-                raise E.SizeMismatchError(f"message has more than {len(expected_sizes)} frames", at)
-            exp = expected_sizes[i]
-        frames.append(decode_frame(w, exp, at))
-        at += frames[-1].n_words
-    if expected_sizes is not None and len(frames) != len(expected_sizes):
-        raise E.SizeMismatchError(f"message has {len(frames)} frames, expected {len(expected_sizes)}")
-    return frames
+    return zrle.decode_message(_as_words(words), expected_sizes, decode_frame=decode_frame)
 
 
 @nb.njit(nogil=True, cache=True)
