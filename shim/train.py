@@ -110,24 +110,21 @@ def parse_density(text: str) -> float | str:
     return v
 
 
-def positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
-    return v
+def _int_at_least(lowest: int):
+    """argparse type: an integer >= lowest."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if v < lowest:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {lowest}, got {v}")
+        return v
+    return parse
 
 
-def nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
-    return v
+positive_int = _int_at_least(1)
+nonneg_int = _int_at_least(0)
 
 
 def positive_float(text: str) -> float:
