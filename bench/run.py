@@ -137,10 +137,12 @@ def bench_main(argv: list[str] | None = None) -> int:
     header.append(f"- workloads: " + "; ".join(
         f"{w.name} ({w.n_params:,} parameters in {len(w.grads)} tensors; gradients {w.source})"
         for w in ctx.workloads))
+    load_end = os.getloadavg()[0]
+    busy = max(load_start[0], load_end) > (os.cpu_count() or 1)
     header.append(f"- repetitions: median of {ctx.reps} after {ctx.warmup} warm-up; k = {ctx.k}; "
                   f"R = {ctx.R:g}; measured in {time.perf_counter() - t_start:.0f} s; 1-minute "
-                  f"load average {load_start[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at "
-                  f"the end (above the core count, other work shared the machine)")
+                  f"load average {load_start[0]:.2f} at the start, {load_end:.2f} at the end"
+                  + (" (above the core count: other work shared the machine)" if busy else ""))
     shown = [a for a in argv if a not in ("--quiet", "--no-write")]
     command = " ".join(["gradblock bench", *shown])
     text = report.render(header, [t.to_markdown() for t in tables.values()],
