@@ -134,7 +134,7 @@ def bench_main(argv: list[str] | None = None) -> int:
         ctx.log(f"table {n} ({key}) done in {time.perf_counter() - t0:.1f} s")
     mode = "quick" if ctx.quick else "full"
     header = header_lines(mode, ctx.thread_counts, REPO_ROOT)
-    header.append(f"- workloads: " + "; ".join(
+    header.append("- workloads: " + "; ".join(
         f"{w.name} ({w.n_params:,} parameters in {len(w.grads)} tensors; gradients {w.source})"
         for w in ctx.workloads))
     load_end = os.getloadavg()[0]

@@ -203,6 +203,22 @@ def apply_selection(acc: torch.Tensor, selected: torch.Tensor, layout: BlockLayo
 # §3 ZRLE frames
 
 
+def _split_runs(run_s, run_e, zeros_before, lmax: int):
+    """Cut nonzero runs [run_s, run_e) into canonical tokens of at most LMAX literals; only a
+    run's first token keeps the zeros before it. Returns (run of each token, literal start, L, z)."""
+    chunks = (run_e - run_s + lmax - 1) // lmax
+    n_chunks = int(chunks.sum().item()) if chunks.numel() else 0
+    run_of_chunk = torch.repeat_interleave(torch.arange(run_s.numel(), device=run_s.device), chunks,
+                                           output_size=n_chunks)
+    first_chunk = torch.cumsum(chunks, 0) - chunks
+    idx_in_run = torch.arange(n_chunks, device=run_s.device) - torch.repeat_interleave(
+        first_chunk, chunks, output_size=n_chunks)
+    lit_s = run_s[run_of_chunk] + idx_in_run * lmax
+    L = torch.minimum(torch.full_like(lit_s, lmax), run_e[run_of_chunk] - lit_s)
+    z = torch.where(idx_in_run == 0, zeros_before[run_of_chunk], torch.zeros_like(lit_s))
+    return run_of_chunk, lit_s, L, z
+
+
 def _tokens(flat: torch.Tensor, lmax: int):
     """Canonical tokens of a flat int32 tensor: (z, L, literal_start), int64 on its device.
 
@@ -216,16 +232,7 @@ def _tokens(flat: torch.Tensor, lmax: int):
     run_e = torch.nonzero(edges == -1).reshape(-1)
     prev_end = torch.cat([run_e.new_zeros(1), run_e[:-1]])
     zeros_before = run_s - prev_end
-    chunks = (run_e - run_s + lmax - 1) // lmax         # split runs longer than LMAX
-    n_chunks = int(chunks.sum().item()) if chunks.numel() else 0
-    run_of_chunk = torch.repeat_interleave(torch.arange(run_s.numel(), device=dev), chunks,
-                                           output_size=n_chunks)
-    first_chunk = torch.cumsum(chunks, 0) - chunks
-    idx_in_run = torch.arange(n_chunks, device=dev) - torch.repeat_interleave(
-        first_chunk, chunks, output_size=n_chunks)
-    lit_s = run_s[run_of_chunk] + idx_in_run * lmax
-    L = torch.minimum(torch.full_like(lit_s, lmax), run_e[run_of_chunk] - lit_s)
-    z = torch.where(idx_in_run == 0, zeros_before[run_of_chunk], torch.zeros_like(lit_s))
+    run_of_chunk, lit_s, L, z = _split_runs(run_s, run_e, zeros_before, lmax)
     last_end = run_e[-1:] if run_e.numel() else run_e.new_zeros(1)
     tail = n - last_end                                  # trailing zeros: final (z, 0) token
     if n > 0:
@@ -657,16 +664,7 @@ def _encode_group_frames(plan: GroupPlan, payload: torch.Tensor, lmax: int, crc:
     prev_end = torch.where(same_layer, torch.cat([run_e.new_zeros(1), run_e[:-1]]),
                            plan.elem_start[run_layer])
     zeros_before = run_s - prev_end
-    chunks = (run_e - run_s + lmax - 1) // lmax
-    n_chunks = int(chunks.sum().item()) if chunks.numel() else 0
-    run_of_chunk = torch.repeat_interleave(torch.arange(run_s.numel(), device=dev), chunks,
-                                           output_size=n_chunks)
-    first_chunk = torch.cumsum(chunks, 0) - chunks
-    idx_in_run = torch.arange(n_chunks, device=dev) - torch.repeat_interleave(
-        first_chunk, chunks, output_size=n_chunks)
-    lit_s = run_s[run_of_chunk] + idx_in_run * lmax
-    tok_L = torch.minimum(torch.full_like(lit_s, lmax), run_e[run_of_chunk] - lit_s)
-    tok_z = torch.where(idx_in_run == 0, zeros_before[run_of_chunk], torch.zeros_like(lit_s))
+    run_of_chunk, lit_s, tok_L, tok_z = _split_runs(run_s, run_e, zeros_before, lmax)
     tok_layer = run_layer[run_of_chunk]
     # trailing zeros of each layer: one (z, 0) token
     last_end = plan.elem_start.clone()

@@ -359,7 +359,6 @@ def _decode_kernel(w, start, has_expected, expected_n, out, acc, mode, zero_fill
 def _raise_for(res) -> None:
     """Turn a kernel result into the exception codec.zrle.decode_frame would raise."""
     status, word, n, _, rbits, lmax_log2, T, _, d1, d2 = (int(v) for v in res)
-    lmax = 1 << lmax_log2 if lmax_log2 else 0
     if status == _TRUNCATED:
         if d1 < 0:
             raise E.TruncatedError(f"frame needs word {word} but only {d2} are present", word)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import functools
-import math
 import operator
 import threading
 from dataclasses import dataclass
