@@ -127,31 +127,29 @@ positive_int = _int_at_least(1)
 nonneg_int = _int_at_least(0)
 
 
-def positive_float(text: str) -> float:
+def _number(text: str) -> float:
     try:
-        v = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def positive_float(text: str) -> float:
+    v = _number(text)
     if not (math.isfinite(v) and v > 0):
         raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
     return v
 
 
 def nonneg_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    v = _number(text)
     if not (math.isfinite(v) and v >= 0):
         raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
     return v
 
 
 def momentum_value(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    v = _number(text)
     if not (0.0 <= v < 1.0):
         raise argparse.ArgumentTypeError(f"momentum must be in [0, 1), got {text!r}")
     return v
