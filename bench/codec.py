@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from codec import zrle
-from codec.zrle import HEADER_WORDS, TRAILER_WORDS, max_frame_words
+from gradblock.codec import zrle
+from gradblock.codec.zrle import HEADER_WORDS, TRAILER_WORDS, max_frame_words
 
 from .context import BenchContext, Prepared, Unavailable, optional_module, require
 from .tables import Table
@@ -65,7 +65,7 @@ class ZrleNumba(_ZrleMessage):
 
     def __init__(self, prep: Prepared, R: float):
         super().__init__(prep, R)
-        zn = optional_module("codec.zrle_numba")
+        zn = optional_module("gradblock.codec.zrle_numba")
         self.encode_into, self.decode_into = require(zn, "encode_into", "decode_into")
         self.buf = np.empty(sum(max_frame_words(n) for n in self.sizes), dtype=np.uint32)
         self.starts = []
@@ -98,7 +98,7 @@ class ZrleTorch(_ZrleMessage):
     def __init__(self, prep: Prepared, R: float):
         super().__init__(prep, R)
         import torch
-        tc = optional_module("codec.torch_codec")
+        tc = optional_module("gradblock.codec.torch_codec")
         self.encode_frame, self.decode_frame = require(tc, "encode_frame", "decode_frame")
         self.tensors = [torch.from_numpy(p) for p in self.layers]
 
@@ -180,7 +180,7 @@ def ideal_bytes(prep: Prepared) -> int:
 def zrle_call_overhead(ctx: BenchContext) -> tuple[float, float] | None:
     """Seconds one numba encode_into / decode_into call costs on a 1-element frame."""
     try:
-        zn = optional_module("codec.zrle_numba")
+        zn = optional_module("gradblock.codec.zrle_numba")
         encode_into, decode_into = require(zn, "encode_into", "decode_into")
     except Unavailable:
         return None

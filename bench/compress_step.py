@@ -11,8 +11,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from codec.zrle import DEFAULT_LMAX_LOG2
-from refmodel.compress import compress_layer
+from gradblock.codec.zrle import DEFAULT_LMAX_LOG2
+from gradblock.refmodel.compress import compress_layer
 
 from . import membw
 from .context import BenchContext, Prepared, Unavailable, optional_module, require
@@ -57,7 +57,7 @@ class NumbaLayer(Impl):
     label = "numba compress_layer"
 
     def __init__(self, prep: Prepared):
-        fast = optional_module("refmodel.fast")
+        fast = optional_module("gradblock.refmodel.fast")
         self.compress = require(fast, "compress_layer")
         self.work = [(g, r, i) for i, (g, r) in enumerate(zip(prep.workload.grads, prep.residuals))]
         self.cfg, self.k = prep.cfg, prep.k
@@ -72,7 +72,7 @@ class _NumbaInPlace(Impl):
     the step's input residuals before every run (untimed)."""
 
     def __init__(self, prep: Prepared):
-        self.fast = optional_module("refmodel.fast")
+        self.fast = optional_module("gradblock.refmodel.fast")
         self.grads = prep.workload.grads
         self.initial = prep.residuals
         self.residuals = [r.copy() for r in prep.residuals]
@@ -142,7 +142,7 @@ class TorchLayer(Impl):
 
     def __init__(self, prep: Prepared):
         import torch
-        tc = optional_module("codec.torch_codec")
+        tc = optional_module("gradblock.codec.torch_codec")
         self.compress = require(tc, "compress_layer")
         self.work = [(torch.from_numpy(g), torch.from_numpy(r), i)
                      for i, (g, r) in enumerate(zip(prep.workload.grads, prep.residuals))]
@@ -171,7 +171,7 @@ def numba_call_overhead(ctx: BenchContext) -> float | None:
     """Seconds one compress_step call costs on a 1-element layer: the fixed per-layer price
     (argument checks, dispatch) that a model with many small layers pays once per layer."""
     try:
-        fast = optional_module("refmodel.fast")
+        fast = optional_module("gradblock.refmodel.fast")
         step = require(fast, "compress_step")
     except Unavailable:
         return None

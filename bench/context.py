@@ -9,8 +9,8 @@ from functools import cached_property
 
 import numpy as np
 
-from refmodel.compress import LayerStep, compress_layer
-from refmodel.quantiser import QuantConfig
+from gradblock.refmodel.compress import LayerStep, compress_layer
+from gradblock.refmodel.quantiser import QuantConfig
 
 from .gradients import Workload
 from .tables import failed, not_available

@@ -35,13 +35,13 @@ class RtlBench:
     golden_env: str = "TB_GOLDEN_DIRS"   # how a datapath testbench is told where vectors are
 
 
-BENCHES = (RtlBench("quantiser", "sim.tb_quantiser", True),
-           RtlBench("ef_add", "sim.tb_ef_add", True),
-           RtlBench("block_l1", "sim.tb_block_l1", True),
-           RtlBench("topk_select", "sim.tb_topk_select", True),
-           RtlBench("compress_top", "sim.tb_compress_top", True),
-           RtlBench("zrle_encoder", "sim.tb_zrle_encoder", False),
-           RtlBench("zrle_decoder", "sim.tb_zrle_decoder", False))
+BENCHES = (RtlBench("quantiser", "gradblock.sim.tb_quantiser", True),
+           RtlBench("ef_add", "gradblock.sim.tb_ef_add", True),
+           RtlBench("block_l1", "gradblock.sim.tb_block_l1", True),
+           RtlBench("topk_select", "gradblock.sim.tb_topk_select", True),
+           RtlBench("compress_top", "gradblock.sim.tb_compress_top", True),
+           RtlBench("zrle_encoder", "gradblock.sim.tb_zrle_encoder", False),
+           RtlBench("zrle_decoder", "gradblock.sim.tb_zrle_decoder", False))
 
 
 def benches() -> list[RtlBench]:
@@ -49,7 +49,7 @@ def benches() -> list[RtlBench]:
     parameters) taken from `gradblock verify`'s registry, sim.verify.REGISTRY, for the blocks
     it lists; the others are built with their defaults and found sources."""
     try:
-        registry = list(optional_module("sim.verify").REGISTRY.values())
+        registry = list(optional_module("gradblock.sim.verify").REGISTRY.values())
     except (Unavailable, AttributeError):
         registry = []
     out = []
@@ -160,7 +160,7 @@ def _words_through(records: list[dict]) -> int:
 
 
 def _run_one(bench: RtlBench, sim: str, vectors_dir: Path | None, work: Path):
-    harness = optional_module("sim.harness")
+    harness = optional_module("gradblock.sim.harness")
     run_rtl, hw_sources, available = require(harness, "run_rtl", "hw_sources",
                                              "simulator_available")
     why = available(sim)
@@ -195,7 +195,7 @@ def _run_one(bench: RtlBench, sim: str, vectors_dir: Path | None, work: Path):
 def _vectors(work: Path) -> Path:
     """The datapath testbenches' corner-case vectors (sim.datapath_vectors' default kind:
     small, so a cocotb run takes seconds)."""
-    write_cases = require(optional_module("sim.datapath_vectors"), "write_cases")
+    write_cases = require(optional_module("gradblock.sim.datapath_vectors"), "write_cases")
     out = work / "vectors"
     write_cases(out)
     return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from refmodel.selection import block_norms, select_blocks
+from gradblock.refmodel.selection import block_norms, select_blocks
 
 from .compress_step import NumbaLayers, NumbaStep
 from .compress_step import check_frames as _check_step_frames
@@ -32,7 +32,7 @@ def _coarse_numpy(prep: Prepared):
 
 
 def _coarse_numba(prep: Prepared):
-    fast = optional_module("refmodel.fast")
+    fast = optional_module("gradblock.refmodel.fast")
     norms_fn, select_fn = require(fast, "block_norms", "select_blocks")
     work = [(s.acc, s.layout, s.k_eff) for s in prep.steps]
 
@@ -47,7 +47,7 @@ def _torch_tensors(arrays, device):
 
 
 def _coarse_torch(prep: Prepared, device: str):
-    tc = optional_module("codec.torch_codec")
+    tc = optional_module("gradblock.codec.torch_codec")
     norms_fn, select_fn = require(tc, "block_norms", "select_blocks")
     accs = _torch_tensors([s.acc for s in prep.steps], device)
     work = [(a, s.layout, s.k_eff) for a, s in zip(accs, prep.steps)]

@@ -43,10 +43,10 @@ def _measure_cluster(name: str, device: str, n_workers: int, batch: int, k, R: f
     """Median per-step seconds of (compute, compress, exchange, update) and bytes per worker."""
     import torch
     import torch.nn.functional as F
-    models = optional_module("shim.models")
-    comp = optional_module("shim.compressors")
-    workers = optional_module("shim.workers")
-    optim = optional_module("shim.optim")
+    models = optional_module("gradblock.shim.models")
+    comp = optional_module("gradblock.shim.compressors")
+    workers = optional_module("gradblock.shim.workers")
+    optim = optional_module("gradblock.shim.optim")
     build_model = require(models, "build_model")
     layers_of, build_compressor = require(comp, "layers_of", "build_compressor")
     Cluster = require(workers, "SimulatedCluster")

@@ -26,9 +26,9 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from codec import zrle
-from refmodel.quantiser import DEFAULT_RANGE, QMAX, NonFiniteError, QuantConfig
-from refmodel.selection import BlockLayout, block_layout, resolve_k
+from gradblock.codec import zrle
+from gradblock.refmodel.quantiser import DEFAULT_RANGE, QMAX, NonFiniteError, QuantConfig
+from gradblock.refmodel.selection import BlockLayout, block_layout, resolve_k
 
 __all__ = [
     "QMAX", "TorchLayerStep", "DecodedFrame", "quant_config", "quantise", "error_feedback",
@@ -89,7 +89,7 @@ def saturation_bits(cfg: QuantConfig) -> int:
     bits of non-negative floats order like their values, so exactly the elements with
     (bits & 0x7FFFFFFF) >= this value saturate (±Inf included). Found by bisection on the
     numpy reference quantiser."""
-    from refmodel.quantiser import quantise as ref_quantise
+    from gradblock.refmodel.quantiser import quantise as ref_quantise
 
     def saturates(b: int) -> bool:
         x = np.array([b], dtype=np.uint32).view(np.float32)

@@ -16,10 +16,10 @@ COMMANDS = {
     "step": ("gradblock.commands", "step_main", "quantise + feedback + select + encode one layer"),
     "inspect": ("gradblock.commands", "inspect_main", "readable dump of every frame in a message"),
     "golden": ("gradblock.golden", "golden_main", "write golden vectors for the RTL"),
-    "verify": ("sim.verify", "verify_main", "run the RTL against a golden vector directory"),
-    "train": ("shim.train", "train_main", "train one configuration with a compressor"),
-    "validate": ("shim.validate", "validate_main", "dense vs topk vs dlgs vs coarse side by side"),
-    "bench": ("bench.run", "bench_main", "benchmark tables -> docs/benchmarks.md"),
+    "verify": ("gradblock.sim.verify", "verify_main", "run the RTL against a golden vector directory"),
+    "train": ("gradblock.shim.train", "train_main", "train one configuration with a compressor"),
+    "validate": ("gradblock.shim.validate", "validate_main", "dense vs topk vs dlgs vs coarse side by side"),
+    "bench": ("gradblock.bench.run", "bench_main", "benchmark tables -> docs/benchmarks.md"),
     "demo": ("gradblock.demo", "demo_main", "the main job on the embedded default"),
 }
 

@@ -18,11 +18,11 @@ from typing import Callable
 
 import numpy as np
 
-from codec import errors as frame_errors
-from codec import zrle
-from refmodel import compress as ref_compress
-from refmodel.quantiser import DEFAULT_RANGE, NonFiniteError, QuantConfig, RangeError, quantise
-from refmodel.selection import resolve_k
+from gradblock.codec import errors as frame_errors
+from gradblock.codec import zrle
+from gradblock.refmodel import compress as ref_compress
+from gradblock.refmodel.quantiser import DEFAULT_RANGE, NonFiniteError, QuantConfig, RangeError, quantise
+from gradblock.refmodel.selection import resolve_k
 
 EXIT_USAGE = 2
 BACKEND_ENV = "GRADBLOCK_BACKEND"        # auto (default) | numba | reference
@@ -70,10 +70,10 @@ def backend(choice: str | None = None) -> Backend:
         raise BackendError(f"{BACKEND_ENV} must be auto, numba or reference, got {choice!r}")
     fast = codec = None
     if choice != "reference":
-        fast = _optional_module("refmodel.fast")
-        codec = _optional_module("codec.zrle_numba")
+        fast = _optional_module("gradblock.refmodel.fast")
+        codec = _optional_module("gradblock.codec.zrle_numba")
         if choice == "numba" and (fast is None or codec is None):
-            missing = "refmodel.fast" if fast is None else "codec.zrle_numba"
+            missing = "gradblock.refmodel.fast" if fast is None else "gradblock.codec.zrle_numba"
             raise BackendError(f"{BACKEND_ENV}=numba but {missing} is not available")
     return Backend("numba" if fast else "reference", "numba" if codec else "reference",
                    fast.compress_layer if fast else ref_compress.compress_layer,

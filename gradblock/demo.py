@@ -50,10 +50,10 @@ def demo_main(argv: list[str]) -> int:
         steps.append(_step("quick golden set for the RTL", "gradblock.golden", "golden_main",
                            ["golden", str(rtl_golden), "--quick"]))
     for sim in args.sims:
-        steps.append(_step(f"RTL vs golden on {sim}", "sim.verify", "verify_main",
+        steps.append(_step(f"RTL vs golden on {sim}", "gradblock.sim.verify", "verify_main",
                            ["verify", "--sim", sim, "--vectors", str(rtl_golden)]))
     if not args.skip_training:
-        steps.append(_step("training validation (Fashion-MNIST, quick)", "shim.validate",
+        steps.append(_step("training validation (Fashion-MNIST, quick)", "gradblock.shim.validate",
                            "validate_main", ["validate", "--quick", "--out", str(out / "validate")]))
 
     print("\n## gradblock demo summary\n")

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from codec import errors as frame_errors
-from codec import zrle
-from refmodel import compress as ref_compress
-from refmodel.quantiser import QMAX, NonFiniteError, QuantConfig, quantise
-from refmodel.selection import block_layout, resolve_k
+from gradblock.codec import errors as frame_errors
+from gradblock.codec import zrle
+from gradblock.refmodel import compress as ref_compress
+from gradblock.refmodel.quantiser import QMAX, NonFiniteError, QuantConfig, quantise
+from gradblock.refmodel.selection import block_layout, resolve_k
 
 FORMAT = "gradblock-golden"
 VERSION = 1
@@ -693,7 +693,7 @@ def golden_main(argv: list[str]) -> int:
         args = p.parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
-    from shim.data import DatasetError
+    from gradblock.shim.data import DatasetError
 
     from .commands import BackendError
     try:

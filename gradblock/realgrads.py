@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from refmodel.quantiser import QuantConfig, average
+from gradblock.refmodel.quantiser import QuantConfig, average
 
 REAL_SOURCES = ("digits", "fashion-mnist")
 REAL_MODEL = "conv64"
@@ -69,8 +69,8 @@ def capture_real_gradients(cfg: RealGradConfig, compress_layer) -> RealGradients
     import torch
     import torch.nn.functional as F
 
-    from shim.data import load_dataset
-    from shim.models import build_model
+    from gradblock.shim.data import load_dataset
+    from gradblock.shim.models import build_model
 
     if cfg.source not in REAL_SOURCES:
         raise ValueError(f"real gradient source must be one of {', '.join(REAL_SOURCES)}, "

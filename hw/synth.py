@@ -26,7 +26,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from sim.rtl_deps import sources  # noqa: E402  (needs the repository root on sys.path)
+from gradblock.sim.rtl_deps import sources  # noqa: E402  (needs the repository root on sys.path)
 
 
 @dataclass(frozen=True)

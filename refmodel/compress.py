@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from codec.zrle import DEFAULT_LMAX_LOG2, encode_frame
+from gradblock.codec.zrle import DEFAULT_LMAX_LOG2, encode_frame
 
 from .quantiser import DEFAULT_RANGE, QuantConfig, quantise
 from .selection import (BlockLayout, apply_selection, block_layout, block_norms, error_feedback,

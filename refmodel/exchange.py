@@ -13,8 +13,8 @@ from typing import Sequence
 
 import numpy as np
 
-from codec import errors as E
-from codec import zrle, zrle_numba
+from gradblock.codec import errors as E
+from gradblock.codec import zrle, zrle_numba
 
 from .quantiser import DEFAULT_RANGE, QMAX, QuantConfig, average
 

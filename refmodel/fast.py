@@ -37,8 +37,8 @@ from typing import Sequence
 import numba as nb
 import numpy as np
 
-from codec.zrle import DEFAULT_LMAX_LOG2, HEADER_WORDS, TRAILER_WORDS, check_lmax_log2, max_frame_words
-from codec.zrle_numba import enc_begin, enc_end, enc_feed, enc_feed_zeros
+from gradblock.codec.zrle import DEFAULT_LMAX_LOG2, HEADER_WORDS, TRAILER_WORDS, check_lmax_log2, max_frame_words
+from gradblock.codec.zrle_numba import enc_begin, enc_end, enc_feed, enc_feed_zeros
 
 from .compress import LayerStep
 from .quantiser import DEFAULT_RANGE, QMAX, NonFiniteError, QuantConfig, QuantResult

@@ -31,11 +31,11 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from codec import errors as frame_errors
-from codec import torch_codec as tc
-from codec.zrle import DEFAULT_LMAX_LOG2
-from refmodel.quantiser import DEFAULT_RANGE, NonFiniteError, QuantConfig
-from refmodel.selection import block_layout, resolve_k
+from gradblock.codec import errors as frame_errors
+from gradblock.codec import torch_codec as tc
+from gradblock.codec.zrle import DEFAULT_LMAX_LOG2
+from gradblock.refmodel.quantiser import DEFAULT_RANGE, NonFiniteError, QuantConfig
+from gradblock.refmodel.selection import block_layout, resolve_k
 
 COMPRESSORS = ("dense", "topk", "dlgs", "coarse")
 
@@ -373,7 +373,7 @@ class CoarseCompressor(Compressor):
         resolve_k(k, 1)                                          # validates k
         if block_size is not None and int(block_size) < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
-        from codec.zrle import check_lmax_log2
+        from gradblock.codec.zrle import check_lmax_log2
         self.k, self.block_size, self.lmax_log2 = k, block_size, check_lmax_log2(lmax_log2)
         self._plans: dict = {}
 

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from codec.zrle import LMAX_LOG2_MAX, LMAX_LOG2_MIN
+from gradblock.codec.zrle import LMAX_LOG2_MAX, LMAX_LOG2_MIN
 
 from .compressors import COMPRESSORS, DenseCompressor, StepStats, WorkerState, build_compressor, layers_of
 from .optim import GlobalMomentumSGD

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from codec.zrle import encode_frame
-from refmodel.quantiser import QMAX, QuantConfig, quantise
-from refmodel.selection import (apply_selection, block_layout, block_norms, error_feedback,
+from gradblock.codec.zrle import encode_frame
+from gradblock.refmodel.quantiser import QMAX, QuantConfig, quantise
+from gradblock.refmodel.selection import (apply_selection, block_layout, block_norms, error_feedback,
                                 resolve_k, select_blocks)
 
-GENERATOR = "sim.datapath_vectors"
+GENERATOR = "gradblock.sim.datapath_vectors"
 ALL_STAGES = ["quantiser", "feedback", "norms", "select", "encode", "top"]
 
 

@@ -3,9 +3,9 @@
 The one entry point is `run_rtl`; `parse_results` reads a cocotb results.xml. Both the codec
 and the datapath testbenches use it:
 
-    from sim.harness import run_rtl, hw_sources
+    from gradblock.sim.harness import run_rtl, hw_sources
     res = run_rtl("zrle_encoder", hw_sources("zrle_encoder", "crc32_word", "axis_skid_buffer"),
-                  "sim.tb_zrle_encoder", "verilator", parameters={"LMAX_LOG2_MAX": 3},
+                  "gradblock.sim.tb_zrle_encoder", "verilator", parameters={"LMAX_LOG2_MAX": 3},
                   env={"TB_CASES": "..."})
     assert res.passed, res.report()
 

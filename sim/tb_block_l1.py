@@ -7,7 +7,7 @@ import cocotb
 from cocotb.triggers import ClockCycles
 from cocotbext.axi import AxiStreamFrame
 
-from sim import tb_datapath_common as tbc
+from gradblock.sim import tb_datapath_common as tbc
 
 MODULE = "block_l1"
 MASK64 = (1 << 64) - 1

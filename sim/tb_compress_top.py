@@ -18,8 +18,8 @@ from cocotb.simtime import get_sim_time
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiStreamFrame
 
-from codec.zrle import encode_frame
-from sim import tb_datapath_common as tbc
+from gradblock.codec.zrle import encode_frame
+from gradblock.sim import tb_datapath_common as tbc
 
 MODULE = "compress_top"
 ERR_OK, ERR_N, ERR_BLOCK_SIZE, ERR_N_BLOCKS, ERR_K, ERR_K_MAX, ERR_LMAX, ERR_RANGE, ERR_M, \

@@ -9,7 +9,7 @@ import cocotb
 import numpy as np
 from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
 
-from sim import tb_util as tb
+from gradblock.sim import tb_util as tb
 
 
 def zlib_crc(words) -> int:

@@ -26,7 +26,7 @@ from cocotb.simtime import convert
 from cocotb.triggers import ClockCycles, RisingEdge, SimTimeoutError, with_timeout
 from cocotbext.axi import AxiStreamBus, AxiStreamMonitor, AxiStreamSink, AxiStreamSource
 
-from sim import tb_util
+from gradblock.sim import tb_util
 
 CLOCK_NS = tb_util.CLOCK_NS
 DEFAULT_TRAFFIC = "0:0,0.3:0,0:0.5,0.6:0.7"

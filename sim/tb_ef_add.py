@@ -7,7 +7,7 @@ import cocotb
 from cocotb.triggers import ClockCycles
 from cocotbext.axi import AxiStreamFrame
 
-from sim import tb_datapath_common as tbc
+from gradblock.sim import tb_datapath_common as tbc
 
 MODULE = "ef_add"
 

@@ -15,9 +15,9 @@ import cocotb
 from cocotb.triggers import ClockCycles
 from cocotbext.axi import AxiStreamFrame
 
-from refmodel.selection import select_blocks
-from sim import tb_datapath_common as tbc
-from sim import tb_util
+from gradblock.refmodel.selection import select_blocks
+from gradblock.sim import tb_datapath_common as tbc
+from gradblock.sim import tb_util
 
 MODULE = "topk_select"
 

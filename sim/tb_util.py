@@ -33,7 +33,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotb.utils import get_sim_time
 
-from codec import zrle
+from gradblock.codec import zrle
 
 CLOCK_NS = 10
 

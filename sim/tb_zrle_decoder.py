@@ -21,9 +21,9 @@ import numpy as np
 from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge, Timer
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
-from codec import errors as E
-from codec import zrle
-from sim import tb_util as tb
+from gradblock.codec import errors as E
+from gradblock.codec import zrle
+from gradblock.sim import tb_util as tb
 
 MASK = 0xFFFFFFFF
 MAX_DESCRIBED = 4096          # fuzz frames may describe at most this many values

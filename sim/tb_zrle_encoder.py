@@ -20,8 +20,8 @@ import numpy as np
 from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge, Timer, with_timeout
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
-from codec import zrle
-from sim import tb_util as tb
+from gradblock.codec import zrle
+from gradblock.sim import tb_util as tb
 
 
 def lmax_log2_max() -> int:

@@ -10,6 +10,7 @@ To add a block, append an RtlModule to REGISTRY (see docs/hw.md, "Adding a block
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import tempfile
@@ -24,7 +25,7 @@ class RtlModule:
     name: str                     # registry key, shown in the table
     toplevel: str                 # HDL top level
     sources: tuple[str, ...]      # module names: hw/<name>.sv, the top level included
-    test_module: str              # cocotb module, e.g. "sim.tb_zrle_encoder"
+    test_module: str              # cocotb module, e.g. "gradblock.sim.tb_zrle_encoder"
     testcase: str                 # the cocotb test that runs the golden cases
     stage: str                    # golden stage a case must list to apply ("encode", ...)
     arrays: tuple[str, ...]       # golden arrays the testbench reads
@@ -35,35 +36,37 @@ class RtlModule:
     def missing(self) -> list[str]:
         """Files this entry needs that do not exist (empty when it can run)."""
         paths = [HW_DIR / f"{s}.sv" for s in self.sources]
-        paths.append(REPO_ROOT / (self.test_module.replace(".", "/") + ".py"))
-        return [str(p.relative_to(REPO_ROOT)) for p in paths if not p.is_file()]
+        missing = [str(p.relative_to(REPO_ROOT)) for p in paths if not p.is_file()]
+        if importlib.util.find_spec(self.test_module) is None:
+            missing.append(self.test_module)
+        return missing
 
 
 REGISTRY: dict[str, RtlModule] = {m.name: m for m in [
     RtlModule("zrle_encoder", "zrle_encoder",
               ("zrle_encoder", "crc32_word", "axis_skid_buffer", "sync_fifo"),
-              "sim.tb_zrle_encoder", "encode_cases", "encode", ("payload", "frame"),
+              "gradblock.sim.tb_zrle_encoder", "encode_cases", "encode", ("payload", "frame"),
               parameters={"LMAX_LOG2_MAX": 8}, env={"TB_LMAX_LOG2_MAX": 8}),
     RtlModule("zrle_decoder", "zrle_decoder",
               ("zrle_decoder", "crc32_word", "axis_skid_buffer", "sync_fifo"),
-              "sim.tb_zrle_decoder", "decode_cases", "decode", ("frame", "payload"),
+              "gradblock.sim.tb_zrle_decoder", "decode_cases", "decode", ("frame", "payload"),
               parameters={"QUEUE_AW": 4}),
     # datapath blocks (their testbenches read TB_GOLDEN_DIR through sim/tb_datapath_common.py)
     RtlModule("quantiser", "quantiser", ("quantiser", "pipe_reg"),
-              "sim.tb_quantiser", "golden_cases", "quantiser",
+              "gradblock.sim.tb_quantiser", "golden_cases", "quantiser",
               ("grad_bits", "quantised", "quant_sat", "quant_nan")),
     RtlModule("ef_add", "ef_add", ("ef_add", "pipe_reg"),
-              "sim.tb_ef_add", "golden_cases", "feedback",
+              "gradblock.sim.tb_ef_add", "golden_cases", "feedback",
               ("residual_in", "quantised", "accumulated", "feedback_sat")),
     RtlModule("block_l1", "block_l1", ("block_l1",),
-              "sim.tb_block_l1", "golden_cases", "norms", ("accumulated", "block_norms")),
+              "gradblock.sim.tb_block_l1", "golden_cases", "norms", ("accumulated", "block_norms")),
     RtlModule("topk_select", "topk_select", ("topk_select",),
-              "sim.tb_topk_select", "golden_cases", "select", ("block_norms", "selected"),
+              "gradblock.sim.tb_topk_select", "golden_cases", "select", ("block_norms", "selected"),
               parameters={"K_MAX": 128}, env={"TB_K_MAX": 128}),
     RtlModule("compress_top", "compress_top",
               ("compress_top", "quantiser", "pipe_reg", "ef_add", "block_l1", "topk_select",
                "zrle_encoder", "sync_fifo", "crc32_word", "axis_skid_buffer"),
-              "sim.tb_compress_top", "golden_cases", "top",
+              "gradblock.sim.tb_compress_top", "golden_cases", "top",
               ("grad_bits", "residual_in", "frame", "residual_out"),
               parameters={"N_MAX": 65536, "K_MAX": 32, "LMAX_LOG2_MAX": 8},
               env={"TB_N_MAX": 65536, "TB_K_MAX": 32, "TB_LMAX_LOG2_MAX": 8}),

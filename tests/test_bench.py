@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench import report, rtl, targets, workloads
-from bench.tables import NOT_AVAILABLE, Table, fmt, parse_markdown_tables, unmeasured
-from bench.timing import measure
+from gradblock.bench import report, rtl, targets, workloads
+from gradblock.bench.tables import NOT_AVAILABLE, Table, fmt, parse_markdown_tables, unmeasured
+from gradblock.bench.timing import measure
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -57,7 +57,7 @@ def test_resnet20_is_computed_from_its_configuration():
 @pytest.mark.torch
 def test_torch_models_match_the_workload_shapes():
     pytest.importorskip("torch")
-    from bench.gradients import torch_model
+    from gradblock.bench.gradients import torch_model
     for name in ("resnet20", "resnet50"):
         shapes = [tuple(p.shape) for p in torch_model(name).parameters()]
         assert shapes == workloads.architecture(name).shapes
@@ -66,13 +66,13 @@ def test_torch_models_match_the_workload_shapes():
 @pytest.mark.torch
 def test_shim_resnet20_has_the_workload_shapes():
     pytest.importorskip("torch")
-    models = pytest.importorskip("shim.models")
+    models = pytest.importorskip("gradblock.shim.models")
     model = models.build_model("resnet20", num_classes=10, in_shape=(3, 32, 32))
     assert [tuple(p.shape) for p in model.parameters()] == workloads.resnet20().shapes
 
 
 def test_synthetic_gradients_have_the_shapes_and_spread():
-    from bench.gradients import synthetic_gradients
+    from gradblock.bench.gradients import synthetic_gradients
     arch = workloads.resnet20()
     grads = synthetic_gradients(arch, seed=1)
     assert [g.shape for g in grads] == arch.shapes
@@ -116,7 +116,7 @@ def test_measure_runs_setup_untimed_and_counts():
 
 
 def test_attempt_turns_errors_into_cells():
-    from bench.context import BenchContext, Unavailable
+    from gradblock.bench.context import BenchContext, Unavailable
     ctx = BenchContext(quick=True, reps=1, warmup=0, thread_counts=[1], workloads=[], k=1, R=10.0,
                        rtl=False, verbose=False)
     assert ctx.attempt("ok", lambda: 3) == (3, None)

@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from codec import errors as E
-from codec import zrle
+from gradblock.codec import errors as E
+from gradblock.codec import zrle
 from gradblock import cli
 from gradblock.commands import BACKEND_ENV, backend, parse_k
-from refmodel.compress import compress_layer
-from refmodel.quantiser import QMAX, quantise
+from gradblock.refmodel.compress import compress_layer
+from gradblock.refmodel.quantiser import QMAX, quantise
 
 ROOT = Path(__file__).resolve().parents[1]
 

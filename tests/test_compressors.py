@@ -6,16 +6,16 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the training shim needs torch")
 
-from codec import errors as E  # noqa: E402
-from codec import zrle  # noqa: E402
-from refmodel.compress import compress_layer as ref_compress  # noqa: E402
-from refmodel.quantiser import NonFiniteError, QuantConfig  # noqa: E402
-from refmodel.quantiser import average as ref_average  # noqa: E402
-from shim import compressors as C  # noqa: E402
-from shim.optim import GlobalMomentumSGD  # noqa: E402
-from shim.state import (CheckpointError, compressor_state, load_checkpoint, rank_path,  # noqa: E402
+from gradblock.codec import errors as E  # noqa: E402
+from gradblock.codec import zrle  # noqa: E402
+from gradblock.refmodel.compress import compress_layer as ref_compress  # noqa: E402
+from gradblock.refmodel.quantiser import NonFiniteError, QuantConfig  # noqa: E402
+from gradblock.refmodel.quantiser import average as ref_average  # noqa: E402
+from gradblock.shim import compressors as C  # noqa: E402
+from gradblock.shim.optim import GlobalMomentumSGD  # noqa: E402
+from gradblock.shim.state import (CheckpointError, compressor_state, load_checkpoint, rank_path,  # noqa: E402
                         restore_compressor_state, save_checkpoint)
-from shim.workers import SimulatedCluster  # noqa: E402
+from gradblock.shim.workers import SimulatedCluster  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

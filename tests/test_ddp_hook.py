@@ -42,7 +42,7 @@ def selfcheck(tmp_path_factory):
     """One 2-process run of shim.ddp_check: every compressor for a few steps, tiny buckets,
     an empty all_gather message, and a frame corrupted by rank 1."""
     out = tmp_path_factory.mktemp("ddp_check")
-    proc = torchrun(["shim.ddp_check", "--out", str(out), "--corrupt-rank", "1"])
+    proc = torchrun(["gradblock.shim.ddp_check", "--out", str(out), "--corrupt-rank", "1"])
     reports = {}
     for r in range(2):
         path = out / f"rank{r}.json"
@@ -78,7 +78,7 @@ def test_corrupt_peer_frame_raises_on_every_rank_naming_rank_and_layer(selfcheck
 
 
 def test_ddp_flag_outside_torchrun_is_a_clear_error(monkeypatch):
-    from shim.train import train_main
+    from gradblock.shim.train import train_main
     for var in ("RANK", "WORLD_SIZE"):
         monkeypatch.delenv(var, raising=False)
     with pytest.raises(SystemExit, match="--ddp needs torchrun"):
@@ -91,7 +91,7 @@ def test_train_ddp_equals_simulation_and_resumes(tmp_path):
     single-process simulation; a DDP run stopped and resumed from per-rank checkpoints ends
     with the same bits too. 22 steps per epoch: the stop (17) is before the epoch boundary,
     the end (30) after it."""
-    from shim.train import TrainConfig, run_training
+    from gradblock.shim.train import TrainConfig, run_training
 
     common = ["--data", "digits", "--compressor", "coarse", "--k", "2", "--epochs", "2",
               "--batch-size", "32", "--threads", "1", "--no-progress", "--max-steps", "30"]

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codec import errors as E
-from codec import zrle
-from refmodel import compress, exchange, fast
-from refmodel.quantiser import QMAX, QuantConfig, average
+from gradblock.codec import errors as E
+from gradblock.codec import zrle
+from gradblock.refmodel import compress, exchange, fast
+from gradblock.refmodel.quantiser import QMAX, QuantConfig, average
 
 SUMMERS = {"numpy": exchange.sum_messages, "numba": exchange.sum_messages_fast}
 summers = pytest.mark.parametrize("sum_messages", list(SUMMERS.values()), ids=list(SUMMERS))

@@ -11,9 +11,9 @@ import numba as nb
 import numpy as np
 import pytest
 
-from codec import errors as E
-from codec import zrle, zrle_numba
-from codec.crc32_numba import CRC_INIT, crc32_final, crc32_update
+from gradblock.codec import errors as E
+from gradblock.codec import zrle, zrle_numba
+from gradblock.codec.crc32_numba import CRC_INIT, crc32_final, crc32_update
 
 VALID_CODES = {0} | {e.code for e in E.ALL_ERRORS}
 HUGE_N = 1 << 22          # the reference allocates n values; skip cross-checks beyond this

@@ -9,10 +9,10 @@ import shutil
 import numpy as np
 import pytest
 
-from codec import zrle
+from gradblock.codec import zrle
 from gradblock import cli
 from gradblock import golden as G
-from refmodel.quantiser import QMAX
+from gradblock.refmodel.quantiser import QMAX
 
 pytest.importorskip("torch", reason="the real-gradient cases train a model with torch")
 
@@ -296,10 +296,10 @@ def test_full_set_has_real_sized_layers(tmp_path):
 
 @pytest.mark.slow
 def test_fashion_mnist_real_source():
-    from shim.data import FASHION_MNIST_DIR
+    from gradblock.shim.data import FASHION_MNIST_DIR
     if not FASHION_MNIST_DIR.is_dir():
         pytest.skip(f"Fashion-MNIST not installed at {FASHION_MNIST_DIR}")
-    from refmodel.compress import compress_layer
+    from gradblock.refmodel.compress import compress_layer
     specs, info = G.real_specs("fashion-mnist", 0, True, compress_layer)
     assert info["dataset"] == "fashion-mnist" and len(specs) == 4
     for spec in specs:

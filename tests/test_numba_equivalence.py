@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codec import zrle, zrle_numba
-from refmodel import compress, fast
-from refmodel.quantiser import QMAX, NonFiniteError, QuantConfig
+from gradblock.codec import zrle, zrle_numba
+from gradblock.refmodel import compress, fast
+from gradblock.refmodel.quantiser import QMAX, NonFiniteError, QuantConfig
 
 F32 = np.finfo(np.float32)
 SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, 1e-45, -1e-45, F32.tiny, -F32.tiny,
@@ -120,7 +120,7 @@ def test_compress_step_in_place_bit_exact(case, parallel):
 
 @given(x=st.lists(st.floats(width=32), max_size=40), R=st.sampled_from(RANGES))
 def test_quantise_bit_exact(x, R):
-    from refmodel.quantiser import quantise as ref_quantise
+    from gradblock.refmodel.quantiser import quantise as ref_quantise
     arr = np.array(x, dtype=np.float32)
     try:
         a = ref_quantise(arr, R)

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refmodel import fast
-from refmodel import quantiser as Q
-from refmodel.quantiser import QMAX, NonFiniteError, QuantConfig, RangeError
+from gradblock.refmodel import fast
+from gradblock.refmodel import quantiser as Q
+from gradblock.refmodel.quantiser import QMAX, NonFiniteError, QuantConfig, RangeError
 
 IMPLS = {"numpy": Q.quantise, "numba": fast.quantise}
 impls = pytest.mark.parametrize("quantise", list(IMPLS.values()), ids=list(IMPLS))

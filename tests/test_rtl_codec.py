@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from sim.harness import REPO_ROOT, hw_sources, run_rtl, simulator_available
+from gradblock.sim.harness import REPO_ROOT, hw_sources, run_rtl, simulator_available
 
 pytestmark = pytest.mark.sim
 
@@ -63,7 +63,7 @@ def traffic_for(sim: str) -> str:
 @pytest.mark.parametrize("sim", SIMS)
 def test_crc32_matches_zlib(sim):
     need(sim)
-    check(run_rtl("crc32_word", hw_sources("crc32_word"), "sim.tb_crc32", sim))
+    check(run_rtl("crc32_word", hw_sources("crc32_word"), "gradblock.sim.tb_crc32", sim))
 
 
 # ------------------------------------------------------------------ encoder
@@ -73,7 +73,7 @@ def test_encoder_synthetic(sim, lmax_max, tmp_path):
     LMAX_LOG2_MAX are skipped by the testbench), backpressure, resets, throughput."""
     need(sim)
     metrics = tmp_path / "metrics.json"
-    res = run_rtl("zrle_encoder", hw_sources(*ENCODER), "sim.tb_zrle_encoder", sim,
+    res = run_rtl("zrle_encoder", hw_sources(*ENCODER), "gradblock.sim.tb_zrle_encoder", sim,
                   parameters={"LMAX_LOG2_MAX": lmax_max},
                   env={"TB_LMAX_LOG2_MAX": lmax_max, "TB_TRAFFIC": traffic_for(sim),
                        "TB_METRICS": metrics, "TB_CASE_RESULTS": tmp_path / "cases.json"})
@@ -99,7 +99,7 @@ def test_decoder(sim, queue_aw, tmp_path):
     need(sim)
     tests = None if queue_aw == 4 else "decode_cases,decode_errors,reset_mid_frame,ready_paths"
     metrics = tmp_path / "metrics.json"
-    res = run_rtl("zrle_decoder", hw_sources(*DECODER), "sim.tb_zrle_decoder", sim,
+    res = run_rtl("zrle_decoder", hw_sources(*DECODER), "gradblock.sim.tb_zrle_decoder", sim,
                   parameters={"QUEUE_AW": queue_aw}, testcase=tests,
                   env={"TB_TRAFFIC": traffic_for(sim), "TB_FUZZ": 200 if sim == "verilator" else 100,
                        "TB_METRICS": metrics})
@@ -119,10 +119,10 @@ def test_long_layers_on_verilator(tmp_path):
     encoder and decoder under backpressure (on Verilator: Icarus would take minutes)."""
     need("verilator")
     env = {"TB_SYNTHETIC": "long", "TB_TRAFFIC": "0.3:0.3", "TB_LMAX_LOG2_MAX": 8}
-    check(run_rtl("zrle_encoder", hw_sources(*ENCODER), "sim.tb_zrle_encoder", "verilator",
+    check(run_rtl("zrle_encoder", hw_sources(*ENCODER), "gradblock.sim.tb_zrle_encoder", "verilator",
                   parameters={"LMAX_LOG2_MAX": 8}, testcase="encode_cases",
                   run_name="long-encode_cases", env=env))
-    check(run_rtl("zrle_decoder", hw_sources(*DECODER), "sim.tb_zrle_decoder", "verilator",
+    check(run_rtl("zrle_decoder", hw_sources(*DECODER), "gradblock.sim.tb_zrle_decoder", "verilator",
                   parameters={"QUEUE_AW": 4}, testcase="decode_cases",
                   run_name="long-decode_cases", env=env))
 
@@ -149,7 +149,7 @@ def test_encoder_golden(sim, golden_quick, tmp_path):
     """Each golden case's payload must encode to its frame, word for word."""
     need(sim)
     out = tmp_path / "cases.json"
-    check(run_rtl("zrle_encoder", hw_sources(*ENCODER), "sim.tb_zrle_encoder", sim,
+    check(run_rtl("zrle_encoder", hw_sources(*ENCODER), "gradblock.sim.tb_zrle_encoder", sim,
                   parameters={"LMAX_LOG2_MAX": 8}, testcase="encode_cases",
                   run_name="golden-encode_cases",
                   env={"TB_GOLDEN_DIR": golden_quick, "TB_LMAX_LOG2_MAX": 8,
@@ -163,7 +163,7 @@ def test_decoder_golden(sim, golden_quick, tmp_path):
     """Each golden case's frame must decode to its payload with a clean status."""
     need(sim)
     out = tmp_path / "cases.json"
-    check(run_rtl("zrle_decoder", hw_sources(*DECODER), "sim.tb_zrle_decoder", sim,
+    check(run_rtl("zrle_decoder", hw_sources(*DECODER), "gradblock.sim.tb_zrle_decoder", sim,
                   parameters={"QUEUE_AW": 4}, testcase="decode_cases",
                   run_name="golden-decode_cases",
                   env={"TB_GOLDEN_DIR": golden_quick, "TB_TRAFFIC": "0:0,0.4:0.4",
@@ -177,7 +177,7 @@ def test_encoder_skips_lmax_above_build(golden_quick, tmp_path):
     encodes the lmax_log2 2 and 3 ones exactly."""
     need("icarus")
     out = tmp_path / "cases.json"
-    check(run_rtl("zrle_encoder", hw_sources(*ENCODER), "sim.tb_zrle_encoder", "icarus",
+    check(run_rtl("zrle_encoder", hw_sources(*ENCODER), "gradblock.sim.tb_zrle_encoder", "icarus",
                   parameters={"LMAX_LOG2_MAX": 3}, testcase="encode_cases",
                   run_name="golden-small-encode_cases",
                   env={"TB_GOLDEN_DIR": golden_quick, "TB_LMAX_LOG2_MAX": 3,
@@ -194,7 +194,7 @@ def test_verify_runs_golden_cases(golden_quick, capsys):
     """`gradblock verify` on two golden cases of the codec blocks: a table row per
     (module, case), exit 0."""
     need("icarus")
-    from sim.verify import verify_main
+    from gradblock.sim.verify import verify_main
     rc = verify_main(["--sim", "icarus", "--vectors", str(golden_quick),
                       "--modules", "zrle_encoder", "zrle_decoder",
                       "--cases", "one_element", "lmax2_runs", "--traffic", "0.3:0.3"])
@@ -207,7 +207,7 @@ def test_verify_runs_golden_cases(golden_quick, capsys):
 
 
 def test_verify_rejects_bad_arguments(tmp_path, capsys):
-    from sim.verify import verify_main
+    from gradblock.sim.verify import verify_main
     assert verify_main(["--sim", "icarus", "--modules", "no_such_block"]) == 2
     assert "unknown module" in capsys.readouterr().err
     assert verify_main(["--sim", "icarus", "--vectors", str(tmp_path / "missing")]) == 2

@@ -18,9 +18,9 @@ import sys
 
 import pytest
 
-from sim.datapath_vectors import write_cases
-from sim.harness import REPO_ROOT, run_rtl, simulator_available
-from sim.rtl_deps import module_closure, sources
+from gradblock.sim.datapath_vectors import write_cases
+from gradblock.sim.harness import REPO_ROOT, run_rtl, simulator_available
+from gradblock.sim.rtl_deps import module_closure, sources
 
 pytestmark = pytest.mark.sim
 
@@ -94,7 +94,7 @@ def run_block(top: str, sim: str, dirs, tmp_path, parameters=None, env=None, tes
                 "TB_CASE_RESULTS": results, "TB_METRICS": metrics, **(env or {})}
     if quick:
         full_env.setdefault("TB_MAX_N", QUICK_MAX_N)
-    res = run_rtl(top, sources(top), f"sim.tb_{top}", sim, parameters=parameters or {},
+    res = run_rtl(top, sources(top), f"gradblock.sim.tb_{top}", sim, parameters=parameters or {},
                   env=full_env, testcase=testcase, run_name=run_name)
     assert res.passed, res.report()
     ran = {t.name for t in res.tests}
@@ -275,9 +275,9 @@ def test_lmax_above_build_is_refused(golden_quick, tmp_path):
 # ------------------------------------------------------------------ bookkeeping
 def test_verify_registry_matches_sources():
     """`gradblock verify` builds each datapath block from exactly the files it instantiates."""
-    from sim.verify import REGISTRY
+    from gradblock.sim.verify import REGISTRY
     for top in TESTS:
         assert top in REGISTRY, f"{top} is not registered in sim/verify.py"
         entry = REGISTRY[top]
         assert set(entry.sources) == set(module_closure(top)), (top, entry.sources)
-        assert entry.test_module == f"sim.tb_{top}" and entry.testcase == "golden_cases"
+        assert entry.test_module == f"gradblock.sim.tb_{top}" and entry.testcase == "golden_cases"

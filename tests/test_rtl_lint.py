@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from sim.harness import HW_DIR, setup_verilator
+from gradblock.sim.harness import HW_DIR, setup_verilator
 
 HW_FILES = sorted(HW_DIR.glob("*.sv"))
 

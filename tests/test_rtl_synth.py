@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from sim.harness import REPO_ROOT
+from gradblock.sim.harness import REPO_ROOT
 
 # hw/ is not a package: load the script as a module (registered first, dataclasses need that)
 spec = importlib.util.spec_from_file_location("hw_synth", REPO_ROOT / "hw" / "synth.py")

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refmodel import compress, fast
-from refmodel import selection as S
-from refmodel.quantiser import QMAX
+from gradblock.refmodel import compress, fast
+from gradblock.refmodel import selection as S
+from gradblock.refmodel.quantiser import QMAX
 
 STEPS = {"numpy": compress.compress_layer, "numba": fast.compress_layer}
 steps = pytest.mark.parametrize("compress_layer", list(STEPS.values()), ids=list(STEPS))

@@ -10,14 +10,14 @@ from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch", reason="the torch codec needs torch")
 
-from codec import errors as E  # noqa: E402
-from codec import torch_codec as tc  # noqa: E402
-from codec import zrle  # noqa: E402
-from refmodel.compress import compress_layer as ref_compress  # noqa: E402
-from refmodel.quantiser import QMAX, NonFiniteError, QuantConfig  # noqa: E402
-from refmodel.quantiser import average as ref_average  # noqa: E402
-from refmodel.quantiser import dequantise as ref_dequantise  # noqa: E402
-from refmodel.quantiser import quantise as ref_quantise  # noqa: E402
+from gradblock.codec import errors as E  # noqa: E402
+from gradblock.codec import torch_codec as tc  # noqa: E402
+from gradblock.codec import zrle  # noqa: E402
+from gradblock.refmodel.compress import compress_layer as ref_compress  # noqa: E402
+from gradblock.refmodel.quantiser import QMAX, NonFiniteError, QuantConfig  # noqa: E402
+from gradblock.refmodel.quantiser import average as ref_average  # noqa: E402
+from gradblock.refmodel.quantiser import dequantise as ref_dequantise  # noqa: E402
+from gradblock.refmodel.quantiser import quantise as ref_quantise  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -187,7 +187,7 @@ def test_group_nan_names_the_layer(device):
 
 
 def _real_gradient_steps(model_name, x, y, device, steps=3):
-    from shim.models import build_model
+    from gradblock.shim.models import build_model
     model = build_model(model_name, 10, tuple(x.shape[1:]), seed=0).to(device)
     params = [p for p in model.parameters()]
     grads_per_step = []
@@ -226,7 +226,7 @@ def _check_real_gradients(grads_per_step, k):
 
 @pytest.mark.parametrize("k", [1, 4])
 def test_real_gradients_digits(device, k):
-    from shim.data import load_dataset
+    from gradblock.shim.data import load_dataset
     ds = load_dataset("digits")
     x, y = torch.from_numpy(ds.x_train[:96]), torch.from_numpy(ds.y_train[:96])
     _check_real_gradients(_real_gradient_steps("digits-cnn", x, y, device), k)
@@ -234,7 +234,7 @@ def test_real_gradients_digits(device, k):
 
 @pytest.mark.slow
 def test_real_gradients_fashion_mnist(device):
-    from shim.data import DatasetError, load_dataset
+    from gradblock.shim.data import DatasetError, load_dataset
     try:
         ds = load_dataset("fashion-mnist")
     except DatasetError as e:

@@ -8,8 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="training needs torch")
 
-from shim.report import format_table  # noqa: E402
-from shim.train import TrainConfig, run_training, train_main  # noqa: E402
+from gradblock.shim.report import format_table  # noqa: E402
+from gradblock.shim.train import TrainConfig, run_training, train_main  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -48,7 +48,7 @@ def test_stopped_and_resumed_run_is_bit_identical(tmp_path, compressor, stops, e
 
 
 def test_lr_warmup_and_dense_warmup(tmp_path):
-    from shim.train import Trainer
+    from gradblock.shim.train import Trainer
     cfg = TrainConfig(**dict(BASE, lr=0.05, lr_warmup_epochs=1.0))
     trainer = Trainer(cfg)
     assert trainer.problem.steps_per_epoch == 11
@@ -132,7 +132,7 @@ def test_report_table_rows_and_deltas():
 
 @pytest.mark.slow
 def test_validate_matrix_writes_table_json_and_png(tmp_path, capsys):
-    from shim.validate import validate_main
+    from gradblock.shim.validate import validate_main
     out = tmp_path / "val"
     assert validate_main(["--data", "digits", "--epochs", "1", "--threads", "1", "--no-progress",
                           "--k-large", "3", "--out", str(out)]) == 0

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codec import crc32_numba, zrle, zrle_numba
-from codec import errors as E
+from gradblock.codec import crc32_numba, zrle, zrle_numba
+from gradblock.codec import errors as E
 
 ENCODERS = {"numpy": zrle.encode_frame, "numba": zrle_numba.encode_frame}
 DECODERS = {"numpy": zrle.decode_frame, "numba": zrle_numba.decode_frame}

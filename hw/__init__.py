@@ -1,0 +1,1 @@
+"""Synthesizable SystemVerilog (one module per file) and its Python tooling: dependencies, synthesis."""
