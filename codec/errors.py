@@ -1,8 +1,15 @@
-"""Named frame errors. Each carries the numeric code the RTL decoder reports (docs/spec.md §3.5)."""
+"""Named errors: the user-facing base class, and the frame errors. Each frame error carries
+the numeric code the RTL decoder reports (docs/spec.md §3.5)."""
 from __future__ import annotations
 
 
-class FrameError(ValueError):
+class GradblockError(ValueError):
+    """Base of every named user-facing error (bad frame, bad number, bad file, refused output).
+    The CLI prints its message as one line and exits with status 2; anything else that escapes
+    a command is a bug (exit 1). Lives here, in the lowest layer, so every layer can subclass it."""
+
+
+class FrameError(GradblockError):
     """A ZRLE frame failed validation. `code` matches the RTL decoder's error code;
     `word` is the index (within the frame) of the word where the problem was found."""
 
