@@ -98,7 +98,7 @@ class ZrleTorch(_ZrleMessage):
     def __init__(self, prep: Prepared, R: float):
         super().__init__(prep, R)
         import torch
-        tc = optional_module("gradblock.codec.torch_codec")
+        tc = optional_module("gradblock.codec.zrle_torch")
         self.encode_frame, self.decode_frame = require(tc, "encode_frame", "decode_frame")
         self.tensors = [torch.from_numpy(p) for p in self.layers]
 
@@ -252,6 +252,6 @@ def run(ctx: BenchContext) -> Table:
     table.notes.append("ZRLE: one frame per layer (the wire format); numba encodes into one "
                        "preallocated buffer and decodes into a fresh one each time (the others' "
                        "Python APIs allocate their outputs too); torch decode validates on the host with the "
-                       "reference decoder (codec/torch_codec.py says why). zstd and lz4 are "
+                       "reference decoder (codec/zrle_torch.py). zstd and lz4 are "
                        "single-threaded; blosc2 uses the row's thread count")
     return table

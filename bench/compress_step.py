@@ -142,7 +142,7 @@ class TorchLayer(Impl):
 
     def __init__(self, prep: Prepared):
         import torch
-        tc = optional_module("gradblock.codec.torch_codec")
+        tc = optional_module("gradblock.torchstep")
         self.compress = require(tc, "compress_layer")
         self.work = [(torch.from_numpy(g), torch.from_numpy(r), i)
                      for i, (g, r) in enumerate(zip(prep.workload.grads, prep.residuals))]

@@ -47,7 +47,7 @@ def _torch_tensors(arrays, device):
 
 
 def _coarse_torch(prep: Prepared, device: str):
-    tc = optional_module("gradblock.codec.torch_codec")
+    tc = optional_module("gradblock.torchstep")
     norms_fn, select_fn = require(tc, "block_norms", "select_blocks")
     accs = _torch_tensors([s.acc for s in prep.steps], device)
     work = [(a, s.layout, s.k_eff) for a, s in zip(accs, prep.steps)]

@@ -120,6 +120,6 @@ def run(ctx: BenchContext) -> Table:
         f"blocks (topk keeps the same element count per layer), R = {ctx.R:g}; median of "
         f"{steps} steps after {ctx.warmup} warm-up; shares are of one worker's step = compute + "
         f"compress + exchange + update (the simulation runs the workers one after another)")
-    table.notes.append("coarse runs codec/torch_codec.py (torch ops); its decode validates each "
+    table.notes.append("coarse runs torchstep/ (torch ops); its decode validates each "
                        "frame on the host with the reference decoder")
     return table

@@ -32,7 +32,8 @@ import numpy as np
 import torch
 
 from gradblock.codec import errors as frame_errors
-from gradblock.codec import torch_codec as tc
+from gradblock import torchstep as tc
+from gradblock.codec import zrle_torch
 from gradblock.codec.zrle import DEFAULT_LMAX_LOG2
 from gradblock.refmodel.quantiser import DEFAULT_RANGE, NonFiniteError, QuantConfig
 from gradblock.refmodel.selection import block_layout, resolve_k
@@ -392,7 +393,7 @@ class CoarseCompressor(Compressor):
         return plan
 
     def _encode_layers(self, layers, grads, ws):
-        """All the group's layers in one pass of the torch codec (codec.torch_codec.compress_group),
+        """All the group's layers in one pass of the torch codec (torchstep.compress_group),
         frames bit-identical to compress_layer's."""
         plan = self._plan(layers, grads[0].device)
         residuals = [ws.layers[lay.index]["residual"] if lay.index in ws.layers else None
@@ -406,7 +407,7 @@ class CoarseCompressor(Compressor):
                 zip(frames, step.frame_words, step.nonzeros, step.sat_quant, step.sat_feedback)]
 
     def _decode(self, layer, words, start, host=None):
-        f = tc.decode_frame(words if host is None else host, expected_n=layer.numel, start=start,
+        f = zrle_torch.decode_frame(words if host is None else host, expected_n=layer.numel, start=start,
                             device=words.device)
         if f.layer_id != layer.index:
             raise PacketError(f"frame carries layer id {f.layer_id}, expected {layer.index} "
@@ -479,7 +480,7 @@ def decode_group(compressor: Compressor, layers: Sequence[LayerInfo],
     for rank, msg in zip(ranks, messages):
         at = 0
         # frames are validated on the host: convert each message once, not once per frame
-        host = tc.frame_to_numpy(msg) if compressor.name == "coarse" else None
+        host = zrle_torch.frame_to_numpy(msg) if compressor.name == "coarse" else None
         for j, layer in enumerate(layers):
             try:
                 contribution, used = compressor.decode(layer, msg, at, host)

@@ -1,4 +1,5 @@
-"""codec/torch_codec.py == the numpy reference, bit for bit, on CPU and (when present) CUDA."""
+"""The torch backend (torchstep/, codec/zrle_torch.py, codec/crc32_torch.py) == the numpy reference,
+bit for bit, on CPU and (when present) CUDA."""
 from __future__ import annotations
 
 import zlib
@@ -11,7 +12,8 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch", reason="the torch codec needs torch")
 
 from gradblock.codec import errors as E  # noqa: E402
-from gradblock.codec import torch_codec as tc  # noqa: E402
+from gradblock import torchstep as tc  # noqa: E402
+from gradblock.codec import crc32_torch, zrle_torch  # noqa: E402
 from gradblock.codec import zrle  # noqa: E402
 from gradblock.refmodel.compress import compress_layer as ref_compress  # noqa: E402
 from gradblock.refmodel.quantiser import QMAX, NonFiniteError, QuantConfig  # noqa: E402
@@ -34,7 +36,7 @@ def t(a: np.ndarray, device) -> "torch.Tensor":
 
 
 def u32(words: "torch.Tensor") -> np.ndarray:
-    return tc.frame_to_numpy(words)
+    return zrle_torch.frame_to_numpy(words)
 
 
 def nan_free_bits(words: list[int]) -> np.ndarray:
@@ -262,9 +264,9 @@ def run_payloads(draw):
 @given(payload=run_payloads(), lmax_log2=st.sampled_from([1, 2, 8, 24]),
        layer_id=st.integers(0, 2**32 - 1), R=pos_f32)
 def test_encode_frame_matches_reference(device, payload, lmax_log2, layer_id, R):
-    got = tc.encode_frame(t(payload, device), layer_id, R, lmax_log2)
+    got = zrle_torch.encode_frame(t(payload, device), layer_id, R, lmax_log2)
     np.testing.assert_array_equal(u32(got), zrle.encode_frame(payload, layer_id, R, lmax_log2))
-    dec = tc.decode_frame(got, expected_n=payload.size)
+    dec = zrle_torch.decode_frame(got, expected_n=payload.size)
     np.testing.assert_array_equal(dec.values.cpu().numpy(), payload)
     assert dec.values.device.type == device.type
 
@@ -272,7 +274,7 @@ def test_encode_frame_matches_reference(device, payload, lmax_log2, layer_id, R)
 def test_spec_frame_example(device, spec_frame):
     payload, frame = spec_frame
     for crc in ("zlib", "torch"):
-        np.testing.assert_array_equal(u32(tc.encode_frame(t(payload, device), 7, 10.0, 8, crc=crc)),
+        np.testing.assert_array_equal(u32(zrle_torch.encode_frame(t(payload, device), 7, 10.0, 8, crc=crc)),
                                       frame)
 
 
@@ -280,9 +282,9 @@ def test_spec_frame_example(device, spec_frame):
 def test_torch_crc_equals_zlib(device, n):
     rng = np.random.default_rng(n)
     w = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
-    got = tc.crc32_words_tensor(t(w.view(np.int32), device))
+    got = crc32_torch.crc32_words_tensor(t(w.view(np.int32), device))
     assert got == zlib.crc32(w.astype("<u4").tobytes())
-    assert tc.crc32_words(t(w.view(np.int32), device), method="zlib") == got
+    assert crc32_torch.crc32_words(t(w.view(np.int32), device), method="zlib") == got
 
 
 def _decode_outcome(fn):
@@ -305,7 +307,7 @@ def test_decode_errors_match_reference(device, payload, pos, word, how):
     else:
         bad = np.append(bad, np.uint32(word))
     expect = _decode_outcome(lambda: zrle.decode_frame(bad, payload.size))
-    got = _decode_outcome(lambda: tc.decode_frame(t(bad.view(np.int32), device), payload.size))
+    got = _decode_outcome(lambda: zrle_torch.decode_frame(t(bad.view(np.int32), device), payload.size))
     assert got == expect
 
 
@@ -313,12 +315,12 @@ def test_decode_message_checks_sizes(device):
     a = zrle.encode_frame(np.array([0, 3], dtype=np.int32), 0)
     b = zrle.encode_frame(np.array([1], dtype=np.int32), 1)
     msg = t(np.concatenate([a, b]).view(np.int32), device)
-    frames = tc.decode_message(msg, [2, 1])
+    frames = zrle_torch.decode_message(msg, [2, 1])
     assert [f.values.cpu().tolist() for f in frames] == [[0, 3], [1]]
     with pytest.raises(E.SizeMismatchError):
-        tc.decode_message(msg, [2, 2])
+        zrle_torch.decode_message(msg, [2, 2])
     with pytest.raises(E.SizeMismatchError):
-        tc.decode_message(msg, [2])
+        zrle_torch.decode_message(msg, [2])
 
 
 # ------------------------------------------------------------------------------ bad input
@@ -326,18 +328,18 @@ def test_decode_message_checks_sizes(device):
 def test_bad_inputs_are_named(device):
     with pytest.raises(TypeError, match="float32"):
         tc.compress_layer(torch.zeros(3, dtype=torch.float64, device=device))
-    with pytest.raises(TypeError, match="residual must be an int32"):
+    with pytest.raises(TypeError, match="residual must be int32"):
         tc.compress_layer(torch.zeros(3, device=device), torch.zeros(3, dtype=torch.int64,
                                                                      device=device))
     with pytest.raises(ValueError, match="residual shape"):
         tc.compress_layer(torch.zeros(3, device=device), torch.zeros(4, dtype=torch.int32,
                                                                      device=device))
     with pytest.raises(TypeError, match="int32"):
-        tc.encode_frame(torch.zeros(3, dtype=torch.int64, device=device))
+        zrle_torch.encode_frame(torch.zeros(3, dtype=torch.int64, device=device))
     with pytest.raises(ValueError, match="lmax_log2"):
-        tc.encode_frame(torch.zeros(3, dtype=torch.int32, device=device), lmax_log2=25)
+        zrle_torch.encode_frame(torch.zeros(3, dtype=torch.int32, device=device), lmax_log2=25)
     with pytest.raises(ValueError, match="crc method"):
-        tc.crc32_words(torch.zeros(3, dtype=torch.int32, device=device), method="fast")
+        crc32_torch.crc32_words(torch.zeros(3, dtype=torch.int32, device=device), method="fast")
     with pytest.raises(ValueError, match="k must be"):
         tc.compress_layer(torch.zeros(3, device=device), k=0)
     plan = tc.plan_group([(3,)], device=device)
