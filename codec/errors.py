@@ -23,6 +23,12 @@ class FrameError(GradblockError):
         super().__init__(f"{self.name}{at}: {detail}")
 
 
+class DecodeArgumentError(GradblockError, TypeError):
+    """A decoder was called with arguments outside its contract: words that are not a 1-D
+    numpy uint32 array, an expected size that is not an integer in 0..2**32-1, a negative or
+    non-integer start. Raised alike by every decoder (codec.zrle.check_decode_args)."""
+
+
 def _err(code: int, name: str, doc: str):
     return type(name.title().replace("_", "") + "Error", (FrameError,),
                 {"code": code, "name": name, "__doc__": doc})

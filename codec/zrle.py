@@ -120,17 +120,52 @@ class Frame:
         return float(np.uint32(self.range_bits).view(np.float32))
 
 
+MAX_N = 2**32 - 1           # header word h3
+
+
+def _integer(value) -> int | None:
+    """int(value) for a Python or numpy integer (not bool); None for anything else."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        return None
+    return int(value)
+
+
+def check_decode_args(words, expected_n=None, start=0) -> tuple[np.ndarray, int | None, int]:
+    """The one check of a decoder call's arguments, shared by every decoder so all raise the
+    same DecodeArgumentError: `words` a 1-D numpy uint32 array (nothing is cast: a float or
+    2-D input is a caller's bug, not a frame), `expected_n` None or an integer in 0..2**32-1
+    (a frame cannot declare more, so a larger value is a mistake, not a SIZE_MISMATCH),
+    `start` an integer >= 0."""
+    if not isinstance(words, np.ndarray):
+        raise E.DecodeArgumentError(f"words must be a numpy uint32 array, got {type(words).__name__}")
+    if words.dtype != np.uint32 or words.ndim != 1:
+        raise E.DecodeArgumentError(f"words must be a 1-D uint32 array, got {words.ndim}-D "
+                                    f"{words.dtype}")
+    if expected_n is not None:
+        n = _integer(expected_n)
+        if n is None or not 0 <= n <= MAX_N:
+            raise E.DecodeArgumentError(f"expected n must be an integer in 0..{MAX_N}, "
+                                        f"got {expected_n!r}")
+        expected_n = n
+    s = _integer(start)
+    if s is None or s < 0:
+        raise E.DecodeArgumentError(f"start must be an integer >= 0, got {start!r}")
+    return words, expected_n, s
+
+
 def decode_frame(words: np.ndarray, expected_n: int | None = None, start: int = 0) -> Frame:
     """Decode the frame that begins at words[start]. Raises a FrameError subclass naming the
-    first problem, in the order of docs/spec.md §3.5. Never reads past the end of `words`."""
-    w = np.asarray(words, dtype=np.uint32)
+    first problem, in the order of docs/spec.md §3.5 (DecodeArgumentError for bad arguments).
+    Never reads past the end of `words`, and allocates the n values only once the whole frame
+    (tokens, trailer, CRC) has been validated: a header may claim 2**32-1 elements in 9 words,
+    so memory is never sized by an unchecked header."""
+    w, expected_n, start = check_decode_args(words, expected_n, start)
     end = w.size
-    if start < 0:
-        raise ValueError(f"start must be >= 0, got {start}")
 
     def word(i: int) -> int:
         if start + i >= end:
-            raise E.TruncatedError(f"frame needs word {i} but only {end - start} are present", i)
+            raise E.TruncatedError(f"frame needs word {i} but only {max(0, end - start)} are "
+                                   f"present", i)
         return int(w[start + i])
 
     if word(0) != MAGIC:
@@ -148,7 +183,7 @@ def decode_frame(words: np.ndarray, expected_n: int | None = None, start: int = 
     if expected_n is not None and n != expected_n:
         raise E.SizeMismatchError(f"frame holds {n} elements, caller expects {expected_n}", 3)
 
-    out = np.zeros(n, dtype=np.int32)
+    runs = []                  # (first element, first literal word, L) of each literal run
     pos, produced, T, prev_L = HEADER_WORDS, 0, 0, lmax
     while produced < n:
         z, L = word(pos), word(pos + 1)
@@ -171,7 +206,8 @@ def decode_frame(words: np.ndarray, expected_n: int | None = None, start: int = 
         if L and not lits.all():
             i = int(np.argmin(lits != 0))
             raise E.ZeroLiteralError(f"token {T}: literal {i} is zero", pos + 2 + i)
-        out[produced + z:produced + z + L] = lits.view(np.int32)
+        if L:
+            runs.append((produced + z, lits_at, L))
         produced += z + L
         pos += 2 + L
         prev_L = L
@@ -182,6 +218,9 @@ def decode_frame(words: np.ndarray, expected_n: int | None = None, start: int = 
     crc = crc32_words(w[start:start + pos + 1])
     if t1 != crc:
         raise E.CrcMismatchError(f"trailer CRC {t1:#010x}, computed {crc:#010x}", pos + 1)
+    out = np.zeros(n, dtype=np.int32)      # the frame is valid: n is what the sender meant
+    for at, lits_at, L in runs:
+        out[at:at + L] = w[lits_at:lits_at + L].view(np.int32)
     return Frame(layer_id, rbits, lmax_log2, out, T, pos + TRAILER_WORDS)
 
 
@@ -189,7 +228,7 @@ def decode_message(words: np.ndarray, expected_sizes: list[int] | None = None,
                    decode_frame=decode_frame) -> list[Frame]:
     """Decode concatenated frames (one per layer, in parameter order). `decode_frame` lets a
     faster decoder with the same contract (codec.zrle_numba) reuse this walk."""
-    w = np.asarray(words, dtype=np.uint32)
+    w, _, _ = check_decode_args(words)
     frames, at = [], 0
     while at < w.size:
         i = len(frames)

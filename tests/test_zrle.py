@@ -407,7 +407,7 @@ def test_start_must_not_be_negative():
 
 def test_trailing_words_after_a_frame_are_ignored():
     frame = make_frame([(1, [5])], 2)
-    r = both(np.concatenate([frame, [1, 2, 3]]), 2)
+    r = both(np.concatenate([frame, np.array([1, 2, 3], np.uint32)]), 2)
     assert r[0] == "ok" and r[2] == frame.size
 
 
@@ -464,3 +464,59 @@ def test_check_frames_batch():
     assert codes.tolist() == [0, 11, 7, 13, 14]
     with pytest.raises(ValueError):
         zrle_numba.check_frames(words, starts, ends + 1)
+
+
+# ------------------------------------------------------------------------------ caller errors
+
+FRAME5 = make_frame([(1, [5])], 2)
+
+
+@decoders
+@pytest.mark.parametrize("words, kwargs", [
+    (FRAME5.reshape(1, -1), {}),                          # 2-D: not flattened silently
+    (FRAME5.astype(np.float64), {}),                      # float: not cast silently
+    (FRAME5.astype(np.int64), {}),
+    (FRAME5.astype(">u4"), {}),                           # big-endian words
+    (list(FRAME5), {}),
+    (FRAME5, {"expected_n": 2.0}),
+    (FRAME5, {"expected_n": True}),
+    (FRAME5, {"expected_n": -1}),
+    (FRAME5, {"expected_n": 2**32}),
+    (FRAME5, {"expected_n": 99999999999999999999}),
+    (FRAME5, {"start": 1.0}),
+    (FRAME5, {"start": -1}),
+], ids=["2d", "float64", "int64", "big-endian", "list", "n-float", "n-bool", "n-negative",
+        "n-2^32", "n-huge", "start-float", "start-negative"])
+def test_bad_arguments_raise_the_same_named_error(decode, words, kwargs):
+    with pytest.raises(E.DecodeArgumentError) as exc:
+        decode(words, **kwargs)
+    assert isinstance(exc.value, ValueError) and isinstance(exc.value, TypeError)
+    assert "\n" not in str(exc.value)
+
+
+def test_bad_arguments_give_the_same_message_on_both_decoders():
+    for kwargs in ({"expected_n": 2**32}, {"expected_n": 5.0}, {"start": -1}):
+        msgs = []
+        for decode in DECODERS.values():
+            with pytest.raises(E.DecodeArgumentError) as exc:
+                decode(FRAME5, **kwargs)
+            msgs.append(str(exc.value))
+        assert msgs[0] == msgs[1], kwargs
+
+
+def test_reference_decoder_allocates_only_after_the_frame_validates():
+    """A 9-word frame may claim 2**32-1 elements: the reference must find the error in the
+    body before reserving 16 GiB (tracemalloc sees numpy's allocations)."""
+    import tracemalloc
+    bad = [make_frame([(3, [])], 0xFFFFFFFF),             # EARLY_ZERO_LENGTH
+           make_frame([(0xFFFFFFFF, [])], 0xFFFFFFFF)[:-1],   # TRUNCATED before the CRC
+           make_frame([(0xFFFFFFFF, [])], 0xFFFFFFFF, crc_xor=1)]   # CRC_MISMATCH
+    tracemalloc.start()
+    try:
+        for words in bad:
+            with pytest.raises(E.FrameError):
+                zrle.decode_frame(words)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak
