@@ -15,7 +15,7 @@ COMMANDS = {
     "decode": ("gradblock.commands", "decode_main", "one ZRLE frame -> int32 .npy"),
     "step": ("gradblock.commands", "step_main", "quantise + feedback + select + encode one layer"),
     "inspect": ("gradblock.commands", "inspect_main", "readable dump of every frame in a message"),
-    "golden": ("gradblock.golden", "golden_main", "write golden vectors for the RTL"),
+    "golden": ("gradblock.golden_cli", "golden_main", "write golden vectors for the RTL"),
     "verify": ("gradblock.sim.verify", "verify_main", "run the RTL against a golden vector directory"),
     "train": ("gradblock.shim.train", "train_main", "train one configuration with a compressor"),
     "validate": ("gradblock.shim.validate", "validate_main", "dense vs topk vs dlgs vs coarse side by side"),

@@ -44,10 +44,10 @@ def demo_main(argv: list[str]) -> int:
         shutil.rmtree(out)
     out.mkdir(parents=True)
 
-    steps = [_step("golden vectors (real gradients) + reference check", "gradblock.golden",
+    steps = [_step("golden vectors (real gradients) + reference check", "gradblock.golden_cli",
                    "golden_main", ["golden", str(golden)])]
     if args.sims and not args.rtl_full:
-        steps.append(_step("quick golden set for the RTL", "gradblock.golden", "golden_main",
+        steps.append(_step("quick golden set for the RTL", "gradblock.golden_cli", "golden_main",
                            ["golden", str(rtl_golden), "--quick"]))
     for sim in args.sims:
         steps.append(_step(f"RTL vs golden on {sim}", "gradblock.sim.verify", "verify_main",

@@ -56,10 +56,13 @@ MAX_CASE_ELEMENTS = 1 << 24            # per case: 64 MiB per int32 array
 MAX_NDIM = 8
 MAX_NAME_LENGTH = 128
 MAX_TEXT_LENGTH = 4096                 # description, kind, generator
-MAX_HEX_LINE = 17                      # 16 digits + newline
+MAX_FILE_BYTES = 1 << 30               # any one case file
 LMAX_LOG2_RANGE = (1, 24)              # codec.zrle.LMAX_LOG2_MIN/MAX (refmodel may import codec;
 #                                        kept literal so the schema reads on its own)
 RANGE_BITS_MAX = 0x7F7FFFFF            # largest finite positive float32
+META_KEYS = ("name", "kind", "description", "stages", "shape", "n", "layer_id", "range",
+             "range_bits", "M", "k_shift", "lmax_log2", "block_size", "n_blocks", "k_req",
+             "k_eff", "sat_quant", "sat_feedback", "frame_words", "npz", "hex")
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 
 
@@ -163,6 +166,12 @@ def case_path(golden_dir: Path, rel: str, field: str) -> Path:
     return path
 
 
+def read_case_file(golden_dir: Path, rel: str, field: str, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of a file the manifest names, read safely (inside the directory, regular,
+    at most `limit` bytes)."""
+    return _read_regular(case_path(Path(golden_dir), rel, field), max(limit, 1))
+
+
 # ------------------------------------------------------------------------------ schema
 
 def _json_depth(value) -> int:
@@ -246,6 +255,8 @@ def validate_entry(where: str, entry, index: int) -> dict:
         raise GoldenError(f"{where}: cases[{index}] is {type(entry).__name__}, not an object")
     name = check_name(where, f"cases[{index}].name", entry.get("name"))
     f = _Fields(where, entry, f"cases[{index}] ({name}).")
+    for key in META_KEYS:
+        f.present(key, optional=False)
     f.text("kind")
     f.text("description")
     stages = entry.get("stages")
@@ -465,7 +476,7 @@ def _sha256_of(path: Path) -> str | None:
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode):
             return None
-        return hashlib.sha256(_read_regular(path, 1 << 34)).hexdigest()
+        return hashlib.sha256(_read_regular(path, MAX_FILE_BYTES)).hexdigest()
     except (OSError, GoldenError):
         return None
 

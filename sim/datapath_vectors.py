@@ -2,10 +2,11 @@
 reference (refmodel/, codec/zrle.py).
 
 `gradblock golden` writes the shared golden set; this module adds the corners the datapath RTL
-needs beyond it: every float32 class through the quantiser (NaN included, which the software
+needs beyond it, written through the same format module (gradblock.refmodel.golden_format, so
+the cases pass `gradblock golden --check` like any other): every float32 class through the quantiser (NaN included, which the software
 refuses), unusual ranges R (so k is large, small or negative), residuals at the int32 limits,
 blocks that do not divide n, norm ties, k above the block count, and LMAX splits. The cocotb
-testbenches read either directory the same way (manifest.json + <case>.npz).
+testbenches read either directory the same way (golden_format.load_golden).
 
     write_cases(directory, "edge")   # small corner cases, seconds on any simulator
     write_cases(directory, "layer")  # a real conv layer size (36864 elements)
@@ -13,12 +14,10 @@ testbenches read either directory the same way (manifest.json + <case>.npz).
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 
 from gradblock.codec.zrle import encode_frame
+from gradblock.refmodel.golden_format import QUANTISER_ARRAYS, QUANTISER_ONLY, write_golden
 from gradblock.refmodel.quantiser import QMAX, QuantConfig, quantise
 from gradblock.refmodel.selection import (apply_selection, block_layout, block_norms, error_feedback,
                                 resolve_k, select_blocks)
@@ -82,8 +81,13 @@ def make_case(name: str, grad: np.ndarray, residual: np.ndarray | None = None, *
         "layer_id": layer_id, "range": cfg.range, "range_bits": cfg.range_bits, "M": cfg.M,
         "k_shift": cfg.k, "lmax_log2": lmax_log2, "block_size": layout.block_size,
         "n_blocks": layout.n_blocks, "k_req": k, "k_eff": k_eff, "sat_quant": int(qsat.sum()),
-        "sat_feedback": int(sat_fb), "frame_words": int(frame.size), "npz": f"{name}.npz",
+        "sat_feedback": int(sat_fb), "frame_words": int(frame.size),
     }
+    if tuple(meta["stages"]) == QUANTISER_ONLY:
+        # a quantiser-only case carries the quantiser's arrays only: the later stages of a
+        # NaN input have no reference value
+        meta.update(k_eff=None, sat_feedback=None, frame_words=None)
+        arrays = {k: arrays[k] for k in QUANTISER_ARRAYS}
     return meta, arrays
 
 
@@ -184,17 +188,11 @@ KINDS = {"edge": edge_cases, "layer": layer_cases, "sweep": sweep_cases}
 
 
 def write_cases(directory, kind: str = "edge", seed: int = 12345) -> list[str]:
-    """Write manifest.json and <case>.npz files of one kind of case; return the case names."""
+    """Write one kind of case as a golden directory (golden_format.write_golden: staged beside
+    `directory`, then swapped in); return the case names."""
     if kind not in KINDS:
         raise ValueError(f"case kind must be one of {sorted(KINDS)}, got {kind!r}")
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    cases = KINDS[kind](np.random.default_rng(seed))
-    entries = []
-    for meta, arrays in cases:
-        np.savez(out / meta["npz"], **arrays)
-        entries.append(meta)
-    manifest = {"format": "gradblock-golden", "version": 1, "generator": GENERATOR,
-                "cases": entries}
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    return [m["name"] for m in entries]
+    manifest = write_golden(directory, {"generator": f"{GENERATOR} ({kind}, seed {seed})",
+                                        "seed": seed},
+                            KINDS[kind](np.random.default_rng(seed)))
+    return [m["name"] for m in manifest["cases"]]

@@ -14,7 +14,6 @@ Settings come from the environment, with the conventions of sim/tb_util.py (so t
 """
 from __future__ import annotations
 
-import json
 import os
 import random
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from cocotb.simtime import convert
 from cocotb.triggers import ClockCycles, RisingEdge, SimTimeoutError, with_timeout
 from cocotbext.axi import AxiStreamBus, AxiStreamMonitor, AxiStreamSink, AxiStreamSource
 
+from gradblock.refmodel.golden_format import load_npz, read_manifest
 from gradblock.sim import tb_util
 
 CLOCK_NS = tb_util.CLOCK_NS
@@ -65,18 +65,13 @@ def load_cases(module: str) -> list[Case]:
     lo, hi = tb_util.env_int("TB_MIN_N", 0), tb_util.env_int("TB_MAX_N", 2**32)
     cases, seen = [], set()
     for d in golden_dirs():
-        manifest = json.loads((d / "manifest.json").read_text())
-        if manifest.get("format") != "gradblock-golden":
-            raise ValueError(f"{d}/manifest.json: format {manifest.get('format')!r}")
-        for meta in manifest["cases"]:
+        for meta in read_manifest(d)["cases"]:       # validated against the golden schema
             seen.add(meta["name"])
             if stage not in meta["stages"] or (wanted and meta["name"] not in wanted):
                 continue
             if not lo <= meta["n"] <= hi:
                 continue
-            with np.load(d / meta["npz"], allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
-            cases.append(Case(meta["name"], meta, arrays))
+            cases.append(Case(meta["name"], meta, load_npz(d, meta)))
     unknown = sorted(wanted - seen)
     if unknown:
         raise ValueError(f"TB_CASES names unknown cases: {unknown}")

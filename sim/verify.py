@@ -117,7 +117,7 @@ def format_table(rows: list[Row]) -> str:
 
 
 def make_quick_golden(out: Path) -> None:
-    from gradblock.golden import generate_golden
+    from gradblock.golden_compute import generate_golden
     generate_golden(out, quick=True)
 
 
@@ -149,7 +149,7 @@ def verify_main(argv: list[str]) -> int:
     if reason:
         print(f"gradblock verify: {args.sim} unavailable: {reason}", file=sys.stderr)
         return 2
-    from gradblock.golden import GoldenError, load_golden
+    from gradblock.refmodel.golden_format import GoldenError, load_golden
 
     with tempfile.TemporaryDirectory(prefix="gradblock-verify-") as tmp:
         work = Path(tmp)

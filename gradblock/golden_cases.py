@@ -1,0 +1,231 @@
+"""The golden case catalogue: what each case is built to exercise (docs/golden.md).
+
+Synthetic cases are built from a seed (ties, saturation, LMAX splits, special floats, ranges, a
+NaN quantiser-only case, multi-step residuals); real cases are layers of a small CNN captured
+during a few training steps (gradblock.realgrads). Each is a CaseSpec; gradblock.golden_compute
+turns specs into arrays and gradblock.refmodel.golden_format writes them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gradblock.codec import zrle
+from gradblock.refmodel.golden_format import ALL_STAGES, QUANTISER_ONLY
+from gradblock.refmodel.quantiser import QMAX
+
+
+@dataclass
+class CaseSpec:
+    """What to compute: a gradient (float32, or uint32 bits), a residual, the parameters."""
+
+    name: str
+    description: str
+    grad: np.ndarray
+    residual: np.ndarray | None = None      # None: zeros, or the residual_from case's output
+    R: float = 10.0
+    k: int | float = 1
+    block_size: int | None = None
+    layer_id: int = 0
+    lmax_log2: int = zrle.DEFAULT_LMAX_LOG2
+    kind: str = "synthetic"
+    stages: tuple[str, ...] = ALL_STAGES
+    residual_from: str | None = None
+    source: dict = field(default_factory=dict)
+    expect_selected: tuple[int, ...] = ()   # the selection's leading blocks, as described
+    expect_k_eff: int | None = None
+
+    def grad_f32(self) -> np.ndarray:
+        g = np.asarray(self.grad)
+        return g.view(np.float32) if g.dtype == np.uint32 else g.astype(np.float32)
+
+
+def _bits(*words) -> np.ndarray:
+    return np.array(words, dtype=np.uint32).view(np.float32)
+
+
+def _with_norm_ties(rng, n_blocks: int, block: int, groups: list[tuple[list[int], float]],
+                    base_scale: float) -> np.ndarray:
+    """Blocks whose |values| are permutations (random signs) of one base block scaled per
+    group, so blocks of a group have exactly equal L1 norms after quantisation."""
+    base = rng.uniform(0.05, 1.0, block).astype(np.float32)
+    out = np.empty((n_blocks, block), np.float32)
+    scale_of = np.full(n_blocks, np.float32(base_scale), np.float32)
+    for members, scale in groups:
+        scale_of[members] = np.float32(scale)
+    for b in range(n_blocks):
+        vals = rng.permutation(base) * scale_of[b]
+        out[b] = np.where(rng.random(block) < 0.5, -vals, vals)
+    return out
+
+
+def _runs_payload(n: int, runs: list[tuple[int, int]], rng) -> np.ndarray:
+    """A float32 vector that is zero except for nonzero runs (start, length)."""
+    g = np.zeros(n, np.float32)
+    for start, length in runs:
+        mag = rng.uniform(0.01, 5.0, length).astype(np.float32)
+        g[start:start + length] = np.where(rng.random(length) < 0.5, -mag, mag)
+    return g
+
+
+def synthetic_specs(seed: int) -> list[CaseSpec]:
+    rng = np.random.default_rng(seed)
+    specs = []
+
+    # --- selection ties: equal norms resolved to the lower block index
+    g = _with_norm_ties(rng, 64, 27, [([5, 17, 40], 2.0)], 1.0)
+    specs.append(CaseSpec("tie_break_k1", "blocks 5, 17, 40 share the largest L1 norm; k = 1 "
+                          "selects block 5", g.reshape(64, 3, 3, 3), k=1, expect_selected=(5,)))
+    g = _with_norm_ties(rng, 48, 12, [([9, 3], 3.0), ([33, 1, 20], 2.0)], 1.0)
+    specs.append(CaseSpec("tie_break_k4", "two blocks tie for the largest norm and three tie "
+                          "for the next across the k = 4 cut: selects 3, 9, 1, 20",
+                          g.reshape(48, 12), k=4, expect_selected=(3, 9, 1, 20)))
+    g = _with_norm_ties(rng, 16, 12, [], 1.0)
+    specs.append(CaseSpec("tie_all_equal", "all 16 blocks have equal norms; k = 5 selects "
+                          "blocks 0..4", g, k=5, expect_selected=(0, 1, 2, 3, 4)))
+
+    # --- quantiser saturation and infinities (R = 10)
+    R = np.float32(10.0)
+    edge = np.array([R, -R, np.nextafter(R, np.float32(np.inf)), -np.nextafter(R, np.float32(0)),
+                     np.nextafter(R, np.float32(0)), 2 * R, -2 * R, np.inf, -np.inf,
+                     np.float32(3e38), np.float32(-3e38), np.float32(1e20)], np.float32)
+    g = rng.normal(0, 6.0, 8 * 32).astype(np.float32)
+    g[rng.choice(g.size, edge.size, replace=False)] = edge
+    specs.append(CaseSpec("quant_saturation_inf", "|x| > R, x = ±R, next floats around R, "
+                          "±Inf and huge finite values mixed with N(0, 6) at R = 10",
+                          g.reshape(8, 32), k=2))
+
+    # --- error-feedback saturation: residuals near ±QMAX pushed past it
+    g = rng.uniform(-10.0, 10.0, (16, 16)).astype(np.float32)
+    r = rng.integers(-1000, 1000, (16, 16)).astype(np.int64)
+    r[::2] += QMAX - 500_000_000
+    r[1::2] -= QMAX - 500_000_000
+    r[0, :4] = [QMAX, -QMAX, QMAX, -QMAX]
+    g[0, :4] = [np.float32(1e-6), np.float32(-1e-6), np.float32(-1e-6), np.float32(1e-6)]
+    specs.append(CaseSpec("feedback_saturation", "residuals within 5e8 of ±QMAX plus large "
+                          "gradients: r + Q(g) leaves the int32 range in both directions",
+                          g, np.clip(r, -QMAX, QMAX).astype(np.int32), k=3))
+
+    # --- degenerate layers
+    z = np.zeros((32, 9), np.float32)
+    z[::3] = np.float32(-0.0)
+    specs.append(CaseSpec("all_zero", "all ±0 gradient and zero residual: one (n, 0) token; "
+                          "k = 1 selects block 0 (all norms tie at 0)", z, expect_selected=(0,)))
+    specs.append(CaseSpec("one_element", "a single element (1-D, one block of 1)",
+                          np.array([3.25], np.float32)))
+
+    # --- literal runs around LMAX (k = all blocks, so the payload is the accumulated value)
+    for lmax_log2, n, runs, note in (
+            (2, 64, [(0, 4), (6, 5), (13, 8), (23, 9), (34, 1), (36, 3), (41, 4)],
+             "runs of LMAX = 4, 5, 8, 9, 1, 3 and 4; starts nonzero, ends in zeros"),
+            (3, 96, [(0, 8), (10, 9), (21, 16), (40, 17), (60, 1), (80, 16)],
+             "runs of LMAX = 8, 9, 16, 17, 1, and a final run of exactly 2 LMAX with no zeros "
+             "after it"),
+            (8, 1280, [(0, 256), (300, 257), (600, 512), (1200, 1), (1203, 77)],
+             "default LMAX = 256: runs of 256, 257, 512, 1, 77")):
+        g = _runs_payload(n, runs, rng).reshape(-1, 16)
+        specs.append(CaseSpec(f"lmax{lmax_log2}_runs", f"lmax_log2 = {lmax_log2}: {note}", g,
+                              k=g.shape[0], lmax_log2=lmax_log2))
+    g = _runs_payload(48, [(40, 8)], rng)
+    g[:40] = 0
+    specs.append(CaseSpec("lmax3_ends_on_full_run", "lmax_log2 = 3: 40 zeros then exactly "
+                          "LMAX nonzeros, the last token has L = LMAX and no trailing zeros",
+                          g, k=48, lmax_log2=3))
+
+    # --- special float classes and exact rounding ties (R = 10: M = 0xCCCCCCCC, k = 4)
+    lsb = np.float32(10.0 / QMAX)
+    special = np.concatenate([
+        _bits(0x00000000, 0x80000000, 0x00000001, 0x80000001, 0x007FFFFF, 0x807FFFFF,
+              0x00800000, 0x80800000, 0x7F7FFFFF, 0xFF7FFFFF, 0x3A83126F, 0x40A00000),
+        np.array([2.0, -2.0, 6.0, -6.0, 4.0, 0.5 * lsb, 1.5 * lsb, 2.5 * lsb, lsb, -lsb],
+                 np.float32),
+        (rng.uniform(0, 3, 38) * lsb).astype(np.float32)])
+    specs.append(CaseSpec("special_floats", "±0, ±smallest and ±largest subnormal, ±smallest "
+                          "normal, ±max finite, exact half-LSB ties (2.0 rounds up to even, "
+                          "6.0 down), values within a few LSB of 0", special.reshape(6, 10),
+                          k=3))
+
+    # --- block-size override with a short last block
+    g = rng.normal(0, 1, 100).astype(np.float32)
+    g[98:] = np.float32(9.0)
+    specs.append(CaseSpec("short_last_block", "10x10 with block_size 7: 15 blocks, the last "
+                          "holds 2 elements and has the largest norm", g.reshape(10, 10), k=3,
+                          block_size=7, expect_selected=(14,)))
+    g = rng.normal(0, 1, 50).astype(np.float32)
+    specs.append(CaseSpec("short_last_block_1d", "1-D of 50 with block_size 8: 7 blocks, the "
+                          "last holds 2", g, k=2, block_size=8))
+
+    # --- k as a fraction
+    specs.append(CaseSpec("k_fraction", "k = 0.1 of 40 blocks -> 4", rng.normal(0, 1, (40, 5))
+                          .astype(np.float32), k=0.1, expect_k_eff=4))
+    specs.append(CaseSpec("k_fraction_float_product", "k = 0.07 of 100 blocks: 0.07 * 100 = "
+                          "7.000000000000001 in float64, so k_eff = ceil(...) = 8",
+                          rng.normal(0, 1, (100, 4)).astype(np.float32), k=0.07,
+                          expect_k_eff=8))
+
+    # --- other ranges (M, k change with R)
+    for name, R, scale, note in (
+            ("range_1", 1.0, 0.4, "R = 1"),
+            ("range_0p01", 0.01, 0.004, "R = 0.01 (not exact in float32)"),
+            ("range_pow2", 0.25, 0.1, "R = 0.25, a power of two: M = 2^32 - 2"),
+            ("range_huge", 1e30, 1e22, "R = 1e30: shifts t >= 58 round small values to 0"),
+            ("range_tiny", 1e-30, 1e-30, "R = 1e-30: k < 0, shifts t <= 0 saturate")):
+        g = rng.normal(0, scale, (24, 2, 2, 2)).astype(np.float32)
+        g.reshape(-1)[:4] = [np.float32(R), np.float32(-R), np.float32(scale * 0.01),
+                             _bits(0x00000003)[0]]
+        specs.append(CaseSpec(name, note, g, rng.integers(-2**20, 2**20, g.shape).astype(
+            np.int32), R=R, k=0.25, layer_id=3))
+
+    # --- NaN: quantiser only (the software raises; the RTL outputs 0 with its nan flag)
+    g = rng.normal(0, 3, 64).astype(np.float32)
+    nan_bits = [0x7FC00000, 0xFFC00000, 0x7F800001, 0xFFFFFFFF, 0x7FBFFFFF]
+    g[[3, 10, 11, 40, 63]] = _bits(*nan_bits)
+    g[[5, 6]] = [np.inf, -np.inf]
+    g[7] = np.float32(12.0)
+    specs.append(CaseSpec("nan_quantiser_only", "quiet and signalling NaNs of both signs next "
+                          "to ±Inf and |x| > R: code 0 with the nan flag, not counted saturated",
+                          g.reshape(4, 16), stages=QUANTISER_ONLY))
+
+    # --- several steps: each residual_in is the previous step's residual_out
+    prev = None
+    for s in range(3):
+        g = rng.normal(0, 0.5, (32, 3, 3)).astype(np.float32)
+        specs.append(CaseSpec(f"multistep_s{s}", f"step {s} of 3 on one 32x3x3 layer, "
+                              "k = 0.25; residual carried from the previous step"
+                              if s else "step 0 of 3 on one 32x3x3 layer, k = 0.25, zero "
+                              "residual", g, k=0.25, layer_id=5, residual_from=prev))
+        prev = f"multistep_s{s}"
+
+    # --- a generic conv layer with a random residual
+    specs.append(CaseSpec("random_conv", "64x3x3x3 N(0, 2) gradient with a random residual, "
+                          "k = 8", rng.normal(0, 2, (64, 3, 3, 3)).astype(np.float32),
+                          rng.integers(-2**28, 2**28, (64, 3, 3, 3)).astype(np.int32), k=8,
+                          layer_id=1))
+    return specs
+
+
+def real_specs(source: str, seed: int, quick: bool, compress_layer,
+               data_dir: str | None = None) -> tuple[list[CaseSpec], dict]:
+    from .realgrads import RealGradConfig, capture_real_gradients
+
+    cfg = RealGradConfig.for_golden(source, seed, quick, data_dir)
+    rg = capture_real_gradients(cfg, compress_layer)
+    specs, names = [], set()
+    for cap in rg.steps:
+        stem = "real_" + cap.param.replace(".", "_")
+        name = f"{stem}_s{cap.step}"
+        prev = f"{stem}_s{cap.step - 1}"
+        specs.append(CaseSpec(
+            name, f"{rg.model} {cap.param} {tuple(cap.grad.shape)} gradient at training step "
+            f"{cap.step} on {rg.dataset}, error-feedback residual carried from training",
+            cap.grad, cap.residual_in, R=cfg.R, k=cfg.k, layer_id=cap.layer_id, kind="real",
+            residual_from=prev if prev in names else None,
+            source={"dataset": rg.dataset, "model": rg.model, "param": cap.param,
+                    "step": cap.step, "seed": seed}))
+        names.add(name)
+    info = {"dataset": rg.dataset, "model": rg.model, "torch": rg.torch_version,
+            "losses": [round(v, 6) for v in rg.losses]}
+    return specs, info
+
+

@@ -1,0 +1,94 @@
+"""`gradblock golden`: write golden vectors for the RTL testbenches and check them against the
+numpy reference (docs/golden.md); a summary table of the cases."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gradblock.refmodel.golden_format import GoldenCase, GoldenError, load_golden
+
+from .golden_check import CheckResult, check_golden
+from .golden_compute import generate_golden
+
+
+def summary_table(cases: list[GoldenCase] | list[dict], results: list[CheckResult] | None = None
+                  ) -> str:
+    metas = [c.meta if isinstance(c, GoldenCase) else c for c in cases]
+    status = {r.name: ("ok" if r.ok else "FAIL") for r in results or []}
+    head = (f"{'case':<28} {'kind':<9} {'shape':<15} {'n':>6} {'R':>9} {'k_eff':>9} "
+            f"{'satQ':>5} {'satF':>5} {'words':>6} {'ratio':>7}" + ("  check" if results else ""))
+    lines = [head, "-" * len(head)]
+
+    def cell(m, key):                      # a malformed entry shows "?" instead of crashing
+        v = m.get(key, "?") if isinstance(m, dict) else "?"
+        return "-" if v is None else v
+
+    for m in metas:
+        shape, n, words = cell(m, "shape"), cell(m, "n"), cell(m, "frame_words")
+        shape = "x".join(str(d) for d in shape) if isinstance(shape, list) else str(shape)
+        keff = cell(m, "k_eff")
+        keff = f"{keff}/{cell(m, 'n_blocks')}" if keff != "-" else keff
+        ratio = f"{n / words:.2f}" if isinstance(n, int) and isinstance(words, int) and words \
+            else "-"
+        R = cell(m, "range")
+        R = f"{R:.3g}" if isinstance(R, (int, float)) else str(R)
+        line = (f"{str(cell(m, 'name')):<28} {str(cell(m, 'kind')):<9} {shape:<15} {str(n):>6} "
+                f"{R:>9} {str(keff):>9} {str(cell(m, 'sat_quant')):>5} "
+                f"{str(cell(m, 'sat_feedback')):>5} {str(words):>6} {ratio:>7}")
+        if results:
+            line += f"  {status.get(cell(m, 'name'), '?')}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def golden_main(argv: list[str]) -> int:
+    from .realgrads import REAL_SOURCES
+
+    p = argparse.ArgumentParser(prog="gradblock golden",
+                                description="write golden vectors for the RTL testbenches "
+                                            "(docs/golden.md) and check them against the numpy "
+                                            "reference")
+    p.add_argument("out_dir", help="golden directory to write (or to check with --check)")
+    p.add_argument("--quick", action="store_true",
+                   help="synthetic cases plus a couple of small real layers (simulator tests)")
+    p.add_argument("--real-source", choices=REAL_SOURCES, default="digits",
+                   help="data for the real gradients (default digits)")
+    p.add_argument("--data-dir", default=None, help="Fashion-MNIST IDX directory override")
+    p.add_argument("--seed", type=int, default=0, help="seed for synthetic data and training")
+    p.add_argument("--check", action="store_true",
+                   help="only check an existing golden directory against the reference")
+    p.add_argument("--no-check", action="store_true", help="skip the check after writing")
+    try:
+        args = p.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    from gradblock.shim.data import DatasetError
+
+    from .commands import BackendError
+    try:
+        if args.check:
+            cases = load_golden(args.out_dir)
+        else:
+            manifest = generate_golden(args.out_dir, quick=args.quick,
+                                       real_source=args.real_source, seed=args.seed,
+                                       data_dir=args.data_dir)
+            cases = manifest["cases"]
+            print(f"wrote {len(cases)} cases to {args.out_dir} ({manifest['generator']})")
+        results = None if args.no_check and not args.check else check_golden(args.out_dir)
+    except (GoldenError, DatasetError, BackendError, OSError) as e:
+        print(f"gradblock golden: {e}", file=sys.stderr)
+        return 2
+    except ImportError as e:
+        print(f"gradblock golden: the real-gradient cases need torch ({e}); install the "
+              f"project's [torch] extra", file=sys.stderr)
+        return 2
+    print(summary_table(cases, results))
+    if results is None:
+        return 0
+    bad = [r for r in results if not r.ok]
+    for r in bad:
+        for problem in r.problems:
+            print(f"FAIL {r.name}: {problem}")
+    print(f"check against the numpy reference: {len(results) - len(bad)} of {len(results)} "
+          f"cases pass")
+    return 1 if bad else 0

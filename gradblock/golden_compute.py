@@ -1,0 +1,123 @@
+"""Computing golden cases: a CaseSpec -> (manifest entry, arrays) with a bit-exact backend, and
+the whole golden directory written through gradblock.refmodel.golden_format."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from gradblock.refmodel.golden_format import ARRAY_DTYPES, QUANTISER_ONLY, write_golden
+from gradblock.refmodel.quantiser import QMAX, QuantConfig, quantise
+from gradblock.refmodel.selection import block_layout
+
+from .golden_cases import CaseSpec, real_specs, synthetic_specs
+
+
+def derive_flags(grad_bits: np.ndarray, range_bits: int):
+    """Per-element quantiser flags: (sat, nan). sat is |x| > R by the bit rule, NaN excluded
+    (a NaN has its own flag and is not clamped)."""
+    mag = grad_bits & np.uint32(0x7FFFFFFF)
+    nan = mag > np.uint32(0x7F800000)
+    sat = (mag > np.uint32(range_bits)) & ~nan
+    return sat.astype(np.uint8), nan.astype(np.uint8)
+
+
+def feedback_flags(residual_in: np.ndarray, quantised: np.ndarray) -> np.ndarray:
+    s = residual_in.astype(np.int64) + quantised.astype(np.int64)
+    return (np.abs(s) > QMAX).astype(np.uint8)
+
+
+def compute_case(spec: CaseSpec, compress_layer, residual_override: np.ndarray | None = None
+                 ) -> tuple[dict, dict]:
+    """(manifest entry without file names, arrays) for one case."""
+    grad = spec.grad_f32()
+    cfg = QuantConfig.from_range(spec.R)
+    bits = grad.reshape(-1).view(np.uint32).copy()
+    layout = block_layout(grad.shape, spec.block_size)
+    sat, nan = derive_flags(bits, cfg.range_bits)
+    meta = {"name": spec.name, "kind": spec.kind, "description": spec.description,
+            "stages": list(spec.stages), "shape": [int(d) for d in grad.shape],
+            "n": int(grad.size), "layer_id": int(spec.layer_id), "range": float(cfg.range),
+            "range_bits": cfg.range_bits, "M": cfg.M, "k_shift": cfg.k,
+            "lmax_log2": int(spec.lmax_log2), "block_size": layout.block_size,
+            "n_blocks": layout.n_blocks, "k_req": spec.k}
+    if tuple(spec.stages) == QUANTISER_ONLY:
+        # NaN has no code in the software contract; the RTL emits 0, which is Q(+0).
+        q = quantise(np.where(nan.astype(bool), np.float32(0), grad.reshape(-1)), cfg)
+        meta.update(k_eff=None, sat_quant=int(sat.sum()), sat_feedback=None, frame_words=None)
+        arrays = {"grad_bits": bits, "quantised": q.q, "quant_sat": sat, "quant_nan": nan}
+        if q.saturated != int(sat.sum()):
+            raise AssertionError(f"{spec.name}: saturation flags {int(sat.sum())} != "
+                                 f"reference count {q.saturated}")
+        return meta, arrays
+    if nan.any():
+        raise ValueError(f"{spec.name}: NaN is allowed only in quantiser-only cases")
+    residual = residual_override if residual_override is not None else spec.residual
+    if residual is None:
+        residual = np.zeros(grad.shape, np.int32)
+    residual = np.asarray(residual, np.int32).reshape(grad.shape)
+    st = compress_layer(grad, residual, R=cfg, k=spec.k, block_size=spec.block_size,
+                        layer_id=spec.layer_id, lmax_log2=spec.lmax_log2, where=spec.name)
+    fb = feedback_flags(residual.reshape(-1), st.q.reshape(-1))
+    if int(sat.sum()) != st.sat_quant or int(fb.sum()) != st.sat_feedback:
+        raise AssertionError(f"{spec.name}: flag sums ({int(sat.sum())}, {int(fb.sum())}) != "
+                             f"counts ({st.sat_quant}, {st.sat_feedback})")
+    lead = tuple(int(b) for b in st.selected[:len(spec.expect_selected)])
+    if lead != spec.expect_selected or spec.expect_k_eff not in (None, st.k_eff):
+        raise AssertionError(f"{spec.name}: selected {lead}, k_eff {st.k_eff}; the case is "
+                             f"built for {spec.expect_selected}, {spec.expect_k_eff}")
+    meta.update(k_eff=int(st.k_eff), sat_quant=int(st.sat_quant),
+                sat_feedback=int(st.sat_feedback), frame_words=int(st.frame.size))
+    if spec.residual_from:
+        meta["residual_from"] = spec.residual_from
+    if spec.source:
+        meta["source"] = dict(spec.source)
+    arrays = {"grad_bits": bits, "residual_in": residual.reshape(-1).copy(),
+              "quantised": st.q.reshape(-1), "quant_sat": sat, "quant_nan": nan,
+              "accumulated": st.acc.reshape(-1), "feedback_sat": fb,
+              "block_norms": st.norms, "selected": st.selected,
+              "payload": st.payload.reshape(-1), "residual_out": st.residual_out.reshape(-1),
+              "frame": st.frame}
+    return meta, {k: np.ascontiguousarray(v, dtype=ARRAY_DTYPES[k]) for k, v in arrays.items()}
+
+
+
+
+def generate_golden(out_dir: str | Path, *, quick: bool = False, real_source: str = "digits",
+                    seed: int = 0, data_dir: str | None = None, progress: bool = True,
+                    backend_choice: str | None = None) -> dict:
+    """Compute every case and write the golden directory (golden_format.write_golden: into a
+    temporary directory beside out_dir, then swapped in). Returns the manifest."""
+    from tqdm import tqdm
+
+    from .commands import backend
+
+    be = backend(backend_choice)
+    specs = synthetic_specs(seed)
+    r_specs, real_info = real_specs(real_source, seed, quick, be.compress_layer, data_dir)
+    specs += r_specs
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise AssertionError("duplicate golden case names")
+
+    def computed():
+        outputs = {}
+        for spec in tqdm(specs, desc="golden cases", unit="case", disable=not progress):
+            override = None
+            if spec.residual_from:
+                prev = outputs[spec.residual_from]
+                if spec.residual is not None and not np.array_equal(
+                        np.asarray(spec.residual).reshape(-1), prev):
+                    raise AssertionError(f"{spec.name}: captured residual differs from "
+                                         f"{spec.residual_from}'s residual_out")
+                override = prev
+            meta, arrays = compute_case(spec, be.compress_layer, override)
+            if "residual_out" in arrays:
+                outputs[spec.name] = arrays["residual_out"]
+            yield meta, arrays
+
+    fields = {"generator": f"gradblock.golden ({be.name}; numpy {np.__version__}; "
+                           f"torch {real_info['torch']})",
+              "seed": seed, "quick": quick, "real_source": real_source,
+              "real_training": real_info}
+    return write_golden(out_dir, fields, computed())
