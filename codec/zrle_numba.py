@@ -393,26 +393,23 @@ def _raise_for(res) -> None:
     raise AssertionError(f"decoder kernel returned unknown status {status}")
 
 
-def _as_words(words) -> np.ndarray:
-    w = np.asarray(words, dtype=np.uint32)
-    if w.ndim != 1:
-        w = w.reshape(-1)
+def as_words(words) -> np.ndarray:
+    # the reference's argument check, so both decoders raise the same DecodeArgumentError
+    w, _, _ = zrle.check_decode_args(words)
     return np.ascontiguousarray(w)
 
 
 def _expected(expected_n):
-    """(has_expected, value) for the kernel; sizes outside int64 can never match a frame."""
-    if expected_n is None:
-        return False, 0
-    v = operator.index(expected_n)
-    return True, max(-1, min(v, 2**40))
+    """(has_expected, value) for the kernel, checked as the reference checks it."""
+    _, n, _ = zrle.check_decode_args(_EMPTY_U32, expected_n)
+    return (False, 0) if n is None else (True, n)
 
 
 def _start(start) -> int:
-    start = operator.index(start)
-    if start < 0:
-        raise ValueError(f"start must be >= 0, got {start}")
-    return start
+    return zrle.check_decode_args(_EMPTY_U32, None, start)[2]
+
+
+_EMPTY_U32 = np.zeros(0, dtype=np.uint32)
 
 
 def _frame(res, values) -> Frame:
@@ -429,7 +426,7 @@ def decode_into(words, out: np.ndarray, expected_n: int | None = None, start: in
     returned Frame's `values` is that view. On a FrameError `out` may be partly written.
     Raises ValueError (before touching `out`) if the frame's n exceeds out.size."""
     _check_out(out, np.int32, "out")
-    w = _as_words(words)
+    w = as_words(words)
     has_exp, exp = _expected(expected_n)
     res = _decode_kernel(w, _start(start), has_exp, exp, out, _EMPTY_I64, WRITE, True)
     if res[0] == NEED_BUFFER:
@@ -445,7 +442,7 @@ def decode_add(words, acc: np.ndarray, expected_n: int | None = None, start: int
     values=None. On a FrameError acc may already hold some of the frame's values, so treat
     it as garbage. Raises ValueError (before touching acc) if n exceeds acc.size."""
     _check_out(acc, np.int64, "acc")
-    w = _as_words(words)
+    w = as_words(words)
     has_exp, exp = _expected(expected_n)
     res = _decode_kernel(w, _start(start), has_exp, exp, _EMPTY_I32, acc, ADD, False)
     if res[0] == NEED_BUFFER:
@@ -459,9 +456,9 @@ def decode_frame(words, expected_n: int | None = None, start: int = 0) -> Frame:
     """Decode the frame that begins at words[start]. Raises a FrameError subclass naming the
     first problem, in the order of docs/spec.md §3.5. Never reads past the end of `words`.
     The value array is allocated only once the header has been validated."""
-    w = _as_words(words)
-    start = _start(start)
+    w = as_words(words)
     has_exp, exp = _expected(expected_n)
+    start = _start(start)
     res = _decode_kernel(w, start, has_exp, exp, _EMPTY_I32, _EMPTY_I64, WRITE, False)
     if res[0] == NEED_BUFFER:                   # header is valid: now allocate n values
         out = np.zeros(int(res[2]), dtype=np.int32)   # calloc: zero runs cost nothing
@@ -475,7 +472,7 @@ def decode_frame(words, expected_n: int | None = None, start: int = 0) -> Frame:
 
 def decode_message(words, expected_sizes: list[int] | None = None) -> list[Frame]:
     """Decode concatenated frames (one per layer, in parameter order), as codec.zrle does."""
-    return zrle.decode_message(_as_words(words), expected_sizes, decode_frame=decode_frame)
+    return zrle.decode_message(as_words(words), expected_sizes, decode_frame=decode_frame)
 
 
 @nb.njit(nogil=True, cache=True)
@@ -500,7 +497,7 @@ def check_frames(words, starts, ends, expected_n=None, scratch_elems: int = 1 <<
     frame-relative word index of the error, or the frame length when it decoded. Each frame
     is decoded into a scratch buffer of `scratch_elems` values; a larger frame is validated
     without writing values. expected_n: None, or one size per frame (-1 for "any")."""
-    w = _as_words(words)
+    w = as_words(words)
     starts = np.ascontiguousarray(starts, dtype=np.int64)
     ends = np.ascontiguousarray(ends, dtype=np.int64)
     if starts.shape != ends.shape or starts.ndim != 1:

@@ -8,8 +8,9 @@ import numpy as np
 from gradblock.codec.zrle import DEFAULT_LMAX_LOG2, encode_frame
 
 from .quantiser import DEFAULT_RANGE, QuantConfig, quantise
-from .selection import (BlockLayout, apply_selection, block_layout, block_norms, error_feedback,
-                        resolve_k, select_blocks)
+from .plan import step_plan
+from .selection import BlockLayout, apply_selection, block_norms, error_feedback, select_blocks
+from .validation import check_step, first_nan
 
 
 @dataclass
@@ -31,20 +32,21 @@ def compress_layer(grad: np.ndarray, residual: np.ndarray | None = None, *,
                    R: float | QuantConfig = DEFAULT_RANGE, k: int | float = 1,
                    block_size: int | None = None, layer_id: int = 0,
                    lmax_log2: int = DEFAULT_LMAX_LOG2, where: str = "") -> LayerStep:
-    """quantise -> error feedback -> block norms -> top-k -> mask -> ZRLE frame."""
-    cfg = R if isinstance(R, QuantConfig) else QuantConfig.from_range(R)
+    """quantise -> error feedback -> block norms -> top-k -> mask -> ZRLE frame.
+    Arguments are checked by refmodel.validation (its order: a NaN is reported before a bad
+    block size, k, lmax, layer id or size), as every backend does."""
     grad = np.asarray(grad)
     if residual is None:
         residual = np.zeros(grad.shape, dtype=np.int32)
-    if residual.dtype != np.int32:
-        raise TypeError(f"residual must be int32, got {residual.dtype}")
+    cfg, grad, residual, plan = check_step(
+        grad, residual, R, nan_error=lambda g: first_nan(g, where),
+        late_checks=lambda: step_plan(grad.shape, k, block_size, layer_id, lmax_log2))
+    layout, k_eff = plan.layout, plan.k_eff
     qr = quantise(grad, cfg, where=where)
     acc, sat_fb = error_feedback(residual, qr.q)
-    layout = block_layout(grad.shape, block_size)
     norms = block_norms(acc, layout)
-    k_eff = resolve_k(k, layout.n_blocks)
     selected = select_blocks(norms, k_eff)
     payload, residual_out = apply_selection(acc, selected, layout)
-    frame = encode_frame(payload, layer_id, cfg.range, lmax_log2)
+    frame = encode_frame(payload, plan.layer_id, cfg.range, plan.lmax_log2)
     return LayerStep(layout, k_eff, qr.q, acc, norms, selected, payload, residual_out, frame,
                      qr.saturated, sat_fb)

@@ -74,7 +74,7 @@ def sum_messages_fast(messages: Sequence[np.ndarray], expected_sizes: Sequence[i
     sums = [np.zeros(n, dtype=np.int64) for n in sizes]
     first = None
     for w, msg in enumerate(messages):
-        words = zrle_numba._as_words(msg)
+        words = zrle_numba.as_words(msg)
         frames, at = [], 0
         try:
             while at < words.size:

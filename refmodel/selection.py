@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .quantiser import QMAX
+from .validation import ShapeError, check_block_size, check_k
 
 
 @dataclass(frozen=True)
@@ -25,28 +26,22 @@ def block_layout(shape: tuple[int, ...], block_size: int | None = None) -> Block
     an FC row); 1-D tensors and scalars -> blocks of one element. `block_size` overrides.
     Called once per layer per step, so it sticks to Python ints (math.prod)."""
     n = math.prod(shape)
+    block_size = check_block_size(block_size)        # BlockSizeError outside 1..2**32-1
     if block_size is None:
         # a shape with a zero dimension is an empty layer; its block size is moot
         block_size = max(1, math.prod(shape[1:])) if len(shape) >= 2 else 1
-    if isinstance(block_size, bool) or int(block_size) != block_size or block_size < 1:
-        raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
-    block_size = int(block_size)
     n_blocks = -(-n // block_size) if n else 0
     return BlockLayout(n, block_size, n_blocks)
 
 
 def resolve_k(k: int | float, n_blocks: int) -> int:
     """Blocks to send: an integer k >= 1 -> min(k, n_blocks); a fraction 0 < f < 1 ->
-    min(n_blocks, max(1, ceil(f * n_blocks))) with f * n_blocks one float64 product."""
-    if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
-        if k < 1:
-            raise ValueError(f"k must be >= 1 blocks, got {k}")
-        return min(int(k), n_blocks)
-    f = float(k)
-    if not (0.0 < f < 1.0):
-        if f >= 1.0 and f.is_integer():
-            return min(int(f), n_blocks)
-        raise ValueError(f"k must be an integer >= 1 or a fraction in (0, 1), got {k!r}")
+    min(n_blocks, max(1, ceil(f * n_blocks))) with f * n_blocks one float64 product.
+    k is checked by refmodel.validation.check_k (KError)."""
+    k = check_k(k)
+    if isinstance(k, int):
+        return min(k, n_blocks)
+    f = k
     if n_blocks == 0:
         return 0
     return min(n_blocks, max(1, math.ceil(f * float(n_blocks))))
@@ -55,7 +50,7 @@ def resolve_k(k: int | float, n_blocks: int) -> int:
 def error_feedback(residual: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, int]:
     """a = clamp(r + q, -QMAX, QMAX) in int64; returns (a as int32, saturation count)."""
     if residual.shape != q.shape:
-        raise ValueError(f"residual shape {residual.shape} != gradient shape {q.shape}")
+        raise ShapeError(f"residual shape {residual.shape} != gradient shape {q.shape}")
     s = residual.astype(np.int64) + q.astype(np.int64)
     saturated = int(np.count_nonzero(np.abs(s) > QMAX))
     return np.clip(s, -QMAX, QMAX).astype(np.int32), saturated

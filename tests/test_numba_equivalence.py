@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gradblock.codec import zrle, zrle_numba
-from gradblock.refmodel import compress, fast
+from gradblock.refmodel import compress, fast, step_schedule
 from gradblock.refmodel.quantiser import QMAX, NonFiniteError, QuantConfig
 
 F32 = np.finfo(np.float32)
@@ -158,7 +158,7 @@ def test_compress_layers_is_the_concatenated_reference(n_threads, rng):
 @pytest.mark.parametrize("chunk", [1, 5, 64])
 def test_layers_split_into_chunks_across_threads(monkeypatch, chunk, rng):
     """Small chunks make every layer run as many pass-1 tasks on the pool."""
-    monkeypatch.setattr(fast._Job, "CHUNK", chunk)
+    monkeypatch.setattr(step_schedule.Job, "CHUNK", chunk)
     shapes = [(9, 2, 3, 3), (50,), (12, 7), (), (3, 40)]
     grads = [(rng.standard_normal(s) * 4).astype(np.float32) for s in shapes]
     residuals = [rng.integers(-2**31, 2**31, s, dtype=np.int64).astype(np.int32) for s in shapes]

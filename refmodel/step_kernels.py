@@ -1,0 +1,298 @@
+"""The numba kernels of the compress step (spec §1–§4); no argument checks here.
+
+Callers (refmodel.fast, refmodel.step_schedule) validate everything through
+refmodel.validation first: these kernels trust B >= 1, B * n_blocks < 2**33, k_eff <=
+n_blocks, and out having max_step_words words from base.
+
+Pass 1 reads the float32 bits and the residual once and produces the code, the
+error-feedback sum, both saturation counts and the block norms together; selection is a
+k-element heap with the exact tie rule; pass 2 visits only the selected blocks (everything
+else is a zero run for the encoder and its residual already holds `a`), streaming them
+through the ZRLE encoder of codec.zrle_numba, CRC included.
+"""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from gradblock.codec.zrle_numba import enc_begin, enc_end, enc_feed, enc_feed_zeros
+
+from .quantiser import QMAX
+
+ABS_MASK = 0x7FFFFFFF
+INF_BITS = 0x7F800000
+
+
+# ---------------------------------------------------------------------------------------------
+# Element kernels
+# ---------------------------------------------------------------------------------------------
+
+@nb.njit(inline="always", nogil=True, cache=True)
+def quantise_bits(b, M, k):
+    """Q of the float32 with bits b (int64 holding a uint32), spec §1.2. NaN gives QMAX
+    (callers reject NaN separately). All values stay below 2**63, so int64 is exact.
+    Written branch-free so LLVM vectorises the loops that call it."""
+    e = (b >> 23) & 0xFF
+    m = (b & 0x7FFFFF) | (np.int64(e != 0) << 23)
+    t = k - (max(e, 1) - 150)                     # t = k - E
+    tc = min(max(t, 1), 60)                       # P < 2**56: any t >= 57 rounds to 0
+    P = m * (M & 0xFFFFFFFF)                      # the mask lets LLVM use a 32x32->64 multiply
+    # round half to even of P / 2**tc: add half - 1, plus 1 more when the quotient is odd
+    q = (P + ((np.int64(1) << (tc - 1)) - 1) + ((P >> tc) & 1)) >> tc
+    saturate = ((t <= 0) & (m != 0)) | (e == 255)  # P * 2**-t >= 2**31, or +-Inf
+    mag = QMAX if saturate else min(q, QMAX)
+    s = b >> 31
+    return (mag ^ -s) + s                         # apply the sign
+
+
+@nb.njit(nogil=True, cache=True)
+def nan_count(gbits):
+    c = 0
+    for i in range(gbits.size):
+        c += (np.int64(gbits[i]) & ABS_MASK) > INF_BITS
+    return c
+
+
+@nb.njit(nogil=True, cache=True)
+def quantise_kernel(gbits, q_out, M, k, rbits):
+    satq = 0
+    nan = 0
+    for i in range(gbits.size):
+        b = np.int64(gbits[i])
+        ab = b & ABS_MASK
+        satq += ab > rbits
+        nan += ab > INF_BITS
+        q_out[i] = quantise_bits(b, M, k)
+    return satq, nan
+
+
+@nb.njit(inline="always", nogil=True, cache=True)
+def feedback(qv, r):
+    """a = clamp(r + q, -QMAX, QMAX) and whether it clamped (spec §2.1)."""
+    a = qv + np.int64(r)
+    over = (a > QMAX) | (a < -QMAX)
+    return min(max(a, -QMAX), QMAX), over
+
+
+# ---------------------------------------------------------------------------------------------
+# Pass 1: quantise + feedback + saturation counts + block norms, one read of g and r
+# ---------------------------------------------------------------------------------------------
+
+# Inner loops run over slice views from index 0: numba then knows the index is not negative,
+# drops its wraparound test, and LLVM vectorises the loop (a ~10x difference).
+
+@nb.njit(nogil=True, cache=True)
+def pass1_keep(gbits, r, q_out, acc_out, B, norms, M, k, rbits):
+    """Keeps q and a in their own arrays (r is read only). Returns (sat_q, sat_fb, nan)."""
+    n = gbits.size
+    satq = 0
+    satfb = 0
+    nan = 0
+    for j in range(norms.size):
+        lo = j * B
+        hi = min(lo + B, n)
+        g_blk, r_blk, q_blk, a_blk = gbits[lo:hi], r[lo:hi], q_out[lo:hi], acc_out[lo:hi]
+        norm = np.int64(0)
+        for i in range(g_blk.size):
+            b = np.int64(g_blk[i])
+            ab = b & ABS_MASK
+            satq += ab > rbits
+            nan += ab > INF_BITS
+            qv = quantise_bits(b, M, k)
+            q_blk[i] = qv
+            a, over = feedback(qv, r_blk[i])
+            satfb += over
+            a_blk[i] = a
+            norm += abs(a)
+        norms[j] = norm
+    return satq, satfb, nan
+
+
+@nb.njit(inline="always", nogil=True, cache=True)
+def pass1_inplace_blocks(gbits, r, B, norms, M, k, rbits, jlo, jhi):
+    """Blocks [jlo, jhi): r <- a in place, norms filled. Returns (sat_q, sat_fb)."""
+    n = gbits.size
+    satq = 0
+    satfb = 0
+    if B == 1:                          # blocks of one element (1-D tensors): a flat loop
+        g_run, r_run, n_run = gbits[jlo:jhi], r[jlo:jhi], norms[jlo:jhi]
+        for i in range(g_run.size):
+            b = np.int64(g_run[i])
+            satq += (b & ABS_MASK) > rbits
+            a, over = feedback(quantise_bits(b, M, k), r_run[i])
+            satfb += over
+            r_run[i] = a
+            n_run[i] = abs(a)
+        return satq, satfb
+    for j in range(jlo, jhi):
+        lo = j * B
+        hi = min(lo + B, n)
+        g_blk, r_blk = gbits[lo:hi], r[lo:hi]
+        norm = np.int64(0)
+        for i in range(g_blk.size):
+            b = np.int64(g_blk[i])
+            satq += (b & ABS_MASK) > rbits
+            a, over = feedback(quantise_bits(b, M, k), r_blk[i])
+            satfb += over
+            r_blk[i] = a
+            norm += abs(a)
+        norms[j] = norm
+    return satq, satfb
+
+
+@nb.njit(nogil=True, cache=True)
+def pass1_range(gbits, r, B, norms, M, k, rbits, jlo, jhi):
+    """Pass 1 over blocks [jlo, jhi) only: one task of a layer split across threads."""
+    return pass1_inplace_blocks(gbits, r, B, norms, M, k, rbits, jlo, jhi)
+
+
+# ---------------------------------------------------------------------------------------------
+# Top-k selection: a heap of the k best blocks seen so far, its root the worst of them
+# ---------------------------------------------------------------------------------------------
+
+@nb.njit(inline="always", nogil=True, cache=True)
+def worse(na, ia, nb_, ib):
+    """Block a ranks below block b: smaller norm, or equal norm and higher index."""
+    return na < nb_ or (na == nb_ and ia > ib)
+
+
+@nb.njit(inline="always", nogil=True, cache=True)
+def sift_down(hn, hi, size, pos):
+    n0 = hn[pos]
+    i0 = hi[pos]
+    while True:
+        child = 2 * pos + 1
+        if child >= size:
+            break
+        if child + 1 < size and worse(hn[child + 1], hi[child + 1], hn[child], hi[child]):
+            child += 1
+        if not worse(hn[child], hi[child], n0, i0):
+            break
+        hn[pos] = hn[child]
+        hi[pos] = hi[child]
+        pos = child
+    hn[pos] = n0
+    hi[pos] = i0
+
+
+@nb.njit(nogil=True, cache=True)
+def select_top_k(norms, k_eff, selected):
+    """selected[:k_eff] <- the k_eff largest norms in rank order (norm descending, lower
+    index first among equals), as refmodel.selection.select_blocks."""
+    if k_eff == 0:
+        return
+    hn = np.empty(k_eff, dtype=np.int64)
+    hi = np.empty(k_eff, dtype=np.int64)
+    for j in range(k_eff):
+        hn[j] = norms[j]
+        hi[j] = j
+    for p in range(k_eff // 2 - 1, -1, -1):
+        sift_down(hn, hi, k_eff, p)
+    for j in range(k_eff, norms.size):
+        # every index in the heap is lower than j, so only a strictly larger norm beats the root
+        if norms[j] > hn[0]:
+            hn[0] = norms[j]
+            hi[0] = j
+            sift_down(hn, hi, k_eff, 0)
+    size = k_eff
+    while size > 0:                    # pop the worst first: it is ranked last
+        size -= 1
+        selected[size] = hi[0]
+        hn[0] = hn[size]
+        hi[0] = hi[size]
+        sift_down(hn, hi, size, 0)
+
+
+@nb.njit(nogil=True, cache=True)
+def block_norms_kernel(acc, B, norms):
+    n = acc.size
+    for j in range(norms.size):
+        blk = acc[j * B:min(j * B + B, n)]
+        s = np.int64(0)
+        for i in range(blk.size):
+            s += abs(np.int64(blk[i]))
+        norms[j] = s
+
+
+@nb.njit(inline="always", nogil=True, cache=True)
+def selected_mask(selected, n_blocks):
+    mask = np.zeros(n_blocks, dtype=np.uint8)
+    for t in range(selected.size):
+        mask[selected[t]] = 1
+    return mask
+
+
+# ---------------------------------------------------------------------------------------------
+# Pass 2: mask -> payload -> ZRLE frame, and the new residual
+# ---------------------------------------------------------------------------------------------
+
+@nb.njit(nogil=True, cache=True)
+def pass2_keep(acc, B, mask, payload, res_out, out, base, layer_id, rbits, lmax_log2):
+    """Materialises payload and residual_out; returns the frame length."""
+    n = acc.size
+    lmax = np.int64(1) << lmax_log2
+    state = enc_begin(out, base, n, layer_id, rbits, lmax_log2)
+    for j in range(mask.size):
+        lo = j * B
+        hi = min(lo + B, n)
+        a_blk, p_blk, r_blk = acc[lo:hi], payload[lo:hi], res_out[lo:hi]
+        if mask[j]:
+            state = enc_feed(acc, lo, hi, out, state, lmax)
+            for i in range(a_blk.size):
+                p_blk[i] = a_blk[i]
+                r_blk[i] = 0
+        else:
+            state = enc_feed_zeros(a_blk.size, out, state)
+            for i in range(a_blk.size):
+                p_blk[i] = 0
+                r_blk[i] = a_blk[i]
+    return enc_end(out, base, state)
+
+
+@nb.njit(inline="always", nogil=True, cache=True)
+def pass2_inplace(r, B, mask, out, base, layer_id, rbits, lmax_log2):
+    """r holds a. Selected blocks go to the encoder and become 0; runs of unselected
+    blocks are one zero run each (their residual already is a). Returns the frame length."""
+    n = r.size
+    n_blocks = mask.size
+    lmax = np.int64(1) << lmax_log2
+    state = enc_begin(out, base, n, layer_id, rbits, lmax_log2)
+    j = 0
+    while j < n_blocks:
+        if mask[j]:
+            lo = j * B
+            hi = min(lo + B, n)
+            state = enc_feed(r, lo, hi, out, state, lmax)
+            for i in range(np.uint64(lo), np.uint64(hi)):
+                r[i] = 0
+            j += 1
+        else:
+            j2 = j + 1
+            while j2 < n_blocks and mask[j2] == 0:
+                j2 += 1
+            state = enc_feed_zeros(min(j2 * B, n) - j * B, out, state)
+            j = j2
+    return enc_end(out, base, state)
+
+
+@nb.njit(nogil=True, cache=True)
+def step_kernel(gbits, r, B, n_blocks, k_eff, M, k, rbits, out, base, layer_id, lmax_log2):
+    """The whole lean step for one layer, GIL released. Returns (n_words, sat_q, sat_fb)."""
+    norms = np.empty(n_blocks, dtype=np.int64)
+    satq, satfb = pass1_inplace_blocks(gbits, r, B, norms, M, k, rbits, 0, n_blocks)
+    selected = np.empty(k_eff, dtype=np.int64)
+    select_top_k(norms, k_eff, selected)
+    mask = selected_mask(selected, n_blocks)
+    n_words = pass2_inplace(r, B, mask, out, base, layer_id, rbits, lmax_log2)
+    return n_words, satq, satfb
+
+
+@nb.njit(nogil=True, cache=True)
+def step_tail(r, B, norms, k_eff, out, base, layer_id, rbits, lmax_log2):
+    """Selection and pass 2 once pass 1 has filled `norms` (and r holds a)."""
+    selected = np.empty(k_eff, dtype=np.int64)
+    select_top_k(norms, k_eff, selected)
+    mask = selected_mask(selected, norms.size)
+    return pass2_inplace(r, B, mask, out, base, layer_id, rbits, lmax_log2)
+
+
