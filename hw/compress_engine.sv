@@ -1,0 +1,466 @@
+// One layer's compress step (docs/spec.md §4) for layers of any size: the residual lives in
+// external memory behind an AXI4 master, the gradient arrives on AXI4-Stream, the ZRLE frame
+// leaves on AXI4-Stream. Two passes, no layer buffer:
+//
+//   pass 1  gradient at one element per cycle; the residual r is read with INCR bursts (at most
+//           MAX_BURST beats, never across 4 KiB) into a FIFO whose free space bounds the reads
+//           in flight; quantiser -> ef_add gives a, written back in place with bursts (a write
+//           follows the read of its element, so it never overtakes it) and fed to block_l1 ->
+//           topk_select; the selected indices are sorted ascending (index_sort) and turned into
+//           start elements (one multiply per block).
+//   pass 2  only the selected blocks are read, with bursts; the frame comes from a run encoder
+//           fed one beat per zero run between blocks (a count, no memory reads) and one beat
+//           per element of a selected block; zeros are written over each selected block once
+//           its elements have been read (so r' = 0 there and a elsewhere, in place).
+//
+// Cycles per layer, with a memory taking one beat per cycle: n + k_eff·B + O(k_eff + latency)
+// (pass 1 streams n, pass 2 reads k_eff·B while writing the zeros alongside).
+// Residual element i is the int32 word at byte address cfg_res_base + 4i (little endian);
+// ADDR_W sets the address width, layers up to 2^32 - 1 elements.
+//
+// Status (valid when `done` pulses, held until the next accepted config):
+//   err_code: 0 ok; 1 residual does not fit the address space, or cfg_res_base not 4-aligned;
+//             2 block_size = 0; 3 n_blocks != ceil(n / block_size); 4 k = 0; 5 min(k, n_blocks)
+//             > K_MAX; 6 lmax_log2 outside 1..min(24, LMAX_LOG2_MAX); 7 range_bits not a
+//             finite float32 > 0; 8 M < 2^31 (1..8 refuse the config: nothing is read or
+//             written, done pulses after the check); 9 s_grad_tlast not exactly on beat n-1
+//             (the layer still runs, counted by n); 10 the memory answered SLVERR/DECERR
+//             (the layer still completes; its data are not to be trusted).
+module compress_engine #(
+    parameter int ADDR_W = 32,          // AXI address width (bytes)
+    parameter int K_MAX = 32,           // most blocks selected per layer
+    parameter int LMAX_LOG2_MAX = 8,    // largest literal run the encoder buffers (2^x words)
+    parameter int MAX_BURST = 16,       // beats per AXI burst, 1..256
+    parameter int RES_FIFO_AW = 6       // residual read FIFO: 2^this words in flight
+) (
+    input  logic               clk,
+    input  logic               rst,
+    // configuration, one handshake per layer
+    input  logic               cfg_valid,
+    output logic               cfg_ready,
+    input  logic        [31:0] cfg_n,
+    input  logic        [31:0] cfg_block_size,
+    input  logic        [31:0] cfg_n_blocks,
+    input  logic        [31:0] cfg_k,
+    input  logic        [31:0] cfg_m,
+    input  logic signed [31:0] cfg_k_shift,
+    input  logic        [31:0] cfg_range_bits,
+    input  logic        [31:0] cfg_layer_id,
+    input  logic         [4:0] cfg_lmax_log2,
+    input  logic  [ADDR_W-1:0] cfg_res_base,
+    // gradient, float32 bits, n beats
+    input  logic        [31:0] s_grad_tdata,
+    input  logic               s_grad_tvalid,
+    output logic               s_grad_tready,
+    input  logic               s_grad_tlast,
+    // frame
+    output logic        [31:0] m_frame_tdata,
+    output logic               m_frame_tvalid,
+    input  logic               m_frame_tready,
+    output logic               m_frame_tlast,
+    // AXI4 master, 32-bit data: residual memory
+    output logic  [ADDR_W-1:0] m_axi_araddr,
+    output logic         [7:0] m_axi_arlen,
+    output logic         [2:0] m_axi_arsize,
+    output logic         [1:0] m_axi_arburst,
+    output logic               m_axi_arvalid,
+    input  logic               m_axi_arready,
+    input  logic        [31:0] m_axi_rdata,
+    input  logic         [1:0] m_axi_rresp,
+    input  logic               m_axi_rlast,
+    input  logic               m_axi_rvalid,
+    output logic               m_axi_rready,
+    output logic  [ADDR_W-1:0] m_axi_awaddr,
+    output logic         [7:0] m_axi_awlen,
+    output logic         [2:0] m_axi_awsize,
+    output logic         [1:0] m_axi_awburst,
+    output logic               m_axi_awvalid,
+    input  logic               m_axi_awready,
+    output logic        [31:0] m_axi_wdata,
+    output logic         [3:0] m_axi_wstrb,
+    output logic               m_axi_wlast,
+    output logic               m_axi_wvalid,
+    input  logic               m_axi_wready,
+    input  logic         [1:0] m_axi_bresp,
+    input  logic               m_axi_bvalid,
+    output logic               m_axi_bready,
+    // status
+    output logic               busy,
+    output logic               done,
+    output logic         [3:0] err_code,
+    output logic        [31:0] sat_quant_count,
+    output logic        [31:0] sat_feedback_count,
+    output logic        [31:0] nan_count
+);
+    localparam int SW = (K_MAX > 1) ? $clog2(K_MAX) : 1;
+    localparam int RES_DEPTH = 1 << RES_FIFO_AW;
+    localparam logic [31:0] K_MAX_U = K_MAX;
+    localparam logic [4:0] LMAX_LIMIT = (LMAX_LOG2_MAX < 24) ? 5'(LMAX_LOG2_MAX) : 5'd24;
+    localparam int XW = (ADDR_W > 34) ? ADDR_W + 1 : 35;   // base + 4n without overflow
+
+    typedef enum logic [3:0] {IDLE, CHECK, CHECK2, PASS1, PREP_A, PREP_B, ENC_CFG, PASS2}
+        state_t;
+    state_t state;
+    logic   phase2;      // pass 2's walkers and data sources are selected
+
+    // ---- configuration ---------------------------------------------------------------------
+    logic [31:0] n_r, bs_r, nb_r, k_r, m_r, ks_r, rb_r, id_r;
+    logic  [4:0] lmax_r;
+    logic [ADDR_W-1:0] base_r;
+    logic [31:0] k_eff, bs_n;
+    logic [63:0] span_r;     // n_blocks * min(B, n), registered in CHECK
+    logic  [3:0] check_code;
+
+    assign cfg_ready = state == IDLE;
+    assign busy = state != IDLE;
+    assign k_eff = (k_r < nb_r) ? k_r : nb_r;
+    // min(B, n): ceil(n / B) = 1 for every B >= n
+    assign bs_n = (bs_r < n_r) ? bs_r : n_r;
+
+    logic bad_addr, bad_bs, bad_nb, bad_k, bad_k_max, bad_lmax, bad_range, bad_m;
+    logic [XW-1:0] res_end;
+    assign res_end = XW'(base_r) + XW'({n_r, 2'b00});
+    assign bad_addr = base_r[1:0] != 2'd0 || res_end > (XW'(1) << ADDR_W);
+    assign bad_bs = bs_r == 32'd0;
+    assign bad_nb = (n_r == 32'd0) ? nb_r != 32'd0
+                  : (nb_r == 32'd0 || nb_r > n_r || span_r < {32'd0, n_r}
+                     || span_r - {32'd0, bs_n} >= {32'd0, n_r});
+    assign bad_k = n_r != 32'd0 && k_r == 32'd0;
+    assign bad_k_max = k_eff > K_MAX_U;
+    assign bad_lmax = lmax_r == 5'd0 || lmax_r > LMAX_LIMIT;
+    assign bad_range = rb_r[31] || rb_r[30:23] == 8'hFF || rb_r == 32'd0;
+    assign bad_m = !m_r[31];
+    assign check_code = bad_addr ? 4'd1 : bad_bs ? 4'd2 : bad_nb ? 4'd3 : bad_k ? 4'd4
+                      : bad_k_max ? 4'd5 : bad_lmax ? 4'd6 : bad_range ? 4'd7 : bad_m ? 4'd8
+                      : 4'd0;
+
+    always_ff @(posedge clk) begin
+        if (cfg_valid && cfg_ready) begin
+            n_r <= cfg_n;
+            bs_r <= cfg_block_size;
+            nb_r <= cfg_n_blocks;
+            k_r <= cfg_k;
+            m_r <= cfg_m;
+            ks_r <= cfg_k_shift;
+            rb_r <= cfg_range_bits;
+            id_r <= cfg_layer_id;
+            lmax_r <= cfg_lmax_log2;
+            base_r <= cfg_res_base;
+        end
+        if (state == CHECK) span_r <= {32'd0, nb_r} * {32'd0, bs_n};
+    end
+
+    // ---- residual reads: AR walker, read FIFO ----------------------------------------------
+    logic [31:0] ar_idx, aw_idx, ar_rs, ar_re, aw_rs, aw_re, ar_elems, aw_elems, walk_count;
+    logic        ar_req, ar_fire, ar_done, aw_req, aw_fire, aw_done, walk_start;
+    logic  [8:0] ar_len, aw_len;
+    logic [31:0] res_inflight;        // words requested and not yet taken from the FIFO
+    logic        res_push, res_pop, res_full, res_empty;
+    logic [31:0] res_head;
+    logic [31:0] rd_got;              // pass 2: words received
+
+    burst_walker #(.ADDR_W(ADDR_W), .MAX_BURST(MAX_BURST)) u_ar_walk (
+        .clk, .rst, .start(walk_start), .base(base_r), .count(walk_count),
+        .range_idx(ar_idx), .range_start(ar_rs), .range_end(ar_re),
+        .req_valid(ar_req), .req_fire(ar_fire), .req_addr(m_axi_araddr), .req_len(ar_len),
+        .req_elems(ar_elems), .done(ar_done)
+    );
+
+    // credits: a burst goes out only when the FIFO has room for all of it, so R never stalls
+    assign m_axi_arvalid = ar_req && res_inflight + {23'd0, ar_len} <= RES_DEPTH;
+    assign ar_fire = m_axi_arvalid && m_axi_arready;
+    assign m_axi_arlen = 8'(ar_len - 9'd1);
+    assign m_axi_arsize = 3'd2;
+    assign m_axi_arburst = 2'b01;
+    assign m_axi_rready = !res_full;
+    assign res_push = m_axi_rvalid && m_axi_rready;
+
+    sync_fifo #(.W(32), .AW(RES_FIFO_AW)) u_res_fifo (
+        .clk, .rst, .clear(1'b0), .push(res_push), .wr_data(m_axi_rdata), .pop(res_pop),
+        .rd_data(res_head), .full(res_full), .empty(res_empty)
+    );
+
+    // bursts are counted by beats (rlast); only resp[1] (SLVERR/DECERR) matters; the AR
+    // walker's progress count and range index bits above SW are not needed
+    logic unused_axi;
+    assign unused_axi = ^{m_axi_rlast, m_axi_rresp[0], m_axi_bresp[0], ar_elems, ar_done,
+                          ar_idx[31:SW], aw_idx[31:SW]};
+
+    // ---- pass 1: gradient + residual -> quantiser -> ef_add -> write-back, norms, select ----
+    logic [31:0] in_count;
+    logic        in_open, in_last, q_s_valid, q_s_ready, p1_pop;
+
+    assign in_open = state == PASS1 && in_count != n_r;
+    assign in_last = in_count == n_r - 32'd1;
+    assign q_s_valid = s_grad_tvalid && in_open && !res_empty;
+    assign s_grad_tready = in_open && q_s_ready && !res_empty;
+    assign p1_pop = q_s_valid && q_s_ready;
+
+    logic [31:0] q_tdata, q_resid;
+    logic  [1:0] q_flags;
+    logic        q_tvalid, q_tready, q_tlast;
+
+    quantiser #(.UW(32)) u_quantiser (
+        .clk, .rst,
+        .cfg_m(m_r), .cfg_k(ks_r), .cfg_range_bits(rb_r),
+        .s_tdata(s_grad_tdata), .s_tuser(res_head), .s_tvalid(q_s_valid),
+        .s_tready(q_s_ready), .s_tlast(in_last),
+        .m_tdata(q_tdata), .m_tuser({q_resid, q_flags}), .m_tvalid(q_tvalid),
+        .m_tready(q_tready), .m_tlast(q_tlast)
+    );
+
+    logic [31:0] a_tdata;
+    logic        a_sat, a_tvalid, a_tready, a_tlast, a_accept;
+
+    ef_add u_ef_add (
+        .clk, .rst,
+        .s_tdata({q_resid, q_tdata}), .s_tvalid(q_tvalid), .s_tready(q_tready), .s_tlast(q_tlast),
+        .m_tdata(a_tdata), .m_tuser(a_sat), .m_tvalid(a_tvalid), .m_tready(a_tready),
+        .m_tlast(a_tlast)
+    );
+
+    // a goes to the norms and to the write-back FIFO together
+    logic wd_full, wd_empty, wd_pop, l1_ready;
+    logic [31:0] wd_head;
+    assign a_tready = l1_ready && !wd_full;
+    assign a_accept = a_tvalid && a_tready;
+
+    sync_fifo #(.W(32), .AW(4)) u_wd_fifo (
+        .clk, .rst, .clear(1'b0), .push(a_accept), .wr_data(a_tdata), .pop(wd_pop),
+        .rd_data(wd_head), .full(wd_full), .empty(wd_empty)
+    );
+
+    logic [95:0] norm_tdata;
+    logic        norm_tvalid, norm_tready, norm_tlast;
+
+    block_l1 u_block_l1 (
+        .clk, .rst, .cfg_block_size(bs_r),
+        .s_tdata(a_tdata), .s_tvalid(a_tvalid && !wd_full), .s_tready(l1_ready),
+        .s_tlast(a_tlast),
+        .m_tdata(norm_tdata), .m_tvalid(norm_tvalid), .m_tready(norm_tready),
+        .m_tlast(norm_tlast)
+    );
+
+    logic [31:0] sel_tdata;
+    logic        sel_tvalid, sel_tlast, topk_cfg_err;
+
+    topk_select #(.K_MAX(K_MAX)) u_topk (
+        .clk, .rst, .cfg_k(k_eff), .cfg_err(topk_cfg_err),
+        .s_tdata(norm_tdata), .s_tvalid(norm_tvalid), .s_tready(norm_tready),
+        .s_tlast(norm_tlast),
+        .m_tdata(sel_tdata), .m_tvalid(sel_tvalid), .m_tready(1'b1), .m_tlast(sel_tlast)
+    );
+
+    logic unused_topk;
+    assign unused_topk = topk_cfg_err;   // k_eff is checked to lie in 1..K_MAX
+
+    // ---- selected blocks: sorted, then indices -> start elements ---------------------------
+    logic [32*K_MAX-1:0] blocks;        // ascending: block indices, after PREP start elements
+    logic [SW:0]         prep_slot;
+    logic [31:0]         prep_index;
+    logic                prep_wr;
+
+    assign prep_wr = state == PREP_B;
+
+    index_sort #(.K_MAX(K_MAX)) u_sort (
+        .clk, .rst, .clear(state == CHECK), .in_valid(sel_tvalid), .in_value(sel_tdata),
+        .wr_en(prep_wr), .wr_slot(prep_slot[SW-1:0]), .wr_value(prep_index * bs_r),
+        .list(blocks)
+    );
+
+    // range i of pass 2 is selected block i: [start_i, min(start_i + B, n))
+    function automatic logic [31:0] block_end(input logic [31:0] start, input logic [31:0] n,
+                                              input logic [31:0] bs);
+        block_end = (n - start <= bs) ? n : start + bs;
+    endfunction
+
+    logic [31:0] ar_blk, aw_blk;
+    assign ar_blk = blocks[32*ar_idx[SW-1:0] +: 32];
+    assign aw_blk = blocks[32*aw_idx[SW-1:0] +: 32];
+    assign ar_rs = phase2 ? ar_blk : 32'd0;
+    assign ar_re = phase2 ? block_end(ar_blk, n_r, bs_r) : n_r;
+    assign aw_rs = phase2 ? aw_blk : 32'd0;
+    assign aw_re = phase2 ? block_end(aw_blk, n_r, bs_r) : n_r;
+    assign walk_count = phase2 ? k_eff : ((n_r == 32'd0) ? 32'd0 : 32'd1);
+
+    // ---- write-back: AW walker, burst lengths queue, W, B ----------------------------------
+    logic       lenq_full, lenq_empty, w_fire, b_fire;
+    logic [8:0] lenq_head, w_beat;
+    logic [31:0] b_pending;
+
+    burst_walker #(.ADDR_W(ADDR_W), .MAX_BURST(MAX_BURST)) u_aw_walk (
+        .clk, .rst, .start(walk_start), .base(base_r), .count(walk_count),
+        .range_idx(aw_idx), .range_start(aw_rs), .range_end(aw_re),
+        .req_valid(aw_req), .req_fire(aw_fire), .req_addr(m_axi_awaddr), .req_len(aw_len),
+        .req_elems(aw_elems), .done(aw_done)
+    );
+
+    // pass 2 writes zeros over words already read, never ahead of the reads
+    assign m_axi_awvalid = aw_req && !lenq_full
+                         && (!phase2 || aw_elems + {23'd0, aw_len} <= rd_got);
+    assign aw_fire = m_axi_awvalid && m_axi_awready;
+    assign m_axi_awlen = 8'(aw_len - 9'd1);
+    assign m_axi_awsize = 3'd2;
+    assign m_axi_awburst = 2'b01;
+
+    sync_fifo #(.W(9), .AW(2)) u_lenq (
+        .clk, .rst, .clear(1'b0), .push(aw_fire), .wr_data(aw_len), .pop(w_fire && m_axi_wlast),
+        .rd_data(lenq_head), .full(lenq_full), .empty(lenq_empty)
+    );
+
+    assign m_axi_wvalid = !lenq_empty && (phase2 || !wd_empty);
+    assign m_axi_wdata = phase2 ? 32'd0 : wd_head;
+    assign m_axi_wstrb = 4'hF;
+    assign m_axi_wlast = w_beat + 9'd1 == lenq_head;
+    assign w_fire = m_axi_wvalid && m_axi_wready;
+    assign wd_pop = w_fire && !phase2;
+    assign m_axi_bready = 1'b1;
+    assign b_fire = m_axi_bvalid;
+
+    logic writes_idle;
+    assign writes_idle = aw_done && lenq_empty && b_pending == 32'd0;
+
+    // ---- pass 2: zero runs from counts, literals from the read FIFO -> run encoder ---------
+    typedef enum logic [1:0] {C_GAP, C_LIT, C_END} cons_t;
+    cons_t       c_state;
+    logic [31:0] c_idx, c_pos, c_blk, c_start, c_end, c_gap;
+    logic [31:0] enc_data, enc_count;
+    logic        enc_valid, enc_ready, enc_take, enc_cfg_valid, enc_cfg_ready, frame_done;
+
+    assign c_blk = blocks[32*c_idx[SW-1:0] +: 32];
+    assign c_start = (c_idx < k_eff) ? c_blk : n_r;
+    assign c_end = block_end(c_blk, n_r, bs_r);
+    assign c_gap = c_start - c_pos;
+
+    always_comb begin
+        enc_valid = 1'b0;
+        enc_data = res_head;
+        enc_count = 32'd1;
+        if (state == PASS2) begin
+            if (c_state == C_GAP) begin
+                enc_valid = c_gap != 32'd0;
+                enc_data = 32'd0;
+                enc_count = c_gap;
+            end else if (c_state == C_LIT) begin
+                enc_valid = !res_empty;
+            end
+        end
+    end
+    assign enc_take = enc_valid && enc_ready;
+    assign res_pop = phase2 ? (enc_take && c_state == C_LIT) : p1_pop;
+    assign enc_cfg_valid = state == ENC_CFG;
+
+    zrle_run_encoder #(.LMAX_LOG2_MAX(LMAX_LOG2_MAX)) u_encoder (
+        .clk, .rst,
+        .cfg_valid(enc_cfg_valid), .cfg_ready(enc_cfg_ready),
+        .cfg_layer_id(id_r), .cfg_n(n_r), .cfg_range_bits(rb_r), .cfg_lmax_log2(lmax_r),
+        .s_tdata(enc_data), .s_tcount(enc_count), .s_tvalid(enc_valid), .s_tready(enc_ready),
+        .m_tdata(m_frame_tdata), .m_tvalid(m_frame_tvalid), .m_tready(m_frame_tready),
+        .m_tlast(m_frame_tlast)
+    );
+
+    // ---- control ---------------------------------------------------------------------------
+    logic topk_done;    // the selected indices have all left topk_select (or there are none)
+
+    assign walk_start = (state == CHECK2 && check_code == 4'd0) || (state == ENC_CFG && enc_cfg_ready);
+
+    always_ff @(posedge clk) begin
+        done <= 1'b0;
+        if (rst) begin
+            state <= IDLE;
+            phase2 <= 1'b0;
+            err_code <= 4'd0;
+            res_inflight <= 32'd0;
+            b_pending <= 32'd0;
+            w_beat <= 9'd0;
+            c_state <= C_END;
+            sat_quant_count <= 32'd0;
+            sat_feedback_count <= 32'd0;
+            nan_count <= 32'd0;
+        end else begin
+            case (state)
+                IDLE: if (cfg_valid) begin
+                    state <= CHECK;
+                    err_code <= 4'd0;
+                    sat_quant_count <= 32'd0;
+                    sat_feedback_count <= 32'd0;
+                    nan_count <= 32'd0;
+                end
+                CHECK: state <= CHECK2;
+                CHECK2: begin
+                    err_code <= check_code;
+                    if (check_code != 4'd0) begin
+                        state <= IDLE;
+                        done <= 1'b1;
+                    end else begin
+                        state <= PASS1;
+                    end
+                    phase2 <= 1'b0;
+                    in_count <= 32'd0;
+                    topk_done <= n_r == 32'd0;
+                    prep_slot <= '0;
+                    frame_done <= 1'b0;
+                end
+                PASS1: if (topk_done && writes_idle) state <= (k_eff == 32'd0) ? ENC_CFG : PREP_A;
+                PREP_A: begin
+                    prep_index <= blocks[32*prep_slot[SW-1:0] +: 32];
+                    state <= PREP_B;
+                end
+                PREP_B: begin
+                    prep_slot <= prep_slot + 1'b1;
+                    state <= ({{(31 - SW){1'b0}}, prep_slot} + 32'd1 == k_eff) ? ENC_CFG : PREP_A;
+                end
+                ENC_CFG: if (enc_cfg_ready) begin
+                    state <= PASS2;
+                    phase2 <= 1'b1;
+                    c_state <= C_GAP;
+                    c_idx <= 32'd0;
+                    c_pos <= 32'd0;
+                    rd_got <= 32'd0;
+                end
+                PASS2: if (frame_done && writes_idle && c_state == C_END) begin
+                    state <= IDLE;
+                    done <= 1'b1;
+                end
+                default: state <= IDLE;
+            endcase
+
+            if (sel_tvalid && sel_tlast) topk_done <= 1'b1;
+            if (s_grad_tvalid && s_grad_tready) begin
+                in_count <= in_count + 32'd1;
+                if (s_grad_tlast != in_last) err_code <= 4'd9;
+            end
+            if (q_tvalid && q_tready) begin
+                sat_quant_count <= sat_quant_count + {31'd0, q_flags[0]};
+                nan_count <= nan_count + {31'd0, q_flags[1]};
+            end
+            if (a_accept) sat_feedback_count <= sat_feedback_count + {31'd0, a_sat};
+
+            res_inflight <= res_inflight + (ar_fire ? {23'd0, ar_len} : 32'd0)
+                          - {31'd0, res_pop};
+            if (res_push && phase2) rd_got <= rd_got + 32'd1;
+            if ((res_push && m_axi_rresp[1]) || (b_fire && m_axi_bresp[1])) err_code <= 4'd10;
+            b_pending <= b_pending + {31'd0, aw_fire} - {31'd0, b_fire};
+            if (w_fire) w_beat <= m_axi_wlast ? 9'd0 : w_beat + 9'd1;
+            if (m_frame_tvalid && m_frame_tready && m_frame_tlast) frame_done <= 1'b1;
+
+            // pass 2 consumer: a gap beat, then the block's words, block by block
+            if (state == PASS2) begin
+                case (c_state)
+                    C_GAP: if (c_gap == 32'd0 || enc_take) begin
+                        c_pos <= c_start;
+                        c_state <= (c_idx < k_eff) ? C_LIT : C_END;
+                    end
+                    C_LIT: if (enc_take) begin
+                        c_pos <= c_pos + 32'd1;
+                        if (c_pos + 32'd1 == c_end) begin
+                            c_idx <= c_idx + 32'd1;
+                            c_state <= C_GAP;
+                        end
+                    end
+                    default: ;
+                endcase
+            end
+        end
+    end
+endmodule

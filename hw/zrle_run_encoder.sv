@@ -1,0 +1,332 @@
+// ZRLE v1 streaming encoder that takes zero runs as counts (docs/spec.md §3), for
+// compress_engine's pass 2: a beat is either one literal word (s_tdata != 0) or a run of
+// s_tcount zero words (s_tdata == 0, s_tcount >= 1), so a zero run costs one cycle however long.
+// Beats cover exactly cfg_n words; the frame is word for word codec.zrle.encode_frame's.
+// Otherwise this is hw/zrle_encoder.sv (same fill/drain structure, literal ring, token queue,
+// CRC unit and registered output); see that file for the design notes.
+module zrle_run_encoder #(
+    parameter int LMAX_LOG2_MAX  = 8,   // largest runtime lmax_log2
+    parameter int TOKEN_QUEUE_AW = 4    // 2^this closed tokens may wait for the output
+) (
+    input  logic        clk,
+    input  logic        rst,
+    // one config beat starts a frame (also for n = 0)
+    input  logic        cfg_valid,
+    output logic        cfg_ready,
+    input  logic [31:0] cfg_layer_id,
+    input  logic [31:0] cfg_n,
+    input  logic [31:0] cfg_range_bits,
+    input  logic [4:0]  cfg_lmax_log2,
+    // beats covering exactly cfg_n payload words: a literal, or a run of s_tcount zeros
+    input  logic [31:0] s_tdata,
+    input  logic [31:0] s_tcount,       // words this beat stands for when s_tdata == 0 (>= 1)
+    input  logic        s_tvalid,
+    output logic        s_tready,
+    // frame words: header, tokens, t0, t1 (m_tlast on t1)
+    output logic [31:0] m_tdata,
+    output logic        m_tvalid,
+    input  logic        m_tready,
+    output logic        m_tlast
+);
+    localparam int LW   = LMAX_LOG2_MAX + 1;          // literal counts 0 .. LMAX
+    // literal ring: two full tokens (double buffering), and at least 64 words so that short
+    // tokens queued behind a long one do not stall the input when LMAX is small
+    localparam int RW   = (LMAX_LOG2_MAX + 1 > 6) ? LMAX_LOG2_MAX + 1 : 6;
+    localparam int RING = 1 << RW;
+    localparam int TW   = 32 + LW;                    // token queue entry {z, L}
+
+    // fill side states
+    localparam logic [1:0] IN_IDLE = 2'd0;
+    localparam logic [1:0] IN_RUN  = 2'd1;   // payload words still to come or in the input register
+    localparam logic [1:0] IN_TAIL = 2'd2;   // payload ended in zeros: the (z, 0) token must queue
+    localparam logic [1:0] IN_DONE = 2'd3;   // every token has been queued
+
+    // drain side states
+    localparam logic [2:0] D_IDLE = 3'd0;
+    localparam logic [2:0] D_HDR  = 3'd1;
+    localparam logic [2:0] D_Z    = 3'd2;    // next token's z, or t0 once the payload is done
+    localparam logic [2:0] D_L    = 3'd3;
+    localparam logic [2:0] D_LIT  = 3'd4;
+    localparam logic [2:0] D_T1   = 3'd5;
+
+    // ---------------------------------------------------------------- configuration
+    logic [31:0]   layer_id, n_words, range_bits;
+    logic [4:0]    lmax_log2;
+    logic [4:0]    cfg_lmax_clamped;
+    logic [LW-1:0] lmax;
+
+    always_comb begin
+        if (cfg_lmax_log2 < 5'd1)
+            cfg_lmax_clamped = 5'd1;
+        else if (cfg_lmax_log2 > 5'(LMAX_LOG2_MAX))
+            cfg_lmax_clamped = 5'(LMAX_LOG2_MAX);
+        else
+            cfg_lmax_clamped = cfg_lmax_log2;
+    end
+    assign lmax = LW'(1) << lmax_log2;
+
+    // ---------------------------------------------------------------- literal ring, token queue
+    logic [31:0]   ring [RING];
+    logic [RW:0]   wr_ptr, rd_ptr;       // one extra bit tells full from empty
+    logic          ring_full;
+    logic [31:0]   ring_head;            // oldest literal not yet out
+
+    logic          q_push, q_pop, q_full, q_empty;
+    logic [TW-1:0] q_wdata, q_head;
+    logic [31:0]   head_z;
+    logic [LW-1:0] head_len;
+
+    assign ring_full = (wr_ptr[RW-1:0] == rd_ptr[RW-1:0]) && (wr_ptr[RW] != rd_ptr[RW]);
+    assign ring_head = ring[rd_ptr[RW-1:0]];
+    assign head_z    = q_head[TW-1:LW];
+    assign head_len  = q_head[LW-1:0];
+
+    sync_fifo #(.W(TW), .AW(TOKEN_QUEUE_AW)) u_tokens (
+        .clk     (clk),
+        .rst     (rst),
+        .clear   (cfg_valid && cfg_ready),
+        .push    (q_push),
+        .wr_data (q_wdata),
+        .pop     (q_pop),
+        .rd_data (q_head),
+        .full    (q_full),
+        .empty   (q_empty)
+    );
+
+    // ---------------------------------------------------------------- fill side
+    logic [1:0]    in_state;
+    logic [31:0]   in_count;             // payload words taken so far
+    logic          in_full, in_last;     // input register holds a word; it is the n-th
+    logic [31:0]   in_word;
+    logic [31:0]   in_run;               // zeros in_word stands for (when it is 0)
+    logic [31:0]   take_step;            // words the beat being taken covers
+    logic [31:0]   zrun;                 // zeros since the last token boundary
+    logic [31:0]   open_z;               // z of the open token
+    logic [LW-1:0] lit_cnt;              // literals of the open token (0: none open)
+
+    logic in_nonzero, closes, in_blocked, consume, take, tail_close;
+    logic [LW-1:0] lit_next;
+
+    assign in_nonzero = (in_word != 32'd0);
+    assign lit_next   = lit_cnt + LW'(1);
+    // does consuming in_word close a token?
+    assign closes     = in_nonzero ? (lit_next == lmax || in_last) : (lit_cnt != '0);
+    assign in_blocked = (in_nonzero && ring_full) || (closes && q_full);
+    assign consume    = (in_state == IN_RUN) && in_full && !in_blocked;
+    assign s_tready   = (in_state == IN_RUN) && (in_count != n_words) && (!in_full || consume);
+    assign take       = s_tvalid && s_tready;
+    assign take_step  = (s_tdata != 32'd0) ? 32'd1 : s_tcount;
+    assign tail_close = (in_state == IN_TAIL) && !q_full;
+
+    always_comb begin
+        q_push  = 1'b0;
+        q_wdata = '0;
+        if (consume && closes) begin
+            q_push  = 1'b1;
+            q_wdata = in_nonzero ? {(lit_cnt == '0) ? zrun : open_z, lit_next}
+                                 : {open_z, lit_cnt};
+        end else if (tail_close) begin
+            q_push  = 1'b1;
+            q_wdata = {zrun, LW'(0)};
+        end
+    end
+
+    // ---------------------------------------------------------------- drain side
+    logic [2:0]    d_state;
+    logic [2:0]    hdr_idx;
+    logic [LW-1:0] lit_sent;             // literals of the head token already out
+    logic [31:0]   tok_count;
+    logic [31:0]   crc;
+
+    logic          out_ready;            // the skid buffer can take a word this cycle
+    logic          produce;              // a frame word goes out this cycle
+    logic [31:0]   out_word;
+    logic          out_last;
+    logic          trailer_now;          // D_Z finds no token and the payload is done: emit t0
+    logic [31:0]   hdr_word;
+
+    always_comb begin
+        case (hdr_idx)
+            3'd0:    hdr_word = gradblock_pkg::ZRLE_MAGIC;
+            3'd1:    hdr_word = {16'd0, 3'd0, lmax_log2, gradblock_pkg::ZRLE_VERSION};
+            3'd2:    hdr_word = layer_id;
+            3'd3:    hdr_word = n_words;
+            default: hdr_word = range_bits;
+        endcase
+    end
+
+    assign cfg_ready   = (d_state == D_IDLE);
+    assign trailer_now = (d_state == D_Z) && q_empty && (in_state == IN_DONE);
+
+    always_comb begin
+        produce  = 1'b0;
+        out_word = 32'd0;
+        out_last = 1'b0;
+        q_pop    = 1'b0;
+        if (out_ready) begin
+            case (d_state)
+                D_HDR: begin
+                    produce  = 1'b1;
+                    out_word = hdr_word;
+                end
+                D_Z: begin
+                    if (!q_empty) begin
+                        produce  = 1'b1;
+                        out_word = head_z;
+                    end else if (trailer_now) begin
+                        produce  = 1'b1;
+                        out_word = tok_count;
+                    end
+                end
+                D_L: begin
+                    produce  = 1'b1;
+                    out_word = 32'(head_len);
+                    q_pop    = (head_len == '0);
+                end
+                D_LIT: begin
+                    produce  = 1'b1;
+                    out_word = ring_head;
+                    q_pop    = (lit_sent + LW'(1) == head_len);
+                end
+                D_T1: begin
+                    produce  = 1'b1;
+                    out_word = crc;
+                    out_last = 1'b1;
+                end
+                default: ;
+            endcase
+        end
+    end
+
+    // CRC over every frame word up to and including t0
+    crc32_word u_crc (
+        .clk  (clk),
+        .rst  (rst),
+        .init (cfg_valid && cfg_ready),
+        .en   (produce && (d_state != D_T1)),
+        .data (out_word),
+        .crc  (crc)
+    );
+
+    axis_skid_buffer #(.W(33)) u_out (
+        .clk     (clk),
+        .rst     (rst),
+        .s_data  ({out_last, out_word}),
+        .s_valid (produce),
+        .s_ready (out_ready),
+        .m_data  ({m_tlast, m_tdata}),
+        .m_valid (m_tvalid),
+        .m_ready (m_tready)
+    );
+
+    // ---------------------------------------------------------------- sequential logic
+    always_ff @(posedge clk) begin
+        if (rst) begin
+            in_state   <= IN_IDLE;
+            in_count   <= 32'd0;
+            in_full    <= 1'b0;
+            in_last    <= 1'b0;
+            zrun       <= 32'd0;
+            open_z     <= 32'd0;
+            lit_cnt    <= '0;
+            wr_ptr     <= '0;
+            rd_ptr     <= '0;
+            d_state    <= D_IDLE;
+            hdr_idx    <= 3'd0;
+            lit_sent   <= '0;
+            tok_count  <= 32'd0;
+            layer_id   <= 32'd0;
+            n_words    <= 32'd0;
+            range_bits <= 32'd0;
+            lmax_log2  <= 5'd1;
+        end else begin
+            // ---- frame start
+            if (cfg_valid && cfg_ready) begin
+                layer_id   <= cfg_layer_id;
+                n_words    <= cfg_n;
+                range_bits <= cfg_range_bits;
+                lmax_log2  <= cfg_lmax_clamped;
+                in_state   <= (cfg_n == 32'd0) ? IN_DONE : IN_RUN;
+                in_count   <= 32'd0;
+                in_full    <= 1'b0;
+                zrun       <= 32'd0;
+                lit_cnt    <= '0;
+                wr_ptr     <= '0;
+                rd_ptr     <= '0;
+                tok_count  <= 32'd0;
+                d_state    <= D_HDR;
+                hdr_idx    <= 3'd0;
+            end
+
+            // ---- input register
+            if (take) begin
+                in_word  <= s_tdata;
+                in_run   <= take_step;
+                in_last  <= (in_count + take_step == n_words);
+                in_count <= in_count + take_step;
+                in_full  <= 1'b1;
+            end else if (consume) begin
+                in_full <= 1'b0;
+            end
+
+            // ---- fill: one payload word per cycle
+            if (consume) begin
+                if (in_nonzero) begin
+                    wr_ptr <= wr_ptr + 1'b1;
+                    if (lit_cnt == '0) begin
+                        open_z <= zrun;
+                        zrun   <= 32'd0;
+                    end
+                    lit_cnt <= closes ? '0 : lit_next;
+                    if (in_last) in_state <= IN_DONE;
+                end else begin
+                    // a zero ends an open nonzero run (closing it) and counts toward the next
+                    lit_cnt <= '0;
+                    zrun    <= (lit_cnt != '0) ? in_run : zrun + in_run;
+                    if (in_last) in_state <= IN_TAIL;
+                end
+            end
+            if (tail_close) begin
+                zrun     <= 32'd0;
+                in_state <= IN_DONE;
+            end
+
+            // ---- drain
+            if (produce) begin
+                case (d_state)
+                    D_HDR: begin
+                        hdr_idx <= hdr_idx + 3'd1;
+                        if (hdr_idx == 3'd4) d_state <= D_Z;
+                    end
+                    D_Z: begin
+                        if (trailer_now) begin
+                            d_state <= D_T1;
+                        end else begin
+                            tok_count <= tok_count + 32'd1;
+                            d_state   <= D_L;
+                        end
+                    end
+                    D_L: begin
+                        lit_sent <= '0;
+                        d_state  <= q_pop ? D_Z : D_LIT;
+                    end
+                    D_LIT: begin
+                        lit_sent <= lit_sent + LW'(1);
+                        rd_ptr   <= rd_ptr + 1'b1;
+                        if (q_pop) d_state <= D_Z;
+                    end
+                    D_T1: begin
+                        d_state  <= D_IDLE;
+                        in_state <= IN_IDLE;
+                    end
+                    default: ;
+                endcase
+            end
+        end
+
+        // ring writes need no reset: a slot is only read after its token has been queued
+        if (!rst && consume && in_nonzero) begin
+            ring[wr_ptr[RW-1:0]] <= in_word;
+        end
+    end
+endmodule
