@@ -6,14 +6,21 @@
    small real layers; `gradblock verify --vectors runs/demo/golden` runs the full set, ~10 min a simulator);
 3. a short training validation on real Fashion-MNIST (dense vs topk vs dlgs vs coarse);
 4. a summary table of what ran, how long it took and whether it passed.
+
+`--out` is never emptied or deleted: a directory the demo created carries a marker file and is
+reused (the golden sets regenerate in place, replacing only their own files); an existing
+directory without the marker gets a fresh `gradblock-demo-N` subdirectory instead, so
+`--out .` or `--out ~` cannot lose anything.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
-import shutil
+import sys
 import time
 from pathlib import Path
+
+from gradblock.codec.errors import GradblockError
 
 
 def _step(name: str, module: str, func: str, argv: list[str]) -> dict:
@@ -27,6 +34,43 @@ def _step(name: str, module: str, func: str, argv: list[str]) -> dict:
     return {"step": name, "ok": rc == 0, "seconds": time.perf_counter() - t0, "note": note}
 
 
+MARKER = ".gradblock-demo"      # written into every output directory the demo creates
+
+
+class DemoOutputError(GradblockError):
+    """--out cannot be used (a file is there, no permission)."""
+
+
+def _claim(directory: Path) -> Path:
+    """Create `directory` (it must not exist) with the marker file; return it."""
+    directory.mkdir(parents=False)
+    (directory / MARKER).write_text("created by `gradblock demo`; its outputs live here\n")
+    return directory
+
+
+def output_dir(requested: str | Path) -> Path:
+    """Where the demo writes: `requested` if it does not exist (created) or was created by an
+    earlier demo (marker file), else a fresh `gradblock-demo-N` inside it. Nothing is deleted."""
+    out = Path(requested).expanduser()
+    try:
+        if out.is_symlink() or (out.exists() and not out.is_dir()):
+            raise DemoOutputError(f"{out}: exists and is not a directory")
+        if not out.exists():
+            out.parent.mkdir(parents=True, exist_ok=True)
+            return _claim(out)
+        if (out / MARKER).is_file():
+            return out
+        for i in range(1, 10_000):
+            try:
+                return _claim(out / f"gradblock-demo-{i}")
+            except FileExistsError:
+                continue
+        raise DemoOutputError(f"{out}: no free gradblock-demo-N subdirectory")
+    except OSError as e:
+        raise DemoOutputError(f"{out}: cannot create the output directory "
+                              f"({e.strerror or e})") from None
+
+
 def demo_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="gradblock demo", description=__doc__.splitlines()[0])
     p.add_argument("--out", default="runs/demo", help="output directory (default runs/demo)")
@@ -35,14 +79,20 @@ def demo_main(argv: list[str]) -> int:
     p.add_argument("--rtl-full", action="store_true",
                    help="run the RTL on the full golden set instead of the quick one")
     p.add_argument("--skip-training", action="store_true", help="leave out the training validation")
-    args = p.parse_args(argv)
+    try:
+        args = p.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
 
-    out = Path(args.out)
+    try:
+        out = output_dir(args.out)
+    except DemoOutputError as e:
+        print(f"gradblock demo: {e}", file=sys.stderr)
+        return 2
+    if out != Path(args.out).expanduser():
+        print(f"{args.out} exists and was not created by gradblock demo: writing into {out}")
     golden = out / "golden"
     rtl_golden = golden if args.rtl_full else out / "golden-quick"
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
 
     steps = [_step("golden vectors (real gradients) + reference check", "gradblock.golden_cli",
                    "golden_main", ["golden", str(golden)])]

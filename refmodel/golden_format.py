@@ -33,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gradblock.codec.errors import GradblockError
+
 FORMAT = "gradblock-golden"
 VERSION = 1
 MANIFEST = "manifest.json"
@@ -66,7 +68,7 @@ META_KEYS = ("name", "kind", "description", "stages", "shape", "n", "layer_id", 
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 
 
-class GoldenError(Exception):
+class GoldenError(GradblockError):
     """A golden directory is missing, unreadable, not in this format, or its manifest breaks the
     schema. The message is one line and names the file and the field."""
 
