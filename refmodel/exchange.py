@@ -17,16 +17,15 @@ from gradblock.codec import errors as E
 from gradblock.codec import zrle, zrle_numba
 
 from .quantiser import DEFAULT_RANGE, QMAX, QuantConfig, average
+from .validation import check_expected_n
 
 # float64(s) of an int64 sum is exact while N * QMAX < 2**53 (spec §1.3).
 MAX_WORKERS = 2**22 - 1
 
 
 def _check_sizes(expected_sizes) -> list[int]:
-    sizes = [int(s) for s in expected_sizes]
-    if any(s < 0 for s in sizes):
-        raise ValueError(f"layer sizes must be >= 0, got {sizes}")
-    return sizes
+    """Every expected layer size an integer in 0..2**32-1 (ExpectedSizeError otherwise)."""
+    return [check_expected_n(s) for s in expected_sizes]
 
 
 def _check_workers(n: int) -> None:

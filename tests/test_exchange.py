@@ -12,6 +12,7 @@ from gradblock.codec import errors as E
 from gradblock.codec import zrle
 from gradblock.refmodel import compress, exchange, fast
 from gradblock.refmodel.quantiser import QMAX, QuantConfig, average
+from gradblock.refmodel.validation import ExpectedSizeError
 
 SUMMERS = {"numpy": exchange.sum_messages, "numba": exchange.sum_messages_fast}
 summers = pytest.mark.parametrize("sum_messages", list(SUMMERS.values()), ids=list(SUMMERS))
@@ -75,8 +76,12 @@ def test_sum_errors_name_the_worker(sum_messages, rng):
         sum_messages([msgs[0], msgs[1][:-3]], SIZES)
     with pytest.raises(ValueError, match="at least one"):
         sum_messages([], SIZES)
-    with pytest.raises(ValueError, match=">= 0"):
+    with pytest.raises(ExpectedSizeError, match="expected n"):
         sum_messages(msgs, [-1] + SIZES[1:])
+    with pytest.raises(ExpectedSizeError, match="expected n"):
+        sum_messages(msgs, [99999999999999999999] + SIZES[1:])
+    with pytest.raises(ExpectedSizeError, match="integer"):
+        sum_messages(msgs, [float(SIZES[0])] + SIZES[1:])
 
 
 @summers

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from gradblock.codec import zrle, zrle_numba
 from gradblock.refmodel import compress, fast, step_schedule
+from gradblock.refmodel import validation as V
 from gradblock.refmodel.quantiser import QMAX, NonFiniteError, QuantConfig
 
 F32 = np.finfo(np.float32)
@@ -213,11 +214,23 @@ def test_nan_reported_like_the_reference():
 
 
 @pytest.mark.parametrize("kwargs, exc", [
-    (dict(residual=np.zeros(3, np.int32)), ValueError), (dict(block_size=0), ValueError),
-    (dict(k=0), ValueError), (dict(k=1.5), ValueError), (dict(lmax_log2=0), ValueError),
-    (dict(layer_id=2**32), ValueError), (dict(R=0.0), ValueError),
+    (dict(residual=np.zeros(3, np.int32)), V.ShapeError), (dict(block_size=0), V.BlockSizeError),
+    (dict(block_size=2**63), V.BlockSizeError), (dict(block_size=1e23), V.BlockSizeError),
+    (dict(block_size=2**32), V.BlockSizeError), (dict(block_size=2.5), V.BlockSizeError),
+    (dict(block_size=True), V.BlockSizeError), (dict(block_size="4"), V.BlockSizeError),
+    (dict(k=0), V.KError), (dict(k=1.5), V.KError), (dict(k=float("nan")), V.KError),
+    (dict(k=True), V.KError), (dict(k="1"), V.KError), (dict(lmax_log2=0), V.LmaxError),
+    (dict(layer_id=2**32), V.LayerIdError), (dict(layer_id=-1), V.LayerIdError),
+    (dict(R=0.0), V.RangeError), (dict(R=1e39), V.RangeError), (dict(R="10"), V.RangeError),
     (dict(residual=np.zeros((4, 5), np.int16)), TypeError),
     (dict(grad=np.zeros((4, 5), np.float64)), TypeError),
+    # several faults: the first in the contract's order wins (refmodel/validation.py)
+    (dict(R=0.0, block_size=0, residual=np.zeros((4, 5), np.int16)), V.RangeError),
+    (dict(residual=np.zeros((4, 5), np.int16), grad=np.zeros((4, 5), np.float64)), TypeError),
+    (dict(grad=np.full((4, 5), np.nan, np.float32), block_size=0, k=0), NonFiniteError),
+    (dict(block_size=0, k=0, lmax_log2=0), V.BlockSizeError),
+    (dict(k=0, lmax_log2=0, layer_id=-1), V.KError),
+    (dict(lmax_log2=0, layer_id=-1), V.LmaxError),
 ])
 def test_bad_arguments_raise_like_the_reference(kwargs, exc):
     args = dict(grad=np.ones((4, 5), np.float32)) | kwargs
@@ -226,8 +239,24 @@ def test_bad_arguments_raise_like_the_reference(kwargs, exc):
     for impl in (compress.compress_layer, fast.compress_layer):
         with pytest.raises(exc) as e:
             impl(grad, **args)
-        errs.append(type(e.value))
+        errs.append((type(e.value), str(e.value)))
     assert errs[0] == errs[1]
+    assert "\n" not in errs[0][1]                       # one line
+
+
+@pytest.mark.parametrize("block_size", [2**63, 1e23, 2**32, -1])
+def test_compress_step_refuses_block_sizes_the_kernel_would_misread(block_size):
+    """Issue 9: 2**63 used to write uninitialised memory (CLI) or leave the residual at zero
+    (API); 1e23 was a numba TypingError. Now a BlockSizeError before anything runs."""
+    g = np.ones(16, np.float32)
+    r = np.full(16, 5, np.int32)
+    out = np.zeros(fast.max_step_words(16, 16, 1), np.uint32)
+    for call in (lambda: fast.compress_step(g, r, 10.0, 1, block_size, 0, 8, out),
+                 lambda: fast.compress_layers([g], [r], block_size=block_size, n_threads=1),
+                 lambda: fast.compress_layers([g], [r], block_size=block_size, n_threads=2)):
+        with pytest.raises(V.BlockSizeError):
+            call()
+        assert np.all(r == 5) and not out.any()
 
 
 def test_compress_step_leaves_residual_untouched_on_error(rng):

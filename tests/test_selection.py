@@ -1,6 +1,8 @@
 """Error feedback and coarse block selection (docs/spec.md §2), numpy and numba."""
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -8,7 +10,9 @@ from hypothesis import strategies as st
 
 from gradblock.refmodel import compress, fast
 from gradblock.refmodel import selection as S
+from gradblock.refmodel import validation as V
 from gradblock.refmodel.quantiser import QMAX
+from gradblock.refmodel.selection import block_layout
 
 STEPS = {"numpy": compress.compress_layer, "numba": fast.compress_layer}
 steps = pytest.mark.parametrize("compress_layer", list(STEPS.values()), ids=list(STEPS))
@@ -202,3 +206,63 @@ def test_numba_select_blocks_rejects_bad_input():
         fast.select_blocks(np.zeros(3, dtype=np.uint64), 4)
     with pytest.raises(ValueError):
         fast.select_blocks(np.array([2**63], dtype=np.uint64), 1)
+
+
+# ------------------------------------------------------------------ the one validator (refmodel/validation.py)
+
+@pytest.mark.parametrize("text, want", [("4", 4), (" 7 ", 7), ("0.25", 0.25), ("1.0", 1), ("3e0", 3),
+                                        ("1", 1), ("0.999", 0.999)])
+def test_parse_k_accepts_the_spec_range(text, want):
+    got = V.parse_k(text)
+    assert got == want and type(got) is type(want)
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "0.0", "1.5", "nan", "inf", "-0.5", "abc", "", "1e400"])
+def test_parse_k_refuses_with_one_named_error(text):
+    with pytest.raises(V.KError, match="k must be") as e:
+        V.parse_k(text)
+    assert isinstance(e.value, argparse.ArgumentTypeError) and "\n" not in str(e.value)
+
+
+def test_parse_k_is_an_argparse_type():
+    p = argparse.ArgumentParser(exit_on_error=False)
+    p.add_argument("--k", type=V.parse_k)
+    assert p.parse_args(["--k", "0.5"]).k == 0.5
+    with pytest.raises(argparse.ArgumentError, match="k must be"):
+        p.parse_args(["--k", "1.5"])
+
+
+@pytest.mark.parametrize("value, want", [(None, None), (1, 1), (np.int64(9), 9), (7.0, 7),
+                                         (2**32 - 1, 2**32 - 1)])
+def test_check_block_size_accepts(value, want):
+    assert V.check_block_size(value) == want
+
+
+@pytest.mark.parametrize("value", [0, -3, 2**32, 2**63, 1e23, 2.5, float("inf"), float("nan"), True,
+                                   "8", [8]])
+def test_check_block_size_refuses(value):
+    with pytest.raises(V.BlockSizeError, match="block_size"):
+        V.check_block_size(value)
+    with pytest.raises(V.BlockSizeError):
+        block_layout((4, 4), value)
+
+
+@pytest.mark.parametrize("value", [-1, 2**32, 99999999999999999999, 5.0, "5", True])
+def test_check_expected_n_refuses(value):
+    with pytest.raises(V.ExpectedSizeError, match="expected n"):
+        V.check_expected_n(value)
+
+
+def test_check_expected_n_and_limits():
+    assert V.check_expected_n(None) is None and V.check_expected_n(np.uint32(5)) == 5
+    assert V.check_layer_size(2**32 - 1) == 2**32 - 1
+    with pytest.raises(V.SizeLimitError, match="32-bit"):
+        V.check_layer_size(2**32)
+    with pytest.raises(V.SizeLimitError, match="limit of 100"):
+        V.check_layer_size(101, max_elements=100)
+
+
+def test_named_errors_are_value_errors():
+    for cls in (V.BlockSizeError, V.KError, V.ShapeError, V.SizeLimitError, V.LayerIdError,
+                V.LmaxError, V.ExpectedSizeError, V.RangeError, V.NonFiniteError):
+        assert issubclass(cls, ValueError)
