@@ -153,13 +153,23 @@ def check_decode_args(words, expected_n=None, start=0) -> tuple[np.ndarray, int 
     return words, expected_n, s
 
 
-def decode_frame(words: np.ndarray, expected_n: int | None = None, start: int = 0) -> Frame:
-    """Decode the frame that begins at words[start]. Raises a FrameError subclass naming the
-    first problem, in the order of docs/spec.md §3.5 (DecodeArgumentError for bad arguments).
-    Never reads past the end of `words`, and allocates the n values only once the whole frame
-    (tokens, trailer, CRC) has been validated: a header may claim 2**32-1 elements in 9 words,
-    so memory is never sized by an unchecked header."""
+@dataclass(frozen=True)
+class FrameHeader:
+    layer_id: int
+    n: int                 # elements the frame declares (h3)
+    range_bits: int
+    lmax_log2: int
+
+
+def read_header(words: np.ndarray, expected_n: int | None = None, start: int = 0) -> FrameHeader:
+    """Validate and return the header of the frame at words[start] (the first checks of
+    docs/spec.md §3.5, raising what decode_frame raises). Lets a caller refuse a frame whose n
+    passes its own limit before any decoder allocates n values."""
     w, expected_n, start = check_decode_args(words, expected_n, start)
+    return _read_header(w, expected_n, start)
+
+
+def _word_reader(w: np.ndarray, start: int):
     end = w.size
 
     def word(i: int) -> int:
@@ -167,7 +177,11 @@ def decode_frame(words: np.ndarray, expected_n: int | None = None, start: int = 
             raise E.TruncatedError(f"frame needs word {i} but only {max(0, end - start)} are "
                                    f"present", i)
         return int(w[start + i])
+    return word
 
+
+def _read_header(w: np.ndarray, expected_n: int | None, start: int) -> FrameHeader:
+    word = _word_reader(w, start)
     if word(0) != MAGIC:
         raise E.BadMagicError(f"h0 = {word(0):#010x}, expected {MAGIC:#010x}", 0)
     h1 = word(1)
@@ -176,12 +190,26 @@ def decode_frame(words: np.ndarray, expected_n: int | None = None, start: int = 
     lmax_log2 = (h1 >> 8) & 0xFF
     if (h1 >> 16) != 0 or not (LMAX_LOG2_MIN <= lmax_log2 <= LMAX_LOG2_MAX):
         raise E.BadLmaxError(f"h1 = {h1:#010x}: LMAX_LOG2 {lmax_log2}, reserved bits {h1 >> 16:#x}", 1)
-    lmax = 1 << lmax_log2
     layer_id, n, rbits = word(2), word(3), word(4)
     if not range_is_valid(rbits):
         raise E.BadRangeError(f"h4 = {rbits:#010x} is not a finite positive float32", 4)
     if expected_n is not None and n != expected_n:
         raise E.SizeMismatchError(f"frame holds {n} elements, caller expects {expected_n}", 3)
+    return FrameHeader(layer_id, n, rbits, lmax_log2)
+
+
+def decode_frame(words: np.ndarray, expected_n: int | None = None, start: int = 0) -> Frame:
+    """Decode the frame that begins at words[start]. Raises a FrameError subclass naming the
+    first problem, in the order of docs/spec.md §3.5 (DecodeArgumentError for bad arguments).
+    Never reads past the end of `words`, and allocates the n values only once the whole frame
+    (tokens, trailer, CRC) has been validated: a header may claim 2**32-1 elements in 9 words,
+    so memory is never sized by an unchecked header."""
+    w, expected_n, start = check_decode_args(words, expected_n, start)
+    end = w.size
+    word = _word_reader(w, start)
+    head = _read_header(w, expected_n, start)
+    n, lmax_log2 = head.n, head.lmax_log2
+    lmax = 1 << lmax_log2
 
     runs = []                  # (first element, first literal word, L) of each literal run
     pos, produced, T, prev_L = HEADER_WORDS, 0, 0, lmax
@@ -221,7 +249,7 @@ def decode_frame(words: np.ndarray, expected_n: int | None = None, start: int = 
     out = np.zeros(n, dtype=np.int32)      # the frame is valid: n is what the sender meant
     for at, lits_at, L in runs:
         out[at:at + L] = w[lits_at:lits_at + L].view(np.int32)
-    return Frame(layer_id, rbits, lmax_log2, out, T, pos + TRAILER_WORDS)
+    return Frame(head.layer_id, head.range_bits, lmax_log2, out, T, pos + TRAILER_WORDS)
 
 
 def decode_message(words: np.ndarray, expected_sizes: list[int] | None = None,

@@ -520,3 +520,24 @@ def test_reference_decoder_allocates_only_after_the_frame_validates():
     finally:
         tracemalloc.stop()
     assert peak < 1 << 20, peak
+
+
+@pytest.mark.parametrize("name, words, expected_n, exc, word", ERROR_CASES,
+                         ids=[c[0] for c in ERROR_CASES])
+def test_read_header_reports_header_errors_like_the_decoder(name, words, expected_n, exc, word):
+    """read_header raises exactly what decode_frame raises for a bad header, and passes a
+    frame whose problem lies in its body."""
+    w = np.asarray(words, dtype=np.uint32)
+    try:
+        zrle.decode_frame(w, expected_n)
+        full = None
+    except E.FrameError as e:
+        full = e
+    try:
+        head = zrle.read_header(w, expected_n)
+    except E.FrameError as e:
+        assert full is not None
+        assert (type(e), e.word, str(e)) == (type(full), full.word, str(full))
+    else:
+        assert full is None or full.word is None or full.word >= zrle.HEADER_WORDS
+        assert head.n == int(w[3])
