@@ -21,6 +21,8 @@ COMMANDS = {
     "validate": ("gradblock.shim.validate", "validate_main", "dense vs topk vs dlgs vs coarse side by side"),
     "bench": ("gradblock.bench.run", "bench_main", "benchmark tables -> docs/benchmarks.md"),
     "demo": ("gradblock.demo", "demo_main", "the main job on the embedded default"),
+    "coded": ("gradblock.shim.coded", "coded_main", "CSSGD coded exchange: exactness and load vs uncoded"),
+    "merge-plan": ("gradblock.shim.merge_measure", "merge_plan_main", "DLGS layer merging: none/greedy/exact"),
 }
 
 

@@ -1,0 +1,200 @@
+"""Measured inputs of the DLGS merge model (shim/merge_plan.py) and `gradblock merge-plan`.
+
+- backward time per layer: post-accumulate-grad hooks on every parameter record when its
+  gradient is ready; a layer's t_b is the gap to the previous ready time (median of repeats);
+- sparsify time as a function of size: the coarse compress step (numba, k = 1) timed on each
+  layer's shape, fitted as a + b * n by least squares; each layer's frame bytes from the same run;
+- communication: alpha + beta * bytes fitted from all_gather runs over a gloo process group
+  (one process per rank on this machine), or every input from a JSON file (--times).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from .merge_plan import PLANNERS, LayerTimes, iteration_time, timeline
+from .models import build_model
+
+IN_SHAPES = {"lenet5": (1, 28, 28), "digits-cnn": (1, 8, 8), "resnet20": (3, 32, 32), "conv64": (3, 32, 32)}
+
+
+def measure_backward(model: torch.nn.Module, in_shape, batch: int, repeats: int, seed: int = 0):
+    """(names, sizes, backward_ms, forward_ms), layers in the order backward produces them."""
+    params = dict(model.named_parameters())
+    stamps: dict[str, float] = {}
+    handles = [p.register_post_accumulate_grad_hook(lambda _p, n=n: stamps.__setitem__(n, time.perf_counter()))
+               for n, p in params.items()]
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn((batch, *in_shape), generator=gen)
+    y = torch.randint(0, 10, (batch,), generator=gen)
+    runs, forwards = [], []
+    try:
+        for i in range(repeats + 1):                     # the first run warms up
+            stamps.clear()
+            model.zero_grad(set_to_none=True)
+            t0 = time.perf_counter()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            t1 = time.perf_counter()
+            loss.backward()
+            if i:
+                forwards.append((t1 - t0) * 1e3)
+                order = sorted(stamps, key=stamps.get)
+                prev, gaps = t1, {}
+                for n in order:
+                    gaps[n] = (stamps[n] - prev) * 1e3
+                    prev = stamps[n]
+                runs.append((order, gaps))
+    finally:
+        for h in handles:
+            h.remove()
+    order = runs[-1][0]
+    backward = tuple(statistics.median(r[1][n] for r in runs) for n in order)
+    return tuple(order), tuple(params[n].numel() for n in order), backward, statistics.median(forwards)
+
+
+def measure_sparsify(model: torch.nn.Module, order, repeats: int, seed: int = 0):
+    """Fit t_s(n) = a + b*n (ms) from the numba coarse step on each layer's shape; frame bytes."""
+    from gradblock.refmodel import fast
+    from gradblock.refmodel.quantiser import QuantConfig
+    params = dict(model.named_parameters())
+    cfg = QuantConfig.from_range(10.0)
+    rng = np.random.default_rng(seed)
+    sizes, times, nbytes = [], [], []
+    for name in order:
+        shape = tuple(params[name].shape)
+        g = (rng.standard_normal(shape) * 0.05).astype(np.float32)
+        words = np.zeros(fast.max_step_words(g.size, int(np.prod(shape[1:])) if len(shape) > 1 else 1, 1) + 64,
+                         np.uint32)
+        samples = []
+        for i in range(repeats + 1):
+            r = np.zeros(g.size, np.int32)
+            t0 = time.perf_counter()
+            info = fast.compress_step(g, r, cfg, 1, None, 0, 8, words)
+            if i:
+                samples.append((time.perf_counter() - t0) * 1e3)
+        sizes.append(g.size)
+        times.append(statistics.median(samples))
+        nbytes.append(4 * int(info.n_words))
+    a, b = _fit(sizes, times)
+    return a, b, tuple(nbytes)
+
+
+def _fit(xs, ys) -> tuple[float, float]:
+    """Least-squares a + b*x, both clamped at 0 (a time model cannot go negative)."""
+    A = np.vstack([np.ones(len(xs)), np.asarray(xs, float)]).T
+    (a, b), *_ = np.linalg.lstsq(A, np.asarray(ys, float), rcond=None)
+    return max(float(a), 0.0), max(float(b), 0.0)
+
+
+def _comm_worker(rank: int, world: int, init_file: str, sizes, repeats: int, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        res = []
+        for n in sizes:
+            t = torch.zeros(n, dtype=torch.uint8)
+            bufs = [torch.empty_like(t) for _ in range(world)]
+            samples = []
+            for i in range(repeats + 1):
+                dist.barrier()
+                t0 = time.perf_counter()
+                dist.all_gather(bufs, t)
+                if i:
+                    samples.append((time.perf_counter() - t0) * 1e3)
+            res.append(statistics.median(samples))
+        if rank == 0:
+            Path(out).write_text(json.dumps(res))
+    finally:
+        dist.destroy_process_group()
+
+
+def measure_comm(world: int, repeats: int) -> tuple[float, float, list[tuple[int, float]]]:
+    """alpha (ms) and beta (ms per byte) from all_gather over gloo on this machine."""
+    sizes = [2**k for k in range(10, 23, 2)]
+    with tempfile.TemporaryDirectory(prefix="gradblock-comm-") as tmp:
+        out = os.path.join(tmp, "times.json")
+        mp.start_processes(_comm_worker, args=(world, os.path.join(tmp, "init"), sizes, repeats, out),
+                           nprocs=world, join=True, start_method="spawn")
+        times = json.loads(Path(out).read_text())
+    a, b = _fit(sizes, times)
+    return a, b, list(zip(sizes, times))
+
+
+def measure(model_name: str, batch: int, repeats: int, comm_workers: int) -> tuple[LayerTimes, dict]:
+    shape = IN_SHAPES[model_name]
+    torch.set_num_threads(1)
+    model = build_model(model_name, 10, shape, seed=0)
+    names, sizes, backward, forward = measure_backward(model, shape, batch, repeats)
+    a, b, nbytes = measure_sparsify(model, names, repeats)
+    alpha, beta, points = measure_comm(comm_workers, repeats)
+    times = LayerTimes(names, sizes, backward, forward, a, b, alpha, beta, nbytes)
+    return times, {"comm_points": points, "batch": batch, "comm_workers": comm_workers}
+
+
+def load_times(path: str) -> LayerTimes:
+    try:
+        raw = json.loads(Path(path).read_text())
+        fields = LayerTimes.__dataclass_fields__
+        missing = sorted(set(fields) - set(raw))
+        if missing:
+            raise ValueError(f"missing fields {missing}")
+        return LayerTimes(**{k: tuple(raw[k]) if isinstance(raw[k], list) else raw[k] for k in fields})
+    except (OSError, json.JSONDecodeError, TypeError) as err:
+        raise ValueError(f"{path}: {err}") from None
+
+
+def plan_report(times: LayerTimes) -> dict:
+    plans = {name: fn(times) for name, fn in PLANNERS.items()}
+    return {"iteration_ms": {name: iteration_time(times, p) for name, p in plans.items()},
+            "groups": timeline(times, plans["exact"]),
+            "plans": {name: [list(times.names[a:b]) for a, b in p] for name, p in plans.items()},
+            "inputs": asdict(times)}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gradblock merge-plan",
+                                description="DLGS layer merging: modelled iteration time per plan")
+    p.add_argument("--model", choices=sorted(IN_SHAPES), default="resnet20")
+    p.add_argument("--times", help="JSON with every LayerTimes field instead of measuring")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--comm-workers", type=int, default=2)
+    p.add_argument("--json", dest="json_out")
+    return p
+
+
+def merge_plan_main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.batch < 1 or args.repeats < 1 or args.comm_workers < 2:
+            raise ValueError("--batch and --repeats must be >= 1, --comm-workers >= 2")
+        if args.times:
+            times, extra = load_times(args.times), {"source": args.times}
+        else:
+            times, extra = measure(args.model, args.batch, args.repeats, args.comm_workers)
+        report = plan_report(times) | {"measurement": extra}
+    except ValueError as err:
+        print(f"gradblock merge-plan: {type(err).__name__}: {err}", file=sys.stderr)
+        return 2
+    it = report["iteration_ms"]
+    print(f"{len(times.sizes)} layers; modelled iteration: none {it['none']:.3f} ms, "
+          f"dlgs_greedy {it['dlgs_greedy']:.3f} ms, exact {it['exact']:.3f} ms "
+          f"({len(report['groups'])} groups)")
+    if args.json_out:
+        path = Path(args.json_out)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent if str(path.parent) else ".")
+        with os.fdopen(fd, "w") as f:
+            json.dump(report, f, indent=2)
+        os.replace(tmp, path)
+    return 0
