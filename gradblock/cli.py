@@ -1,12 +1,26 @@
-"""`gradblock` console script: one subcommand per job.
+"""`gradblock` console script: one subcommand per job, and the one exit-code policy.
 
 Each subcommand lives in the module that owns the job; this file only dispatches, importing
-lazily so that `gradblock decode` does not pay for torch or cocotb.
+lazily so that `gradblock decode` does not pay for torch or cocotb. It is the only place that
+turns an exception into an exit status (docs/limits.md):
+
+  0  success
+  2  a user error: a named error (GradblockError and the contract's named ValueErrors) or a
+     bad argument, reported as one line `gradblock COMMAND: message` on stderr
+  1  anything else escaping a command: a bug, reported as one line naming the exception
+     (the traceback only with GRADBLOCK_DEBUG=1)
+  130  interrupted (Ctrl-C)
 """
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+import traceback
+from typing import Callable
+
+EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+DEBUG_ENV = "GRADBLOCK_DEBUG"
 
 # name -> (module, function taking argv and returning an exit status, one-line help)
 COMMANDS = {
@@ -21,29 +35,91 @@ COMMANDS = {
     "validate": ("gradblock.shim.validate", "validate_main", "dense vs topk vs dlgs vs coarse side by side"),
     "bench": ("gradblock.bench.run", "bench_main", "benchmark tables -> docs/benchmarks.md"),
     "demo": ("gradblock.demo", "demo_main", "the main job on the embedded default"),
-    "coded": ("gradblock.shim.coded", "coded_main", "CSSGD coded exchange: exactness and load vs uncoded"),
-    "merge-plan": ("gradblock.shim.merge_measure", "merge_plan_main", "DLGS layer merging: none/greedy/exact"),
 }
+
+# Named user errors defined outside the GradblockError hierarchy: (module, class). Looked up
+# only in modules already imported (an exception from a module means it was imported), so
+# classifying an error never imports torch.
+NAMED_ERRORS = (
+    ("gradblock.codec.errors", "GradblockError"),
+    ("gradblock.refmodel.validation", "ParameterError"),
+    ("gradblock.refmodel.quantiser", "NonFiniteError"),
+    ("gradblock.refmodel.quantiser", "RangeError"),
+    ("gradblock.refmodel.coded", "CodedConfigError"),
+    ("gradblock.commands", "CommandError"),
+    ("gradblock.commands", "BackendError"),
+    ("gradblock.refmodel.golden_format", "GoldenError"),
+    ("gradblock.shim.errors", "TrainingError"),
+    ("gradblock.shim.data", "DatasetError"),
+    ("gradblock.shim.compressors", "PacketError"),
+    ("gradblock.hw.deps", "RtlDependencyError"),
+)
+
+
+def is_named_error(exc: BaseException) -> bool:
+    """A user error the CLI reports as one line with exit status 2."""
+    for module, name in NAMED_ERRORS:
+        cls = getattr(sys.modules.get(module), name, None)
+        if isinstance(cls, type) and isinstance(exc, cls):
+            return True
+    return False
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split()) or "(no message)"
+
+
+def run_guarded(name: str, body: Callable[..., object], *args) -> int:
+    """Run body(*args) under the exit-code policy above; print at most one line on stderr."""
+    prefix = f"gradblock {name}:"
+    try:
+        return int(body(*args) or 0)
+    except KeyboardInterrupt:
+        print(f"{prefix} interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except SystemExit as e:                  # argparse and library code that still exits
+        if e.code is None or isinstance(e.code, int):
+            return int(e.code or 0)
+        print(f"{prefix} {_one_line(e.code)}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as e:                   # noqa: BLE001 - the policy's whole point
+        if os.environ.get(DEBUG_ENV) == "1":
+            traceback.print_exc()
+        if isinstance(e, ModuleNotFoundError) and e.name and not e.name.startswith("gradblock"):
+            print(f"{prefix} needs the optional package {e.name!r}, which is not installed "
+                  f"(pip install 'gradblock[all]')", file=sys.stderr)
+            return EXIT_USAGE
+        if is_named_error(e):
+            print(f"{prefix} {_one_line(e)}", file=sys.stderr)
+            return EXIT_USAGE
+        hint = "" if os.environ.get(DEBUG_ENV) == "1" else f" (a bug: rerun with {DEBUG_ENV}=1 for the traceback)"
+        print(f"{prefix} internal error: {type(e).__name__}: {_one_line(e)}{hint}", file=sys.stderr)
+        return EXIT_BUG
 
 
 def usage() -> str:
     lines = ["usage: gradblock COMMAND [ARGS]", "", "commands:"]
     lines += [f"  {name:<10} {help_}" for name, (_, _, help_) in COMMANDS.items()]
-    lines += ["", "gradblock COMMAND --help for a command's arguments"]
+    lines += ["", "gradblock COMMAND --help for a command's arguments",
+              "exit status: 0 ok, 2 user error (one line on stderr), 1 internal error"]
     return "\n".join(lines)
+
+
+def _dispatch(name: str, rest: list[str]) -> int:
+    module, func, _ = COMMANDS[name]
+    return int(getattr(importlib.import_module(module), func)(rest) or 0)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
-        return 0
+        return EXIT_OK
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"gradblock: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
-        return 2
-    module, func, _ = COMMANDS[name]
-    return int(getattr(importlib.import_module(module), func)(rest) or 0)
+        return EXIT_USAGE
+    return run_guarded(name, _dispatch, name, rest)
 
 
 if __name__ == "__main__":
