@@ -328,7 +328,7 @@ def test_decode_message_checks_sizes(device):
 def test_bad_inputs_are_named(device):
     with pytest.raises(TypeError, match="float32"):
         tc.compress_layer(torch.zeros(3, dtype=torch.float64, device=device))
-    with pytest.raises(TypeError, match="residual must be int32"):
+    with pytest.raises(TypeError, match="residual must be an int32"):
         tc.compress_layer(torch.zeros(3, device=device), torch.zeros(3, dtype=torch.int64,
                                                                      device=device))
     with pytest.raises(ValueError, match="residual shape"):

@@ -14,7 +14,9 @@ import torch
 from gradblock.codec import zrle
 from gradblock.codec.zrle_torch import encode_frames, u32_to_i32
 from gradblock.refmodel.quantiser import DEFAULT_RANGE, QMAX, NonFiniteError, QuantConfig
-from gradblock.refmodel.selection import BlockLayout, block_layout, resolve_k
+from gradblock.refmodel.plan import step_plan
+from gradblock.refmodel.selection import BlockLayout
+from gradblock.refmodel.validation import check_lmax_log2
 
 from .quantiser import NAN_BITS, check_float32, quant_config, quantise_lazy
 
@@ -57,17 +59,17 @@ def plan_group(shapes, *, k: int | float | list = 1, block_size: int | None | li
     L = len(shapes)
     ks = list(k) if isinstance(k, (list, tuple)) else [k] * L
     bss = list(block_size) if isinstance(block_size, (list, tuple)) else [block_size] * L
-    ids = list(range(L)) if layer_ids is None else [int(i) for i in layer_ids]
+    ids = list(range(L)) if layer_ids is None else list(layer_ids)
     if not (len(ks) == len(bss) == len(ids) == L):
         raise ValueError(f"{L} shapes but {len(ks)} k values, {len(bss)} block sizes, "
                          f"{len(ids)} layer ids")
-    for i in ids:
-        if not (0 <= i < 2**32):
-            raise ValueError(f"layer id must fit 32 bits, got {i}")
-    lmax_log2 = zrle.check_lmax_log2(lmax_log2)
     rbits = quant_config(R).range_bits
-    layouts = tuple(block_layout(s, b) for s, b in zip(shapes, bss))
-    k_effs = tuple(resolve_k(kk, lay.n_blocks) for kk, lay in zip(ks, layouts))
+    # each layer's parameters through the reference's validator, in its order
+    plans = [step_plan(s, kk, b, i, lmax_log2) for s, kk, b, i in zip(shapes, ks, bss, ids)]
+    ids = [p.layer_id for p in plans]
+    lmax_log2 = check_lmax_log2(lmax_log2)
+    layouts = tuple(p.layout for p in plans)
+    k_effs = tuple(p.k_eff for p in plans)
     sizes = tuple(lay.n for lay in layouts)
     nbs = [lay.n_blocks for lay in layouts]
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if L else np.zeros(0, np.int64)
@@ -113,8 +115,7 @@ def compress_group(plan: GroupPlan, grads: list[torch.Tensor], residuals: list[t
     """compress_layer for every layer of `plan` in one pass; the message is the frames of
     compress_layer(grads[j], residuals[j], k, block_size, layer_id) concatenated."""
     cfg = quant_config(R)
-    lmax_log2 = zrle.check_lmax_log2(lmax_log2)
-    lmax = 1 << lmax_log2
+    lmax = 1 << check_lmax_log2(lmax_log2)
     L = plan.n_layers
     if len(grads) != L or len(residuals) != L:
         raise ValueError(f"plan has {L} layers, got {len(grads)} gradients and "

@@ -1,11 +1,10 @@
 """§4 of docs/spec.md in torch: one layer's compress step (quantise -> error feedback -> block
 norms -> top-k -> mask -> ZRLE frame), bit-exact with refmodel/compress.py.
 
-Errors: the same classes as the reference, and for inputs with several faults the one the
-reference reports first. The reference validates as it computes (range, residual dtype, gradient
-dtype, NaN, residual shape, block size, k, then the frame's lmax and layer id); here the NaN count
-needs a device->host sync, so the host-only checks that the reference runs after it are done
-early but raised only after the NaN check (one sync per step, same error)."""
+Errors: the same classes as the reference, in the contract's order (refmodel/validation.py:
+range, residual dtype, gradient dtype, NaN, residual shape, block size, k, lmax, layer id, size).
+The NaN count needs a device->host sync, so the checks that follow it run on the host first and,
+should one fail, the NaN scan decides which error is reported (one sync per step either way)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,13 +13,15 @@ import torch
 
 from gradblock.codec import zrle
 from gradblock.codec.zrle_torch import encode_frame
-from gradblock.refmodel.quantiser import DEFAULT_RANGE, QuantConfig
-from gradblock.refmodel.selection import BlockLayout, block_layout, resolve_k
+from gradblock.refmodel.plan import step_plan
+from gradblock.refmodel.quantiser import DEFAULT_RANGE, NonFiniteError, QuantConfig
+from gradblock.refmodel.selection import BlockLayout
+from gradblock.refmodel.validation import check_range, check_residual_size
 
-from .quantiser import NAN_BITS, check_float32, quant_config, quantise_lazy, raise_nan
+from .quantiser import NAN_BITS, check_float32, quantise_lazy
 from .selection import apply_selection, block_norms, error_feedback_lazy, select_blocks
 
-__all__ = ["TorchLayerStep", "compress_layer"]
+__all__ = ["TorchLayerStep", "compress_layer", "check_residual", "nan_error"]
 
 
 @dataclass
@@ -36,16 +37,25 @@ class TorchLayerStep:
 
 
 def check_residual(residual, grad: torch.Tensor) -> torch.Tensor:
-    """The residual as given, or zeros when None; its dtype and device checked (not its shape:
-    the reference reports a shape mismatch only after the NaN check)."""
+    """The residual as given, or zeros when None; its dtype and device checked (its shape is
+    checked after the NaN scan, as the reference does)."""
     if residual is None:
         return torch.zeros(grad.shape, dtype=torch.int32, device=grad.device)
     if not isinstance(residual, torch.Tensor) or residual.dtype != torch.int32:
-        raise TypeError(f"residual must be int32, got "
-                        f"{getattr(residual, 'dtype', type(residual).__name__)}")
+        got = getattr(residual, "dtype", type(residual).__name__)
+        raise TypeError(f"residual must be an int32 tensor, got {got}")
     if residual.device != grad.device:
         raise ValueError(f"residual on {residual.device}, gradient on {grad.device}")
     return residual
+
+
+def nan_error(is_nan: torch.Tensor, where: str) -> NonFiniteError | None:
+    """The NonFiniteError the reference raises for this NaN mask, or None (one host sync)."""
+    count = int(is_nan.sum().item())
+    if not count:
+        return None
+    first = int(torch.argmax(is_nan.to(torch.uint8)).item())
+    return NonFiniteError(count, first, where)
 
 
 def compress_layer(grad: torch.Tensor, residual: torch.Tensor | None = None, *,
@@ -54,7 +64,7 @@ def compress_layer(grad: torch.Tensor, residual: torch.Tensor | None = None, *,
                    lmax_log2: int = zrle.DEFAULT_LMAX_LOG2, where: str = "",
                    crc: str = "auto") -> TorchLayerStep:
     """The inputs are not modified; the caller stores `residual_out` as the next residual."""
-    cfg = quant_config(R)
+    cfg = check_range(R)
     if not isinstance(grad, torch.Tensor):
         raise TypeError(f"gradient must be a torch.Tensor, got {type(grad).__name__}")
     residual = check_residual(residual, grad)
@@ -62,27 +72,22 @@ def compress_layer(grad: torch.Tensor, residual: torch.Tensor | None = None, *,
     grad = grad.detach()
     q, absbits = quantise_lazy(grad, cfg)
     is_nan = absbits > NAN_BITS
-    if residual.shape != grad.shape:
-        nan_n = int(is_nan.sum().item())
-        if nan_n:
-            raise_nan(is_nan, nan_n, where)
-        raise ValueError(f"residual shape {tuple(residual.shape)} != gradient shape "
-                         f"{tuple(grad.shape)}")
     try:
-        layout = block_layout(tuple(grad.shape), block_size)
-        k_eff = resolve_k(k, layout.n_blocks)
-        deferred = None
-    except ValueError as e:                       # raised after the NaN check, as the reference
-        deferred = e
+        check_residual_size(tuple(grad.shape), tuple(residual.shape), same_shape=True)
+        plan = step_plan(grad.shape, k, block_size, layer_id, lmax_log2)
+    except (ValueError, TypeError):
+        nan = nan_error(is_nan, where)
+        if nan is not None:
+            raise nan from None
+        raise
     acc, sat_fb = error_feedback_lazy(residual, q)
     nan_n, sat_q, sat_fb = torch.stack([is_nan.sum(), (absbits > cfg.range_bits).sum(),
                                         sat_fb]).tolist()
     if nan_n:
-        raise_nan(is_nan, nan_n, where)
-    if deferred is not None:
-        raise deferred
-    norms = block_norms(acc, layout)
-    selected = select_blocks(norms, k_eff)
-    payload, residual_out = apply_selection(acc, selected, layout)
-    frame = encode_frame(payload, layer_id, cfg.range, lmax_log2, crc=crc)
-    return TorchLayerStep(layout, k_eff, selected, payload, residual_out, frame, sat_q, sat_fb)
+        raise nan_error(is_nan, where)
+    norms = block_norms(acc, plan.layout)
+    selected = select_blocks(norms, plan.k_eff)
+    payload, residual_out = apply_selection(acc, selected, plan.layout)
+    frame = encode_frame(payload, plan.layer_id, cfg.range, plan.lmax_log2, crc=crc)
+    return TorchLayerStep(plan.layout, plan.k_eff, selected, payload, residual_out, frame,
+                          sat_q, sat_fb)

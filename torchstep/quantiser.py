@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from gradblock.refmodel.quantiser import DEFAULT_RANGE, QMAX, NonFiniteError, QuantConfig
+from gradblock.refmodel.validation import check_range
 
 __all__ = ["QMAX", "NAN_BITS", "quant_config", "check_float32", "raise_nan", "quantise",
            "quantise_lazy", "saturation_bits", "dequantise", "average"]
@@ -18,7 +19,8 @@ NAN_BITS = 0x7F800000          # |bits| above this is a NaN
 
 
 def quant_config(R: float | QuantConfig = DEFAULT_RANGE) -> QuantConfig:
-    return R if isinstance(R, QuantConfig) else QuantConfig.from_range(R)
+    """R (or a QuantConfig) checked by the reference's validator: RangeError unless finite > 0."""
+    return check_range(R)
 
 
 def check_float32(x: torch.Tensor, what: str) -> None:
@@ -39,8 +41,8 @@ def quantise(x: torch.Tensor, cfg: QuantConfig | float = DEFAULT_RANGE, where: s
     P = m*M < 2**56 fits int64; the shift is clamped to [1, 58]: for t >= 58, P >> t = 0 and
     half = 2**(t-1) > P, so the rounded result is 0 exactly as the spec's t >= 58 rule says.
     """
+    cfg = quant_config(cfg)                       # the reference checks R before the dtype
     check_float32(x, "gradient")
-    cfg = quant_config(cfg)
     q, absbits = quantise_lazy(x, cfg)
     is_nan = absbits > NAN_BITS
     nan_n, sat = torch.stack([is_nan.sum(), (absbits > cfg.range_bits).sum()]).tolist()

@@ -1,0 +1,230 @@
+"""The backend protocol and registry: the numpy reference, the numba fast path, the torch step.
+
+Every backend offers the same operations on its own array type (numpy arrays for "numpy" and
+"numba", tensors on one device for "torch"), produces the same bits as the reference and raises
+the same exception class for the same first fault (tests/test_conformance.py checks both).
+`asarray` / `to_numpy` move host data in and out, so a caller (a test, the CLI, a benchmark)
+can drive any backend from numpy.
+
+    b = get_backend("numba")            # BackendUnavailableError with the reason if it can't load
+    step = b.compress_layer(b.asarray(g), b.asarray(r), R=10.0, k=4)
+    frame = b.to_numpy(step.frame)      # uint32 words, identical for every backend
+
+Implementations load lazily: importing this module imports neither numba nor torch.
+"""
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, runtime_checkable
+
+import numpy as np
+
+from gradblock.codec.errors import GradblockError
+
+__all__ = ["Backend", "LayerResult", "DecodedFrame", "BackendUnavailableError", "BACKEND_NAMES",
+           "get_backend", "available_backends"]
+
+BACKEND_NAMES = ("numpy", "numba", "torch")
+
+
+class BackendUnavailableError(GradblockError):
+    """The named backend is unknown, or its implementation cannot be imported here."""
+
+
+@dataclass
+class LayerResult:
+    """One layer's compress step, in the backend's array type."""
+    payload: Any          # int32, the input's shape: nonzero only on the selected blocks
+    residual_out: Any     # int32, the input's shape
+    frame: Any            # the ZRLE frame (uint32 words; int32 bit patterns in torch)
+    selected: Any         # int64 block indices in rank order
+    k_eff: int
+    sat_quant: int
+    sat_feedback: int
+
+
+@dataclass
+class DecodedFrame:
+    values: Any           # int32, flat
+    layer_id: int
+    range_bits: int
+    lmax_log2: int
+    n_tokens: int
+    n_words: int
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """The operations every backend offers (docs/architecture.md, "Backends")."""
+
+    name: str
+
+    def asarray(self, a: np.ndarray) -> Any:
+        """A host numpy array (float32 gradient, int32 codes, uint32 frame words) in this
+        backend's array type, bits unchanged."""
+
+    def to_numpy(self, x: Any) -> np.ndarray:
+        """The inverse of `asarray`."""
+
+    def frame_to_numpy(self, frame: Any) -> np.ndarray:
+        """A frame or message as host uint32 words (the wire format)."""
+
+    def quantise(self, x: Any, R: Any = 10.0, where: str = "") -> tuple[Any, int]:
+        """§1: float32 -> (int32 codes, saturation count)."""
+
+    def compress_layer(self, grad: Any, residual: Any = None, *, R: Any = 10.0, k: Any = 1,
+                       block_size: Any = None, layer_id: Any = 0, lmax_log2: Any = 8,
+                       where: str = "") -> LayerResult:
+        """§4: one layer's step."""
+
+    def encode_frame(self, payload: Any, layer_id: Any = 0, R: Any = 10.0,
+                     lmax_log2: Any = 8) -> Any:
+        """§3: int32 payload -> one frame."""
+
+    def decode_frame(self, words: Any, expected_n: Any = None, start: Any = 0) -> DecodedFrame:
+        """§3.5: validate and decode the frame at words[start]."""
+
+    def decode_message(self, words: Any, expected_sizes: Any = None) -> list[DecodedFrame]:
+        """§3.4: the frames of a message, one per layer."""
+
+
+def _decoded(f, values) -> DecodedFrame:
+    return DecodedFrame(values, f.layer_id, f.range_bits, f.lmax_log2, f.n_tokens, f.n_words)
+
+
+def _layer_result(s) -> LayerResult:
+    return LayerResult(s.payload, s.residual_out, s.frame, s.selected, s.k_eff, s.sat_quant,
+                       s.sat_feedback)
+
+
+class NumpyFamilyBackend:
+    """numpy arrays in and out; `compress` / `codec` are the modules that implement the step
+    and the frames (the reference pair, or the numba pair)."""
+
+    def __init__(self, name: str, quantise: Callable, compress_layer: Callable, codec):
+        self.name = name
+        self._quantise = quantise
+        self._compress_layer = compress_layer
+        self._codec = codec
+
+    def asarray(self, a: np.ndarray) -> np.ndarray:
+        return np.array(a, order="C")
+
+    def to_numpy(self, x) -> np.ndarray:
+        return np.asarray(x)
+
+    def frame_to_numpy(self, frame) -> np.ndarray:
+        return np.asarray(frame, dtype=np.uint32)
+
+    def quantise(self, x, R=10.0, where: str = ""):
+        r = self._quantise(x, R, where=where)
+        return r.q, r.saturated
+
+    def compress_layer(self, grad, residual=None, **kw) -> LayerResult:
+        return _layer_result(self._compress_layer(grad, residual, **kw))
+
+    def encode_frame(self, payload, layer_id=0, R=10.0, lmax_log2=8):
+        return self._codec.encode_frame(payload, layer_id, R, lmax_log2)
+
+    def decode_frame(self, words, expected_n=None, start=0) -> DecodedFrame:
+        f = self._codec.decode_frame(words, expected_n, start)
+        return _decoded(f, f.values)
+
+    def decode_message(self, words, expected_sizes=None) -> list[DecodedFrame]:
+        return [_decoded(f, f.values) for f in self._codec.decode_message(words, expected_sizes)]
+
+    def __repr__(self) -> str:
+        return f"<gradblock backend {self.name}>"
+
+
+class TorchBackend:
+    """Tensors on one device (CPU unless told); frames are int32 tensors (uint32 bit patterns)."""
+
+    name = "torch"
+
+    def __init__(self, device: str = "cpu"):
+        import torch
+
+        from gradblock import torchstep
+        from gradblock.codec import zrle_torch
+        self._torch, self._step, self._codec = torch, torchstep, zrle_torch
+        self.device = torch.device(device)
+
+    def asarray(self, a: np.ndarray):
+        a = np.array(a, order="C")
+        if a.dtype == np.uint32:                       # frame words travel as int32 bit patterns
+            a = a.view(np.int32)
+        return self._torch.from_numpy(a).to(self.device)
+
+    def to_numpy(self, x) -> np.ndarray:
+        return x.detach().cpu().numpy()
+
+    def frame_to_numpy(self, frame) -> np.ndarray:
+        return self._codec.frame_to_numpy(frame)
+
+    def quantise(self, x, R=10.0, where: str = ""):
+        return self._step.quantise(x, R, where=where)
+
+    def compress_layer(self, grad, residual=None, **kw) -> LayerResult:
+        return _layer_result(self._step.compress_layer(grad, residual, **kw))
+
+    def encode_frame(self, payload, layer_id=0, R=10.0, lmax_log2=8):
+        return self._codec.encode_frame(payload, layer_id, R, lmax_log2)
+
+    def decode_frame(self, words, expected_n=None, start=0) -> DecodedFrame:
+        f = self._codec.decode_frame(words, expected_n, start)
+        return _decoded(f, f.values)
+
+    def decode_message(self, words, expected_sizes=None) -> list[DecodedFrame]:
+        return [_decoded(f, f.values) for f in self._codec.decode_message(words, expected_sizes)]
+
+    def __repr__(self) -> str:
+        return f"<gradblock backend torch on {self.device}>"
+
+
+def _numpy_backend() -> NumpyFamilyBackend:
+    from gradblock.codec import zrle
+    from gradblock.refmodel import compress, quantiser
+    return NumpyFamilyBackend("numpy", quantiser.quantise, compress.compress_layer, zrle)
+
+
+def _numba_backend() -> NumpyFamilyBackend:
+    from gradblock.codec import zrle_numba
+    from gradblock.refmodel import fast
+    return NumpyFamilyBackend("numba", fast.quantise, fast.compress_layer, zrle_numba)
+
+
+_FACTORIES: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
+    "numpy": (_numpy_backend, ()),
+    "numba": (_numba_backend, ("numba",)),
+    "torch": (TorchBackend, ("torch",)),
+}
+_CACHE: dict[tuple, Any] = {}
+
+
+def _missing_requirement(name: str) -> str | None:
+    for module in _FACTORIES[name][1]:
+        if importlib.util.find_spec(module) is None:
+            return f"the {name} backend needs the '{module}' package, which is not installed"
+    return None
+
+
+def get_backend(name: str, **options) -> Backend:
+    """The backend called `name` ("numpy", "numba", "torch"; torch takes device="cuda:0" ...).
+    Raises BackendUnavailableError naming the reason when it cannot be used here."""
+    if name not in _FACTORIES:
+        raise BackendUnavailableError(f"unknown backend {name!r}; choose one of "
+                                      f"{', '.join(BACKEND_NAMES)}")
+    key = (name, tuple(sorted(options.items())))
+    if key not in _CACHE:
+        reason = _missing_requirement(name)
+        if reason:
+            raise BackendUnavailableError(reason)
+        _CACHE[key] = _FACTORIES[name][0](**options)
+    return _CACHE[key]
+
+
+def available_backends() -> dict[str, str | None]:
+    """Every backend name -> None when it can be used here, else the reason it cannot."""
+    return {name: _missing_requirement(name) for name in BACKEND_NAMES}

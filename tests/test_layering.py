@@ -1,0 +1,130 @@
+"""The layers import one way (docs/architecture.md), and nothing generic is importable at the top.
+
+Every .py of the layered packages is parsed (ast, nothing imported), every import -- top level or
+inside a function, absolute or relative -- is resolved to its gradblock.* name and checked against
+what its package may import."""
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# folder -> namespace (pyproject.toml [tool.setuptools.package-dir])
+PACKAGES = {"codec": "gradblock.codec", "refmodel": "gradblock.refmodel", "hw": "gradblock.hw",
+            "sim": "gradblock.sim", "shim": "gradblock.shim", "bench": "gradblock.bench",
+            "torchstep": "gradblock.torchstep", "gradblock": "gradblock"}
+SUBPACKAGES = {ns for ns in PACKAGES.values() if ns != "gradblock"}
+CLI = "gradblock (the CLI package)"
+
+# what each layered package may import of the project (besides itself)
+ALLOWED = {
+    "codec": set(),
+    "refmodel": {"gradblock.codec"},
+    "torchstep": {"gradblock.codec", "gradblock.refmodel"},
+    "hw": {"gradblock.codec", "gradblock.refmodel"},
+    "sim": {"gradblock.codec", "gradblock.refmodel", "gradblock.hw"},
+}
+BARE = set(PACKAGES) - {"gradblock"}
+
+
+def _layer_of(name: str) -> str | None:
+    """gradblock.X.y -> 'gradblock.X' for a subpackage, CLI for the rest of gradblock.*, None
+    outside the project."""
+    if name != "gradblock" and not name.startswith("gradblock."):
+        return None
+    for ns in SUBPACKAGES:
+        if name == ns or name.startswith(ns + "."):
+            return ns
+    return CLI
+
+
+def _imports(path: Path, package: str):
+    """(line, absolute module name) of every import in `path`, a module of `package` (the
+    namespace of its top folder; subfolders extend it)."""
+    sub = path.parent.relative_to(ROOT).parts[1:]
+    package = ".".join([package, *sub])
+    tree = ast.parse(path.read_text(), filename=str(path))
+    is_init = path.name == "__init__.py"
+    here = package.split(".") + ([] if is_init else [path.stem])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:                       # relative: resolve against this module
+                base = here[:len(here) - node.level] if not is_init else \
+                    here[:len(here) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            yield node.lineno, mod
+            if node.level and not node.module:   # `from . import x`: x is a module of base
+                for alias in node.names:
+                    yield node.lineno, f"{mod}.{alias.name}"
+
+
+def _modules(folder: str):
+    return sorted((ROOT / folder).rglob("*.py"))
+
+
+def _relative(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+@pytest.mark.parametrize("folder", sorted(ALLOWED))
+def test_layer_imports_only_what_it_may(folder):
+    own = PACKAGES[folder]
+    allowed = ALLOWED[folder] | {own}
+    bad = []
+    for path in _modules(folder):
+        for line, name in _imports(path, own):
+            layer = _layer_of(name)
+            if layer is not None and layer not in allowed:
+                bad.append(f"{_relative(path)}:{line} imports {name} ({layer})")
+    assert not bad, f"{folder}/ may import only {sorted(allowed)}:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("folder", sorted(PACKAGES) + ["tests"])
+def test_no_bare_top_level_imports(folder):
+    """`import codec` / `from refmodel import x` only worked with the checkout on sys.path."""
+    package = PACKAGES.get(folder, folder)
+    bad = []
+    for path in _modules(folder):
+        for line, name in _imports(path, package):
+            if name.split(".")[0] in BARE:
+                bad.append(f"{_relative(path)}:{line} imports {name}")
+    assert not bad, "use gradblock.<package>, never a bare top-level name:\n" + "\n".join(bad)
+
+
+def test_import_resolution_of_this_checker():
+    """The resolver above must see the imports it checks (or every rule passes vacuously)."""
+    names = {n for _, n in _imports(ROOT / "torchstep" / "layer.py", "gradblock.torchstep")}
+    assert "gradblock.torchstep.quantiser" in names and "gradblock.codec.zrle_torch" in names
+    names = {n for _, n in _imports(ROOT / "codec" / "zrle.py", "gradblock.codec")}
+    assert "gradblock.codec.errors" in names
+    assert _layer_of("gradblock.cli") == CLI and _layer_of("gradblock.sim.harness") == "gradblock.sim"
+    assert _layer_of("numpy") is None
+
+
+def _python_outside_checkout(code: str, tmp_path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("name", sorted(BARE))
+def test_generic_names_are_not_importable(name, tmp_path):
+    r = _python_outside_checkout(f"import {name}", tmp_path)
+    assert r.returncode != 0 and "ModuleNotFoundError" in r.stderr, (r.stdout, r.stderr)
+
+
+def test_namespaced_packages_import(tmp_path):
+    r = _python_outside_checkout("import gradblock.codec.zrle, gradblock.refmodel.quantiser, "
+                                 "gradblock.codec.errors; print('ok')", tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
