@@ -9,6 +9,11 @@ class GradblockError(ValueError):
     a command is a bug (exit 1). Lives here, in the lowest layer, so every layer can subclass it."""
 
 
+class RangeError(GradblockError):
+    """The quantiser range R is not a finite, positive float32 (a frame's h4 word). Here, in
+    the lowest layer, because the encoders check R too; refmodel.quantiser re-exports it."""
+
+
 class FrameError(GradblockError):
     """A ZRLE frame failed validation. `code` matches the RTL decoder's error code;
     `word` is the index (within the frame) of the word where the problem was found."""

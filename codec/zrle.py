@@ -27,9 +27,14 @@ def check_lmax_log2(lmax_log2: int) -> int:
 
 
 def range_bits(R: float) -> int:
-    r32 = np.float32(R)
+    """R as the float32 bits of h4; RangeError unless a real number that is finite and > 0
+    as a float32 (the quantiser's own check, refmodel.quantiser.QuantConfig)."""
+    if isinstance(R, bool) or not isinstance(R, (int, float, np.integer, np.floating)):
+        raise E.RangeError(f"range R must be a finite float32 > 0, got {R!r}")
+    with np.errstate(over="ignore"):
+        r32 = np.float32(R)
     if not np.isfinite(r32) or r32 <= 0:
-        raise ValueError(f"range R must be a finite float32 > 0, got {R!r}")
+        raise E.RangeError(f"range R must be a finite float32 > 0, got {R!r}")
     return int(r32.view(np.uint32))
 
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gradblock.codec.errors import RangeError  # one class for every layer (re-exported here)
+
 QMAX = 2**31 - 1            # largest code; -QMAX is the smallest, -2**31 never occurs
 DEFAULT_RANGE = 10.0
 MANT_MIN = 2**31            # the multiplier M is normalised into [2**31, 2**32)
@@ -23,10 +25,6 @@ class NonFiniteError(ValueError):
         self.first_index = first_index
         loc = f" in {where}" if where else ""
         super().__init__(f"{count} NaN value(s){loc}, first at flat index {first_index}")
-
-
-class RangeError(ValueError):
-    """The quantiser range R is not a finite, positive float32."""
 
 
 @dataclass(frozen=True)
