@@ -46,6 +46,11 @@ class PacketError(ValueError):
     malformed: wrong length, index out of range or unsorted, wrong layer id."""
 
 
+class NonFinitePacketError(PacketError):
+    """A peer's float32 values (dense or sparse packet) hold NaN or Inf: averaging them would
+    spread the damage into every worker's weights, so they are refused by name."""
+
+
 @dataclass(frozen=True)
 class LayerInfo:
     index: int                 # position among the model's trainable parameters (frame layer id)
@@ -142,6 +147,11 @@ class Compressor:
     def new_worker_state(self) -> WorkerState:
         return WorkerState()
 
+    def state_spec(self, layer: LayerInfo) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+        """What a worker keeps per compressed layer: tensor name -> (dtype, shape). Checkpoints
+        are validated against it; a method with more per-layer state adds its entries."""
+        return {}
+
     # -- per layer
     def encode(self, layer: LayerInfo, grad: torch.Tensor, ws: WorkerState):
         """One layer -> (packet int32 1-D tensor, StepStats)."""
@@ -215,10 +225,21 @@ def _need(layer: LayerInfo, words: torch.Tensor, start: int, count: int, what: s
                           f"at word {start}, message has {words.numel() - start}")
 
 
+def _refuse_non_finite(layer: LayerInfo, values: torch.Tensor, what: str) -> None:
+    bad = ~torch.isfinite(values)
+    count = int(bad.sum().item())
+    if count:
+        first = int(torch.argmax(bad.to(torch.uint8)).item())
+        raise NonFinitePacketError(f"{what} packet for layer {layer.name!r} holds {count} NaN/Inf "
+                                   f"value(s), the first at value {first}")
+
+
 def _decode_dense(layer: LayerInfo, words: torch.Tensor, start: int):
     n = layer.numel
     _need(layer, words, start, n, "dense")
-    return words[start:start + n].view(torch.float32), n
+    values = words[start:start + n].view(torch.float32)
+    _refuse_non_finite(layer, values, "dense")
+    return values, n
 
 
 def _mean_float(layer: LayerInfo, values: list[torch.Tensor]) -> torch.Tensor:
@@ -260,6 +281,7 @@ def _decode_sparse(layer: LayerInfo, words: torch.Tensor, start: int):
         if bad_range or bad_order:
             raise PacketError(f"sparse packet for layer {layer.name!r}: indices "
                               f"{'out of range 0..' + str(n - 1) if bad_range else 'not strictly increasing'}")
+        _refuse_non_finite(layer, vals, "sparse")
     return (idx, vals), 1 + 2 * count
 
 
@@ -283,6 +305,9 @@ class _SparseFeedback(Compressor):
     def config(self) -> dict:
         return {**super().config(), "density": self.density, "match_k": self.match_k,
                 "block_size": self.block_size}
+
+    def state_spec(self, layer: LayerInfo) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+        return {"residual": (torch.float32, layer.shape)}
 
     def k_elements(self, layer: LayerInfo) -> int:
         """Elements kept per step: a density fraction, or, with density 'match', the element
@@ -347,6 +372,9 @@ class DlgsCompressor(_SparseFeedback):
     def config(self) -> dict:
         return {**super().config(), "interval": self.interval}
 
+    def state_spec(self, layer: LayerInfo) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+        return {**super().state_spec(layer), "threshold": (torch.float32, ())}
+
     def _encode(self, layer, grad, ws):
         st, acc = self._accumulate(layer, grad, ws)
         mag = acc.abs()
@@ -381,6 +409,9 @@ class CoarseCompressor(Compressor):
     def config(self) -> dict:
         return {**super().config(), "k": self.k, "R": self.cfg.range, "block_size": self.block_size,
                 "lmax_log2": self.lmax_log2}
+
+    def state_spec(self, layer: LayerInfo) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+        return {"residual": (torch.int32, layer.shape)}
 
     def _plan(self, layers: Sequence[LayerInfo], device: torch.device) -> tc.GroupPlan:
         key = (tuple(lay.index for lay in layers), str(device))

@@ -4,19 +4,31 @@
     ddp_model.register_comm_hook(state, gradblock_hook)
 
 Per bucket: each parameter's gradient is encoded with this rank's compressor state
-(`encode_group`), the bucket's message is exchanged with all_gather, every rank's message is
-decoded and reduced (`decode_group`, the same code the single-process simulation runs), and
-the averaged gradients are written back into the bucket buffer.
+(`encode_group`), the bucket's message is exchanged with all_gather, and the decode
+(`decode_group`, the same code the single-process simulation runs) is chained on the
+collective's future with `fut.then(...)`, as PyTorch's own hooks do: the hook returns at once
+and DDP's backward goes on computing the next buckets' gradients while the messages travel.
 
 * Layers are keyed by parameter identity, never by bucket index: DDP rebuilds its buckets
   after the first iteration.
 * all_gather needs equal sizes (gloo rejects anything else): the message sizes are gathered
-  first, every message is padded to the largest (at least one word, so an empty payload
-  still takes part in the collective) and trimmed again after the gather.
-* Every rank decodes every peer's message, so a malformed frame raises the same error
-  (its codec.errors class, message naming the peer rank and the layer) on all ranks at once
-  instead of leaving some rank blocked in the next collective.
+  first (one int64 per rank, blocking), every message is padded to the largest (at least one
+  word, so an empty payload still takes part in the collective) and trimmed after the gather.
+  Both collectives are issued from the hook itself, in bucket order, never from a callback:
+  a collective launched from a completion callback could reach the ranks in different
+  orders and cross-match with another bucket's.
+* Every rank decodes every peer's message, so a malformed frame raises the same error on all
+  ranks. DDP reports an error raised in a callback as a RuntimeError; the state keeps the
+  original (its codec.errors class, message naming the peer rank and the layer) and
+  `backward()` re-raises it.
+* Timing is off by default (no CUDA synchronisation inside the step); with `timed=True` the
+  state accumulates encode and exchange seconds.
+* `state_dict()` / `load_state_dict()` (PowerSGD's pattern) save and restore this rank's
+  compressor state; the process group and the parameter map are rebuilt, not saved.
 """
+from __future__ import annotations
+
+import threading
 import time
 from typing import Callable
 
@@ -33,7 +45,7 @@ class GradblockHookState:
     parameter -> layer map, and the per-step statistics the training loop reads."""
 
     def __init__(self, compressor: Compressor, model: torch.nn.Module, process_group=None,
-                 worker_state: WorkerState | None = None,
+                 worker_state: WorkerState | None = None, timed: bool = False,
                  outgoing_filter: Callable[[torch.Tensor, list[LayerInfo], int], torch.Tensor]
                  | None = None):
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
@@ -50,14 +62,17 @@ class GradblockHookState:
         self._layer_by_param = {id(p): info for p, info in zip(trainable, self.layers)}
         self._params = trainable          # keeps the ids above valid
         self.worker_state = worker_state if worker_state is not None else compressor.new_worker_state()
+        self.timed = bool(timed)
         # Fault injection for tests: rewrites this rank's outgoing message.
         self.outgoing_filter = outgoing_filter
+        self._lock = threading.Lock()     # callbacks of different buckets may run concurrently
         self.reset_step()
 
     def reset_step(self) -> None:
         self.stats = StepStats()
         self.times = StepTimes()
         self.padded_bytes = 0          # what all_gather really moved for this rank, padding included
+        self.error: BaseException | None = None   # the first decode error of this step
 
     def layer_of(self, param: torch.Tensor) -> LayerInfo:
         info = self._layer_by_param.get(id(param))
@@ -66,25 +81,65 @@ class GradblockHookState:
                            f"trainable parameter of the model this hook state was built for")
         return info
 
+    def backward(self, loss: torch.Tensor) -> None:
+        """`loss.backward()`, re-raising a peer's decode error under its own class (DDP wraps
+        an error raised in the hook's callback in a RuntimeError)."""
+        try:
+            loss.backward()
+        except RuntimeError as wrapped:
+            if self.error is not None:
+                raise self.error from wrapped
+            raise
+
+    # -- PowerSGD's pattern: what a checkpoint needs to continue this rank bit for bit
+    def state_dict(self) -> dict:
+        from .state import compressor_state
+        return compressor_state(self.compressor, {self.rank: self.worker_state})
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore this rank's compressor state; `CheckpointError` if it was written by a
+        differently configured compressor, lacks this rank or is malformed."""
+        from .state import restore_compressor_state
+        device = self._params[0].device if self._params else "cpu"
+        restored = restore_compressor_state(self.compressor, state_dict, [self.rank], device,
+                                            layers=self.layers)
+        self.worker_state = restored[self.rank]
+
 
 def _sync(t: torch.Tensor) -> None:
     if t.device.type == "cuda":
         torch.cuda.synchronize(t.device)
 
 
-def all_gather_varlen(message: torch.Tensor, group=None) -> tuple[list[torch.Tensor], int]:
-    """all_gather of 1-D int32 tensors of different lengths -> (messages in rank order,
-    padded length each rank sent)."""
+def _gather_sizes(message: torch.Tensor, group=None) -> list[int]:
     world = dist.get_world_size(group)
     size = torch.tensor([message.numel()], dtype=torch.int64, device=message.device)
     sizes = [torch.zeros_like(size) for _ in range(world)]
     dist.all_gather(sizes, size, group=group)
-    lengths = [int(s.item()) for s in sizes]
-    width = max(1, max(lengths))
+    return [int(s.item()) for s in sizes]
+
+
+def _pad(message: torch.Tensor, width: int) -> torch.Tensor:
     padded = torch.zeros(width, dtype=torch.int32, device=message.device)
     padded[:message.numel()] = message
-    gathered = [torch.empty_like(padded) for _ in range(world)]
-    dist.all_gather(gathered, padded, group=group)
+    return padded
+
+
+def all_gather_varlen_async(message: torch.Tensor, group=None
+                            ) -> tuple[torch.futures.Future, list[torch.Tensor], list[int], int]:
+    """Launch an all_gather of 1-D int32 tensors of different lengths -> (future of the
+    gather, padded receive buffers in rank order, true lengths, padded width)."""
+    lengths = _gather_sizes(message, group)
+    width = max(1, max(lengths))
+    gathered = [torch.empty(width, dtype=torch.int32, device=message.device) for _ in lengths]
+    work = dist.all_gather(gathered, _pad(message, width), group=group, async_op=True)
+    return work.get_future(), gathered, lengths, width
+
+
+def all_gather_varlen(message: torch.Tensor, group=None) -> tuple[list[torch.Tensor], int]:
+    """Blocking form: (messages in rank order, padded length each rank sent)."""
+    fut, gathered, lengths, width = all_gather_varlen_async(message, group)
+    fut.wait()
     return [g[:n] for g, n in zip(gathered, lengths)], width
 
 
@@ -99,27 +154,41 @@ def gradblock_hook(state: GradblockHookState, bucket: dist.GradBucket
         message = message.to(grads[0].device)
     if state.outgoing_filter is not None:
         message = state.outgoing_filter(message, layers, state.rank)
-    _sync(message)
+    if state.timed:
+        _sync(message)
     t1 = time.perf_counter()
-    messages, width = all_gather_varlen(message, state.group)
-    averaged = decode_group(state.compressor, layers, messages)
+    fut, gathered, lengths, width = all_gather_varlen_async(message, state.group)
     buffer = bucket.buffer()
-    offset = 0
-    for avg in averaged:
-        n = avg.numel()
-        buffer[offset:offset + n].copy_(avg.reshape(-1))
-        offset += n
-    if offset != buffer.numel():
-        raise RuntimeError(f"bucket buffer holds {buffer.numel()} elements, its parameters {offset}")
-    _sync(buffer)
-    t2 = time.perf_counter()
-    state.stats.add(stats)
-    state.times.compress_s += t1 - t0
-    state.times.exchange_s += t2 - t1
-    state.padded_bytes += 4 * width
-    fut = torch.futures.Future()
-    fut.set_result(buffer)
-    return fut
+    with state._lock:
+        state.stats.add(stats)
+        state.padded_bytes += 4 * width
+        state.times.compress_s += t1 - t0
+
+    def decode(done: torch.futures.Future) -> torch.Tensor:
+        done.wait()                               # surfaces a failed collective
+        try:
+            messages = [g[:n] for g, n in zip(gathered, lengths)]
+            averaged = decode_group(state.compressor, layers, messages)
+            offset = 0
+            for avg in averaged:
+                n = avg.numel()
+                buffer[offset:offset + n].copy_(avg.reshape(-1))
+                offset += n
+            if offset != buffer.numel():
+                raise RuntimeError(f"bucket buffer holds {buffer.numel()} elements, "
+                                   f"its parameters {offset}")
+        except Exception as e:
+            with state._lock:
+                if state.error is None:
+                    state.error = e
+            raise
+        if state.timed:
+            _sync(buffer)
+            with state._lock:
+                state.times.exchange_s += time.perf_counter() - t1
+        return buffer
+
+    return fut.then(decode)
 
 
 def register(ddp_model: torch.nn.parallel.DistributedDataParallel, compressor: Compressor,

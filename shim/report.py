@@ -5,6 +5,8 @@ import json
 import math
 from pathlib import Path
 
+from .outputs import atomic_write, atomic_write_text
+
 
 def _fmt(v, spec: str, missing: str = "n/a") -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
@@ -49,14 +51,15 @@ def format_table(results: list[dict]) -> str:
         steps, workers = r["steps"], r["config"]["workers"]
         per_step_kb = r["bytes_sent"] / 1e3 / (steps * workers) if steps else None
         ms = r["ms_per_step"]
+        phase = lambda key: _fmt(ms.get(key), ".1f", "–")  # noqa: E731  (None: not timed)
         sat = (f"{r['sat_quant']} / {r['sat_feedback']}"
                if r["compressor_config"]["name"] == "coarse" else "–")
         lines.append(
             f"| {r['compressor_config']['name']} | {setting_of(r)} | {_fmt(acc, '.4f')} "
             f"| {_fmt(delta, '+.2f')} | {_fmt(r['compression_ratio'], '.1f')}x "
             f"| {r['bytes_sent'] / 1e6:.3f} | {_fmt(per_step_kb, '.2f')} "
-            f"| {ms['compress_ms']:.2f} "
-            f"| {ms['compute_ms']:.1f} / {ms['compress_ms']:.1f} / {ms['exchange_ms']:.1f} | {sat} |")
+            f"| {_fmt(ms.get('compress_ms'), '.2f', '–')} "
+            f"| {phase('compute_ms')} / {phase('compress_ms')} / {phase('exchange_ms')} | {sat} |")
     return "\n".join(lines)
 
 
@@ -77,10 +80,7 @@ def describe_run(results: list[dict]) -> str:
 
 
 def write_json(path: str | Path, payload) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2) + "\n")
-    return path
+    return atomic_write_text(path, json.dumps(payload, indent=2) + "\n")
 
 
 def plot_curves(results: list[dict], path: str | Path, title: str = "") -> Path:
@@ -103,8 +103,8 @@ def plot_curves(results: list[dict], path: str | Path, title: str = "") -> Path:
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    try:
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    finally:
+        plt.close(fig)
+    return Path(path)

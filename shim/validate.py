@@ -4,6 +4,10 @@ Every run shares the dataset, model, seed, epochs, workers, batch size and optim
 the compressor differs. The matrix: dense; topk and dlgs keeping per layer as many elements
 as coarse k=1 sends; coarse k=1; coarse at a larger k. Prints a markdown table and writes
 validate.json, validate.md and validate.png (accuracy / loss curves) to --out.
+
+A row that fails (a diverged run's NaN gradient, say) is reported by name and the others
+still run; the table holds the rows that finished, validate.json lists the failures, and
+the exit status is then 2. Bad arguments, data or an unwritable --out stop it before any row.
 """
 from __future__ import annotations
 
@@ -12,10 +16,16 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from .arguments import add_common_arguments, parse_k
+from .config import TrainConfig
+from .data import DatasetError
+from .outputs import atomic_write_text, check_output_dir
 from .report import describe_run, format_table, plot_curves, write_json
-from .train import TrainConfig, add_common_arguments, parse_k, run_training
+from .train import USER_ERRORS, report_error
+from .trainer import run_training
 
 QUICK = {"epochs": 2, "train_subset": 6000, "test_subset": 2000}
+ROWS = ("dense", "topk", "dlgs", "coarse1", "coarseK")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,8 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_common_arguments(p)
     p.add_argument("--k-large", type=parse_k, default=4, help="the larger coarse k")
-    p.add_argument("--compressors", nargs="+", default=None,
-                   choices=["dense", "topk", "dlgs", "coarse1", "coarseK"],
+    p.add_argument("--compressors", nargs="+", default=None, choices=list(ROWS),
                    help="run only these rows (None: all five)")
     p.add_argument("--quick", action="store_true",
                    help=f"short run: {QUICK['epochs']} epochs on a {QUICK['train_subset']}-sample "
@@ -43,6 +52,23 @@ def matrix(base: TrainConfig, k_large, rows: list[str] | None) -> list[tuple[str
     return [(name, cfg) for name, cfg in runs if rows is None or name in rows]
 
 
+def run_matrix(runs: list[tuple[str, TrainConfig]], dataset, bar=None
+               ) -> tuple[list[dict], list[dict]]:
+    """Run every row; a row's named error is recorded and the next row runs.
+    Returns (results of the rows that finished, failures as {row, error, message})."""
+    results, failures = [], []
+    for name, cfg in runs:
+        if bar is not None:
+            bar.set_description(name)
+        try:
+            results.append(run_training(replace(cfg, progress=False), progress=bar,
+                                        dataset=dataset))
+        except USER_ERRORS as e:
+            failures.append({"row": name, "error": type(e).__name__, "message": str(e)})
+            print(f"gradblock validate: {name}: {type(e).__name__}: {e}", file=sys.stderr)
+    return results, failures
+
+
 def validate_main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     explicit = {k for k in QUICK if getattr(args, k) is not None}
@@ -55,37 +81,39 @@ def validate_main(argv: list[str]) -> int:
     fields = TrainConfig.__dataclass_fields__
     base = TrainConfig(**{k: v for k, v in vars(args).items() if k in fields and k != "out"})
     base.workers = base.workers or 4
+    base.time_phases = True                  # the table reports compute / compress / exchange
 
     from tqdm import tqdm
 
-    from .data import DatasetError, load_dataset
+    from .data import load_dataset
+    out = Path(args.out)
+    runs = matrix(base, args.k_large, args.compressors)
     try:
+        for _, cfg in runs:
+            cfg.check()
+        check_output_dir(out, "--out")
         dataset = load_dataset(base.data, base.data_dir)
-    except DatasetError as e:
-        print(f"gradblock validate: {e}", file=sys.stderr)
-        return 1
+    except (DatasetError, ValueError) as e:
+        return report_error("validate", e)
     n_train = min(len(dataset.y_train), base.train_subset or len(dataset.y_train))
     steps = (n_train // base.workers) // base.batch_size * base.epochs
-    runs = matrix(base, args.k_large, args.compressors)
-    results = []
     bar = tqdm(total=steps * len(runs), unit="step", file=sys.stderr, disable=not base.progress)
     try:
-        for name, cfg in runs:
-            bar.set_description(name)
-            cfg.progress = False
-            results.append(run_training(cfg, progress=bar, dataset=dataset))
-    except ValueError as e:          # a model that does not fit the data, a diverged run (NaN)
-        print(f"gradblock validate: {name}: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
+        results, failures = run_matrix(runs, dataset, bar)
     finally:
         bar.close()
 
-    out = Path(args.out)
-    table = format_table(results)
-    header = describe_run(results)
+    header = describe_run(results) if results else "no row finished"
+    table = format_table(results) if results else ""
     print(f"\n{header}\n\n{table}\n")
-    write_json(out / "validate.json", {"description": header, "runs": results})
-    (out / "validate.md").write_text(f"{header}\n\n{table}\n")
-    plot_curves(results, out / "validate.png", title=header)
-    print(f"wrote {out / 'validate.json'}, {out / 'validate.md'}, {out / 'validate.png'}")
-    return 0
+    if failures:
+        print("failed rows: " + "; ".join(f"{f['row']} ({f['error']})" for f in failures))
+    write_json(out / "validate.json", {"description": header, "runs": results,
+                                       "failures": failures})
+    atomic_write_text(out / "validate.md", f"{header}\n\n{table}\n" + "".join(
+        f"\nfailed: {f['row']}: {f['error']}: {f['message']}\n" for f in failures))
+    written = [out / "validate.json", out / "validate.md"]
+    if results:
+        written.append(plot_curves(results, out / "validate.png", title=header))
+    print("wrote " + ", ".join(str(p) for p in written))
+    return 2 if failures else 0

@@ -39,16 +39,13 @@ class StepResult:
     times: StepTimes = field(default_factory=StepTimes)   # per-worker average for this step
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 class SimulatedCluster:
     def __init__(self, model: torch.nn.Module, compressor: Compressor, layers: Sequence[LayerInfo],
                  loss_fn: Callable, device: torch.device | str = "cpu",
-                 worker_states: dict[int, WorkerState] | None = None):
+                 worker_states: dict[int, WorkerState] | None = None, timed: bool = True):
         self.model = model
+        # timed: per-phase seconds in StepResult.times (synchronises CUDA between phases)
+        self.timed = bool(timed)
         self.compressor = compressor
         self.layers = list(layers)
         self.loss_fn = loss_fn
@@ -63,6 +60,10 @@ class SimulatedCluster:
             w: compressor.new_worker_state() for w in range(self.n_workers)}
         if sorted(self.workers) != list(range(self.n_workers)):
             raise ValueError(f"need states for workers 0..{self.n_workers - 1}, got {sorted(self.workers)}")
+
+    def _sync(self) -> None:
+        if self.timed and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def _buffers(self) -> list[torch.Tensor]:
         return [b.detach().clone() for b in self.model.buffers()]
@@ -99,11 +100,11 @@ class SimulatedCluster:
             loss = self.loss_fn(self.model(x), y)
             loss.backward()
             losses[w] = float(loss.item())
-            _sync(self.device)
+            self._sync()
             t1 = time.perf_counter()
             grads = [p.grad for p in self.params]
             messages[w], stats[w] = encode_group(self.compressor, self.layers, grads, self.workers[w])
-            _sync(self.device)
+            self._sync()
             t2 = time.perf_counter()
             times.compute_s += t1 - t0
             times.compress_s += t2 - t1
@@ -113,7 +114,7 @@ class SimulatedCluster:
             self._load_buffers(rank0_buffers)
         t0 = time.perf_counter()
         averaged = decode_group(self.compressor, self.layers, [messages[w] for w in order], order)
-        _sync(self.device)
+        self._sync()
         times.exchange_s = time.perf_counter() - t0     # every real worker decodes all N messages
         times.compute_s /= n
         times.compress_s /= n

@@ -1,0 +1,175 @@
+"""Command-line arguments of `gradblock train` and `gradblock validate`: the argparse number
+types, the options both commands share, and the Namespace -> TrainConfig step.
+
+`--k` uses the project's one k parser (refmodel.selection if it lives there, else the CLI's
+gradblock.commands); every range is also enforced by `TrainConfig.check()`.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+
+from gradblock.codec.zrle import LMAX_LOG2_MAX, LMAX_LOG2_MIN
+
+from .compressors import COMPRESSORS
+from .config import DATASETS, TrainConfig
+from .models import ALIASES as MODEL_ALIASES
+
+try:                                    # the one k parser shared by every command
+    from gradblock.refmodel.selection import parse_k
+except ImportError:
+    from gradblock.commands import parse_k
+
+__all__ = ["parse_k", "parse_density", "positive_int", "nonneg_int", "positive_float",
+           "nonneg_float", "momentum_value", "lmax_log2_value", "add_common_arguments",
+           "build_parser", "config_from_args"]
+
+
+def parse_density(text: str) -> float | str:
+    if text == "match":
+        return text
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not (0 < v <= 1):
+        raise argparse.ArgumentTypeError(f"density must be in (0, 1] or 'match', got {text!r}")
+    return v
+
+
+def _int_at_least(lowest: int):
+    """argparse type: an integer >= lowest."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if v < lowest:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {lowest}, got {v}")
+        return v
+    return parse
+
+
+positive_int = _int_at_least(1)
+nonneg_int = _int_at_least(0)
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def positive_float(text: str) -> float:
+    v = _number(text)
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return v
+
+
+def nonneg_float(text: str) -> float:
+    v = _number(text)
+    if not (math.isfinite(v) and v >= 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return v
+
+
+def momentum_value(text: str) -> float:
+    v = _number(text)
+    if not (0.0 <= v < 1.0):
+        raise argparse.ArgumentTypeError(f"momentum must be in [0, 1), got {text!r}")
+    return v
+
+
+def lmax_log2_value(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not (LMAX_LOG2_MIN <= v <= LMAX_LOG2_MAX):
+        raise argparse.ArgumentTypeError(f"LMAX_LOG2 must be in {LMAX_LOG2_MIN}..{LMAX_LOG2_MAX}, "
+                                         f"got {v}")
+    return v
+
+
+def add_common_arguments(p: argparse.ArgumentParser) -> None:
+    """Options shared by `train` and `validate`."""
+    d = TrainConfig()
+    p.add_argument("--data", default=d.data, choices=list(DATASETS),
+                   help="dataset; Fashion-MNIST is read from /usr/share/datasets/fashion-mnist "
+                        "unless --data-dir is given")
+    p.add_argument("--data-dir", default=None, help="directory with the dataset files")
+    p.add_argument("--model", default=None, choices=sorted(MODEL_ALIASES),
+                   help="None: the dataset's own (lenet5 for Fashion-MNIST / MNIST, digits-cnn, "
+                        "resnet20 for CIFAR-10)")
+    p.add_argument("--workers", type=positive_int, default=None,
+                   help="simulated workers (None: 4; under --ddp the torchrun world size)")
+    p.add_argument("--epochs", type=positive_int, default=d.epochs)
+    p.add_argument("--batch-size", type=positive_int, default=d.batch_size, help="per worker")
+    p.add_argument("--lr", type=positive_float, default=d.lr)
+    p.add_argument("--momentum", type=momentum_value, default=d.momentum,
+                   help="global momentum, [0, 1)")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--dense-below", type=nonneg_int, default=0, metavar="N",
+                   help="send layers with fewer than N elements dense (0: none)")
+    p.add_argument("--warmup-epochs", type=nonneg_int, default=0, metavar="E",
+                   help="train the first E epochs dense, then switch to the compressor "
+                        "(its residuals start at zero)")
+    p.add_argument("--lr-warmup-epochs", type=nonneg_float, default=0.0, metavar="E",
+                   help="ramp the learning rate linearly from lr/S to lr over the first E epochs "
+                        "(S = their steps), then hold it")
+    p.add_argument("--dlgs-interval", type=positive_int, default=d.dlgs_interval,
+                   help="dlgs: steps between threshold recomputations")
+    p.add_argument("--range", type=positive_float, default=d.range, help="quantiser range R")
+    p.add_argument("--block-size", type=positive_int, default=None,
+                   help="override the block size B (None: one filter / FC row)")
+    p.add_argument("--lmax-log2", type=lmax_log2_value, default=d.lmax_log2,
+                   help="ZRLE LMAX_LOG2 (1..24)")
+    p.add_argument("--train-subset", type=positive_int, default=None, metavar="N",
+                   help="train on a seeded random subset of N training samples")
+    p.add_argument("--test-subset", type=positive_int, default=None, metavar="N",
+                   help="evaluate on a seeded random subset of N test samples")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--threads", type=nonneg_int, default=0,
+                   help="torch intra-op threads (0: torch's default); results are bit-reproducible "
+                        "for a fixed thread count")
+    p.add_argument("--eval-every", type=nonneg_int, default=0, metavar="STEPS",
+                   help="also evaluate every STEPS steps (0: only at epoch ends)")
+    p.add_argument("--no-progress", dest="progress", action="store_false",
+                   help="no tqdm progress bar")
+
+
+def build_parser(description: str = "train one configuration with one gradient compressor"
+                 ) -> argparse.ArgumentParser:
+    """The parser of `gradblock train`."""
+    p = argparse.ArgumentParser(prog="gradblock train", description=description,
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_common_arguments(p)
+    p.add_argument("--compressor", default="coarse", choices=COMPRESSORS)
+    p.add_argument("--k", type=parse_k, default=1,
+                   help="coarse: blocks per layer (integer) or fraction of blocks; topk/dlgs with "
+                        "--density match: match coarse at this k")
+    p.add_argument("--density", type=parse_density, default="match",
+                   help="topk / dlgs: fraction of each layer kept, or 'match' (as many elements as "
+                        "coarse at --k)")
+    p.add_argument("--ddp", action="store_true",
+                   help="one worker per process under torchrun (gloo on CPU, NCCL on CUDA)")
+    p.add_argument("--max-steps", type=positive_int, default=None,
+                   help="stop after this many steps in total (checkpointing if asked)")
+    p.add_argument("--time-phases", action="store_true",
+                   help="time compute / compress / exchange per step (synchronises CUDA inside "
+                        "the step; off: only the whole step is timed)")
+    p.add_argument("--out", default=None, help="directory for result.json and the final model")
+    p.add_argument("--checkpoint", default=None,
+                   help="checkpoint file, written every epoch, every --checkpoint-every steps and "
+                        "at --max-steps (per rank under --ddp: NAME.rankR.pt)")
+    p.add_argument("--checkpoint-every", type=nonneg_int, default=0, metavar="STEPS")
+    p.add_argument("--resume", default=None, help="continue from this checkpoint")
+    return p
+
+
+def config_from_args(args: argparse.Namespace, **override) -> TrainConfig:
+    fields = TrainConfig.__dataclass_fields__
+    values = {k: v for k, v in vars(args).items() if k in fields}
+    return TrainConfig(**(values | override))

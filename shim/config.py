@@ -1,0 +1,103 @@
+"""The settings of one training run (`TrainConfig`) and their validation.
+
+`TrainConfig.check()` refuses out-of-range values with a `ConfigError` before anything is
+loaded, so library callers get the same named error the CLI's argparse types give.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from gradblock.codec.zrle import LMAX_LOG2_MAX, LMAX_LOG2_MIN
+from gradblock.refmodel.selection import resolve_k
+
+from .errors import ConfigError
+
+DATASETS = ("fashion-mnist", "digits", "mnist", "cifar10")
+
+
+@dataclass
+class TrainConfig:
+    data: str = "fashion-mnist"
+    data_dir: str | None = None
+    model: str | None = None            # None: the dataset's default model
+    compressor: str = "coarse"
+    k: int | float = 1                  # coarse blocks per layer (or fraction); topk/dlgs 'match'
+    density: float | str = "match"      # topk / dlgs: fraction per layer, or 'match' coarse k
+    dlgs_interval: int = 10
+    dense_below: int = 0
+    warmup_epochs: int = 0              # epochs trained dense before the compressor takes over
+    lr_warmup_epochs: float = 0.0       # lr ramps linearly from lr/steps to lr over these epochs
+    range: float = 10.0
+    block_size: int | None = None
+    lmax_log2: int = 8
+    workers: int | None = None          # None: 4 simulated, or the torchrun world size
+    epochs: int = 3
+    batch_size: int = 32                # per worker
+    lr: float = 0.05
+    momentum: float = 0.9
+    seed: int = 0
+    train_subset: int | None = None
+    test_subset: int | None = None
+    ddp: bool = False
+    device: str = "auto"
+    threads: int = 0                    # 0: torch's default
+    max_steps: int | None = None        # stop (and checkpoint) after this many steps in total
+    eval_every: int = 0                 # extra evaluations every this many steps (0: per epoch)
+    time_phases: bool = False           # time compute / compress / exchange (forces CUDA syncs)
+    out: str | None = None
+    checkpoint: str | None = None
+    checkpoint_every: int = 0
+    resume: str | None = None
+    progress: bool = True
+
+    # settings that decide the bits; a checkpoint is only resumed under the same ones
+    # (not `epochs`: the data order depends on (seed, epoch) only, so a run may be extended)
+    BIT_KEYS = ("data", "model", "compressor", "k", "density", "dlgs_interval", "dense_below",
+                "warmup_epochs", "lr_warmup_epochs",
+                "range", "block_size", "lmax_log2", "workers", "batch_size", "lr",
+                "momentum", "seed", "train_subset", "test_subset", "ddp")
+
+    def run_config(self) -> dict:
+        d = asdict(self)
+        return {k: d[k] for k in self.BIT_KEYS}
+
+    def check(self) -> "TrainConfig":
+        """Refuse values no run can use (ConfigError naming the field); returns self."""
+        from .compressors import COMPRESSORS
+
+        def need(ok: bool, name: str, what: str) -> None:
+            if not ok:
+                raise ConfigError(f"{name} must be {what}, got {getattr(self, name)!r}")
+
+        def is_int(v) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        need(self.data in DATASETS, "data", "one of " + ", ".join(DATASETS))
+        need(self.compressor in COMPRESSORS, "compressor", "one of " + ", ".join(COMPRESSORS))
+        try:
+            resolve_k(self.k, 1)
+        except (TypeError, ValueError):
+            need(False, "k", "an integer >= 1 or a fraction in (0, 1)")
+        if self.density != "match":
+            need(isinstance(self.density, (int, float)) and 0 < self.density <= 1,
+                 "density", "in (0, 1] or 'match'")
+        for name in ("dlgs_interval", "epochs", "batch_size"):
+            need(is_int(getattr(self, name)) and getattr(self, name) >= 1, name, "an integer >= 1")
+        for name in ("dense_below", "warmup_epochs", "threads", "eval_every", "checkpoint_every"):
+            need(is_int(getattr(self, name)) and getattr(self, name) >= 0, name, "an integer >= 0")
+        for name in ("workers", "block_size", "train_subset", "test_subset", "max_steps"):
+            v = getattr(self, name)
+            need(v is None or (is_int(v) and v >= 1), name, "None or an integer >= 1")
+        need(is_int(self.seed), "seed", "an integer")
+        need(is_int(self.lmax_log2) and LMAX_LOG2_MIN <= self.lmax_log2 <= LMAX_LOG2_MAX,
+             "lmax_log2", f"an integer in {LMAX_LOG2_MIN}..{LMAX_LOG2_MAX}")
+        for name in ("lr", "range"):
+            v = getattr(self, name)
+            need(isinstance(v, (int, float)) and math.isfinite(v) and v > 0, name,
+                 "a finite number > 0")
+        need(isinstance(self.momentum, (int, float)) and 0 <= self.momentum < 1, "momentum",
+             "in [0, 1)")
+        need(isinstance(self.lr_warmup_epochs, (int, float)) and math.isfinite(self.lr_warmup_epochs)
+             and self.lr_warmup_epochs >= 0, "lr_warmup_epochs", "a finite number >= 0")
+        return self

@@ -1,0 +1,80 @@
+"""Where a run writes: checked before training, written atomically.
+
+`check_output_dir` / `check_output_file` refuse, with an `OutputPathError`, a path that
+cannot be written (an existing file where a directory is needed or the other way round, a
+parent that is a file, a read-only place) before any training time is spent. `atomic_write`
+writes through a temporary file in the target's directory and `os.replace`, so a reader sees
+the old file or the new one, never half of one.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from .errors import OutputPathError
+
+
+def _existing_ancestor(path: Path) -> Path:
+    anc = path
+    while not anc.exists() and anc != anc.parent:
+        anc = anc.parent
+    return anc
+
+
+def _probe(directory: Path, what: str) -> None:
+    """Create (and drop) an unnamed file in `directory`: the real test of writability."""
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as e:
+        raise OutputPathError(f"{what}: cannot write in {directory}: {e.strerror or e}") from None
+
+
+def check_output_dir(path: str | Path, option: str) -> Path:
+    """A directory gradblock may create (with its parents) and write files into."""
+    p = Path(path)
+    what = f"{option} {path}"
+    if p.exists() and not p.is_dir():
+        raise OutputPathError(f"{what}: exists and is not a directory")
+    anc = _existing_ancestor(p)
+    if not anc.is_dir():
+        raise OutputPathError(f"{what}: {anc} is a file, not a directory")
+    _probe(anc, what)
+    return p
+
+
+def check_output_file(path: str | Path, option: str) -> Path:
+    """A file gradblock may create or replace (its directory created if needed)."""
+    p = Path(path)
+    what = f"{option} {path}"
+    if p.is_dir():
+        raise OutputPathError(f"{what}: is a directory; give a file name such as {p / 'ckpt.pt'}")
+    if p.exists() and not p.is_file():
+        raise OutputPathError(f"{what}: exists and is not a regular file")
+    anc = _existing_ancestor(p.parent)
+    if not anc.is_dir():
+        raise OutputPathError(f"{what}: {anc} is a file, not a directory")
+    _probe(anc, what)
+    return p
+
+
+def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
+    """Call `write(tmp_path)` on a temporary file in `path`'s directory, then rename it onto
+    `path`; the temporary file is removed if writing fails."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    return atomic_write(path, lambda tmp: tmp.write_text(text))
