@@ -2,29 +2,31 @@
 quantiser, the compress step and the ZRLE codec, as files.
 
 Arrays are .npy files (loaded without pickle); frames are raw little-endian uint32 words.
-Every user error (missing file, wrong dtype, NaN, malformed frame) prints one line
-`gradblock NAME: ...` on stderr and returns exit status 2.
+Inputs are read with memory bounded by --max-elements (gradblock.npyio); outputs are written
+exactly where asked, atomically, after every output path has been checked (gradblock.fileio).
+Every user error (missing file, wrong dtype, NaN, malformed frame, a limit passed) prints one
+line `gradblock NAME: ...` on stderr and returns exit status 2 (gradblock.cli's policy).
 """
 from __future__ import annotations
 
 import argparse
 import functools
-import math
 import os
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from gradblock import fileio
 from gradblock.codec import errors as frame_errors
 from gradblock.codec import zrle
+from gradblock.codec.errors import GradblockError
+from gradblock.npyio import DEFAULT_MAX_ELEMENTS, check_frame_size, read_npy, read_words
 from gradblock.refmodel import compress as ref_compress
-from gradblock.refmodel.quantiser import DEFAULT_RANGE, NonFiniteError, QuantConfig, RangeError, quantise
-from gradblock.refmodel.selection import resolve_k
+from gradblock.refmodel.quantiser import DEFAULT_RANGE, QuantConfig, RangeError, quantise
+from gradblock.refmodel.validation import (MAX_LAYER_ELEMENTS, ParameterError, check_block_size,
+                                           check_layer_id, check_lmax_log2, check_range, parse_k)
 
-EXIT_USAGE = 2
 BACKEND_ENV = "GRADBLOCK_BACKEND"        # auto (default) | numba | reference
 
 
@@ -57,7 +59,7 @@ def _optional_module(name: str):
         raise
 
 
-class BackendError(ValueError):
+class BackendError(GradblockError):
     """$GRADBLOCK_BACKEND names an unknown or unavailable backend."""
 
 
@@ -83,99 +85,63 @@ def backend(choice: str | None = None) -> Backend:
 
 # ------------------------------------------------------------------------------- helpers
 
-class CommandError(Exception):
-    """A user error: reported as one line, exit status 2."""
+class CommandError(GradblockError):
+    """A user error in a command's arguments: reported as one line, exit status 2."""
 
 
-def _parse(parser: argparse.ArgumentParser, argv: list[str]):
-    """parse_args that returns argparse's exit status instead of raising SystemExit."""
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one named line (exit 2 through gradblock.cli), not a
+    usage dump; --help still prints and exits 0."""
+
+    def error(self, message: str):
+        raise CommandError(f"{message} (see {self.prog} --help)")
+
+
+def _guarded(name: str, parser: argparse.ArgumentParser, body: Callable[[argparse.Namespace], int],
+             argv: list[str]) -> int:
+    """Parse and run under the CLI's one exit-code policy (gradblock.cli.run_guarded)."""
+    from gradblock.cli import run_guarded
+    return run_guarded(name, lambda: body(parser.parse_args(argv)))
+
+
+def _max_elements(text: str) -> int:
     try:
-        return parser.parse_args(argv)
-    except SystemExit as e:
-        return int(e.code or 0)
-
-
-def _guarded(name: str, body: Callable[[argparse.Namespace], int], args) -> int:
-    if isinstance(args, int):
-        return args
-    try:
-        return body(args)
-    except (CommandError, NonFiniteError, RangeError, frame_errors.FrameError, BackendError) as e:
-        print(f"gradblock {name}: {e}", file=sys.stderr)
-        return EXIT_USAGE
-
-
-def _load_npy(path: str, dtype, what: str) -> np.ndarray:
-    try:
-        arr = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise CommandError(f"{path}: no such file") from None
-    except (OSError, ValueError, EOFError) as e:
-        raise CommandError(f"{path}: not a readable .npy array ({e})") from None
-    if not isinstance(arr, np.ndarray):
-        raise CommandError(f"{path}: holds an archive, expected one .npy array")
-    if arr.dtype != dtype:
-        raise CommandError(f"{path}: {what} must be {np.dtype(dtype).name}, the file holds "
-                           f"{arr.dtype} (convert it with .astype(np.{np.dtype(dtype).name}))")
-    return arr
-
-
-def _save_npy(path: str, arr: np.ndarray) -> None:
-    try:
-        np.save(path, arr, allow_pickle=False)
-    except OSError as e:
-        raise CommandError(f"{path}: cannot write ({e.strerror or e})") from None
-
-
-def _read_words(path: str) -> np.ndarray:
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise CommandError(f"{path}: no such file") from None
-    except OSError as e:
-        raise CommandError(f"{path}: cannot read ({e.strerror or e})") from None
-    if len(data) % 4:
-        raise CommandError(f"{path}: {len(data)} bytes is not a whole number of 32-bit words")
-    return np.frombuffer(data, dtype="<u4").astype(np.uint32)
-
-
-def _write_words(path: str, words: np.ndarray) -> None:
-    try:
-        Path(path).write_bytes(np.ascontiguousarray(words, dtype="<u4").tobytes())
-    except OSError as e:
-        raise CommandError(f"{path}: cannot write ({e.strerror or e})") from None
-
-
-def _config(R: float) -> QuantConfig:
-    return QuantConfig.from_range(R)       # RangeError names the bad value
-
-
-def _check_lmax(lmax_log2: int) -> int:
-    if not zrle.LMAX_LOG2_MIN <= lmax_log2 <= zrle.LMAX_LOG2_MAX:
-        raise CommandError(f"--lmax-log2 must be in {zrle.LMAX_LOG2_MIN}..{zrle.LMAX_LOG2_MAX}, "
-                           f"got {lmax_log2}")
-    return lmax_log2
-
-
-def _check_layer_id(layer_id: int) -> int:
-    if not 0 <= layer_id < 2**32:
-        raise CommandError(f"--layer-id must fit 32 bits (0..{2**32 - 1}), got {layer_id}")
-    return layer_id
-
-
-def parse_k(text: str) -> int | float:
-    """--k: an integer number of blocks (>= 1) or a fraction of the blocks in (0, 1)."""
-    try:
-        return int(text)
+        v = int(text)
     except ValueError:
-        pass
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 1 <= v <= MAX_LAYER_ELEMENTS:
+        raise argparse.ArgumentTypeError(f"must be in 1..{MAX_LAYER_ELEMENTS}, got {v}")
+    return v
+
+
+def _add_max_elements(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-elements", type=_max_elements, default=DEFAULT_MAX_ELEMENTS,
+                   help=f"refuse an array or frame of more elements (default {DEFAULT_MAX_ELEMENTS}"
+                        f" = 2^28; at most {MAX_LAYER_ELEMENTS}, a frame's 32-bit n); see "
+                        f"docs/limits.md")
+
+
+def _checked(option: str, check: Callable, value):
+    """check(value) through the contract's validator, its error naming the option typed."""
     try:
-        f = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is neither an integer nor a fraction") from None
-    if not (0.0 < f < 1.0 or (f >= 1.0 and math.isfinite(f) and f.is_integer())):
-        raise argparse.ArgumentTypeError(f"{text!r}: a fraction must lie in (0, 1)")
-    return f
+        return check(value)
+    except (ParameterError, RangeError) as e:
+        raise type(e)(f"{option}: {e}") from None
+
+
+def _frame_options(args) -> tuple[int, int]:
+    return (_checked("--lmax-log2", check_lmax_log2, args.lmax_log2),
+            _checked("--layer-id", check_layer_id, args.layer_id))
+
+
+def _outputs(*paths: str) -> None:
+    """Check every output path before any work, and that no two outputs are one file."""
+    seen = {}
+    for path in paths:
+        real = fileio.check_output_path(path)
+        if real in seen:
+            raise CommandError(f"{path}: the same file as the output {seen[real]}")
+        seen[real] = path
 
 
 def _describe_config(cfg: QuantConfig) -> str:
@@ -192,7 +158,7 @@ def _add_range(p: argparse.ArgumentParser) -> None:
 
 
 def _add_frame_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--layer-id", type=int, default=0, help="frame layer id (h2, default 0)")
+    p.add_argument("--layer-id", type=int, default=0, help="frame layer id (h2, 0..2^32-1, default 0)")
     p.add_argument("--lmax-log2", type=int, default=zrle.DEFAULT_LMAX_LOG2,
                    help=f"log2 of the longest literal run, {zrle.LMAX_LOG2_MIN}.."
                         f"{zrle.LMAX_LOG2_MAX} (default {zrle.DEFAULT_LMAX_LOG2})")
@@ -201,19 +167,21 @@ def _add_frame_options(p: argparse.ArgumentParser) -> None:
 # ------------------------------------------------------------------------------- quantise
 
 def quantise_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="gradblock quantise",
-                                description="float32 .npy -> int32 codes .npy (docs/spec.md §1)")
+    p = _Parser(prog="gradblock quantise",
+                description="float32 .npy -> int32 codes .npy (docs/spec.md §1)")
     p.add_argument("input", help="float32 .npy")
-    p.add_argument("output", help="int32 .npy, same shape")
+    p.add_argument("output", help="int32 .npy, same shape (written at exactly this path)")
     _add_range(p)
-    return _guarded("quantise", _quantise, _parse(p, argv))
+    _add_max_elements(p)
+    return _guarded("quantise", p, _quantise, argv)
 
 
 def _quantise(args) -> int:
-    cfg = _config(args.R)
-    x = _load_npy(args.input, np.float32, "the input")
+    cfg = _checked("--range", check_range, args.R)
+    _outputs(args.output)
+    x = read_npy(args.input, np.float32, "the input", args.max_elements)
     res = quantise(x, cfg, where=args.input)
-    _save_npy(args.output, res.q)
+    fileio.save_npy(args.output, res.q)
     print(f"quantised {x.size} values, shape {tuple(x.shape)}: {_describe_config(cfg)}")
     print(f"saturated: {res.saturated} (|x| > R, ±Inf included, clamped to ±QMAX)")
     return 0
@@ -222,22 +190,24 @@ def _quantise(args) -> int:
 # ------------------------------------------------------------------------------- encode
 
 def encode_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="gradblock encode",
-                                description="int32 .npy (flattened row-major) -> one ZRLE frame, "
-                                            "raw little-endian uint32 words")
+    p = _Parser(prog="gradblock encode",
+                description="int32 .npy (flattened row-major) -> one ZRLE frame, raw "
+                            "little-endian uint32 words")
     p.add_argument("input", help="int32 .npy")
     p.add_argument("output", help="frame .bin")
     _add_frame_options(p)
     _add_range(p)
-    return _guarded("encode", _encode, _parse(p, argv))
+    _add_max_elements(p)
+    return _guarded("encode", p, _encode, argv)
 
 
 def _encode(args) -> int:
-    cfg = _config(args.R)
-    lmax_log2, layer_id = _check_lmax(args.lmax_log2), _check_layer_id(args.layer_id)
-    payload = _load_npy(args.input, np.int32, "the payload")
+    cfg = _checked("--range", check_range, args.R)
+    lmax_log2, layer_id = _frame_options(args)
+    _outputs(args.output)
+    payload = read_npy(args.input, np.int32, "the payload", args.max_elements)
     frame = backend().encode_frame(payload, layer_id, cfg.range, lmax_log2)
-    _write_words(args.output, frame)
+    fileio.write_words(args.output, frame)
     print(f"frame: layer {layer_id}, n = {payload.size}, T = {int(frame[-2])} tokens, "
           f"{frame.size} words ({4 * frame.size} bytes); {_ratio(payload.size, frame.size)}")
     return 0
@@ -246,26 +216,29 @@ def _encode(args) -> int:
 # ------------------------------------------------------------------------------- decode
 
 def decode_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="gradblock decode",
-                                description="one ZRLE frame -> int32 .npy (1-D); exit status 2 "
-                                            "and the named error on a malformed frame")
+    p = _Parser(prog="gradblock decode",
+                description="one ZRLE frame -> int32 .npy (1-D); exit status 2 and the named "
+                            "error on a malformed frame")
     p.add_argument("input", help="frame .bin (exactly one frame)")
     p.add_argument("output", help="int32 .npy")
     p.add_argument("--expected-n", type=int, default=None,
-                   help="element count the frame must hold (else SIZE_MISMATCH)")
-    return _guarded("decode", _decode, _parse(p, argv))
+                   help="element count the frame must hold, 0..2^32-1 (else SIZE_MISMATCH)")
+    _add_max_elements(p)
+    return _guarded("decode", p, _decode, argv)
 
 
 def _decode(args) -> int:
-    words = _read_words(args.input)
-    if args.expected_n is not None and args.expected_n < 0:
-        raise CommandError(f"--expected-n must be >= 0, got {args.expected_n}")
+    if args.expected_n is not None and not 0 <= args.expected_n <= MAX_LAYER_ELEMENTS:
+        raise CommandError(f"--expected-n must be in 0..{MAX_LAYER_ELEMENTS}, got {args.expected_n}")
+    _outputs(args.output)
+    words = read_words(args.input, args.max_elements)
+    check_frame_size(words, 0, args.max_elements, args.input)
     frame = backend().decode_frame(words, args.expected_n)
     if frame.n_words != words.size:
         raise CommandError(f"{words.size - frame.n_words} extra word(s) after the frame, which "
                            f"ends at word {frame.n_words} of {words.size} (a message of several "
                            f"frames: use gradblock inspect)")
-    _save_npy(args.output, frame.values)
+    fileio.save_npy(args.output, frame.values)
     print(f"decoded layer {frame.layer_id}: n = {frame.values.size}, R = {frame.range:.9g}, "
           f"LMAX = 2^{frame.lmax_log2}, T = {frame.n_tokens} tokens, "
           f"{int(np.count_nonzero(frame.values))} nonzero")
@@ -275,7 +248,7 @@ def _decode(args) -> int:
 # ------------------------------------------------------------------------------- step
 
 def step_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="gradblock step",
         description="one layer's compress step: quantise + error feedback + block selection + "
                     "ZRLE frame (docs/spec.md §4)")
@@ -286,34 +259,33 @@ def step_main(argv: list[str]) -> int:
     p.add_argument("--k", type=parse_k, default=1,
                    help="blocks to send: an integer >= 1 or a fraction in (0, 1) (default 1)")
     p.add_argument("--block-size", type=int, default=None,
-                   help="elements per block (default: the product of the trailing dimensions)")
+                   help="elements per block, 1..2^32-1 (default: the product of the trailing "
+                        "dimensions)")
     _add_frame_options(p)
     p.add_argument("--frame", required=True, help="output frame .bin")
     p.add_argument("--residual-out", required=True, help="output int32 .npy residual")
-    return _guarded("step", _step, _parse(p, argv))
+    _add_max_elements(p)
+    return _guarded("step", p, _step, argv)
 
 
 def _step(args) -> int:
-    cfg = _config(args.R)
-    lmax_log2, layer_id = _check_lmax(args.lmax_log2), _check_layer_id(args.layer_id)
-    if args.block_size is not None and args.block_size < 1:
-        raise CommandError(f"--block-size must be >= 1, got {args.block_size}")
-    grad = _load_npy(args.grad, np.float32, "the gradient")
+    # every number is checked before any file is read or any kernel runs
+    cfg = _checked("--range", check_range, args.R)
+    lmax_log2, layer_id = _frame_options(args)
+    block_size = _checked("--block-size", check_block_size, args.block_size)
+    _outputs(args.frame, args.residual_out)
+    grad = read_npy(args.grad, np.float32, "the gradient", args.max_elements)
     if args.residual == "-":
         residual = np.zeros(grad.shape, dtype=np.int32)
     else:
-        residual = _load_npy(args.residual, np.int32, "the residual")
+        residual = read_npy(args.residual, np.int32, "the residual", args.max_elements)
         if residual.shape != grad.shape:
             raise CommandError(f"{args.residual}: residual shape {tuple(residual.shape)} differs "
                                f"from the gradient's {tuple(grad.shape)}")
-    try:
-        resolve_k(args.k, 1)
-    except ValueError as e:
-        raise CommandError(f"--k: {e}") from None
-    st = backend().compress_layer(grad, residual, R=cfg, k=args.k, block_size=args.block_size,
+    st = backend().compress_layer(grad, residual, R=cfg, k=args.k, block_size=block_size,
                                   layer_id=layer_id, lmax_log2=lmax_log2, where=args.grad)
-    _write_words(args.frame, st.frame)
-    _save_npy(args.residual_out, st.residual_out)
+    fileio.write_words(args.frame, st.frame)
+    fileio.save_npy(args.residual_out, st.residual_out)
 
     lay = st.layout
     short = lay.n - (lay.n_blocks - 1) * lay.block_size if lay.n_blocks else 0
@@ -335,12 +307,13 @@ def _step(args) -> int:
 # ------------------------------------------------------------------------------- inspect
 
 def inspect_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="gradblock inspect",
-                                description="readable dump of every frame in a message; exit "
-                                            "status 2 and the named error at a malformed frame")
+    p = _Parser(prog="gradblock inspect",
+                description="readable dump of every frame in a message; exit status 2 and the "
+                            "named error at a malformed frame")
     p.add_argument("input", help="message .bin (frames concatenated)")
-    p.add_argument("--tokens", type=int, default=8, help="tokens to list per frame (default 8)")
-    return _guarded("inspect", _inspect, _parse(p, argv))
+    p.add_argument("--tokens", type=int, default=8, help="tokens to list per frame, >= 0 (default 8)")
+    _add_max_elements(p)
+    return _guarded("inspect", p, _inspect, argv)
 
 
 def _header_lines(w: np.ndarray) -> list[str]:
@@ -385,12 +358,15 @@ def _token_line(toks: list[tuple[int, int]], limit: int) -> str:
 
 
 def _inspect(args) -> int:
-    words = _read_words(args.input)
+    if args.tokens < 0:
+        raise CommandError(f"--tokens must be >= 0, got {args.tokens}")
+    words = read_words(args.input, args.max_elements)
     decode = backend().decode_frame
     at, index, elements = 0, 0, 0
     while True:                        # an empty file is one missing frame: TRUNCATED
         w = words[at:]
         try:
+            check_frame_size(words, at, args.max_elements, args.input)
             frame = decode(words, None, at)
         except frame_errors.FrameError as e:
             print(f"frame {index} at word {at}: MALFORMED")

@@ -119,9 +119,9 @@ def test_quantise_bad_inputs(tmp_path, capsys):
     assert rc == 2 and "not a readable .npy" in one_line_error(err, "quantise")
     np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object))
     rc, _, err = run(capsys, "quantise", tmp_path / "obj.npy", tmp_path / "q.npy")
-    assert rc == 2 and "not a readable .npy" in one_line_error(err, "quantise")
+    assert rc == 2 and "the file holds object" in one_line_error(err, "quantise")
     rc, _, err = run(capsys, "quantise", g, tmp_path / "no" / "dir" / "q.npy")
-    assert rc == 2 and "cannot write" in one_line_error(err, "quantise")
+    assert rc == 2 and "does not exist" in one_line_error(err, "quantise")
 
 
 # ------------------------------------------------------------------------------ encode / decode
@@ -158,10 +158,10 @@ def test_encode_decode_round_trip(tmp_path, capsys, any_backend, lmax_log2):
 
 def test_encode_bad_inputs(tmp_path, capsys):
     p = save(tmp_path / "p.npy", np.ones(4, np.int32))
-    for opt, val, msg in (("--lmax-log2", 0, "--lmax-log2 must be in 1..24"),
-                          ("--lmax-log2", 25, "--lmax-log2 must be in 1..24"),
-                          ("--layer-id", -1, "--layer-id must fit 32 bits"),
-                          ("--layer-id", 2**32, "--layer-id must fit 32 bits")):
+    for opt, val, msg in (("--lmax-log2", 0, "--lmax-log2: lmax_log2 must be in 1..24"),
+                          ("--lmax-log2", 25, "--lmax-log2: lmax_log2 must be in 1..24"),
+                          ("--layer-id", -1, "--layer-id: layer id must fit 32 bits"),
+                          ("--layer-id", 2**32, "--layer-id: layer id must fit 32 bits")):
         rc, _, err = run(capsys, "encode", p, tmp_path / "f.bin", opt, val)
         assert rc == 2 and msg in one_line_error(err, "encode")
     rc, _, err = run(capsys, "encode", save(tmp_path / "f.npy", np.ones(4, np.float32)),
@@ -243,7 +243,7 @@ def test_decode_file_size_and_extra_words(tmp_path, capsys):
     assert rc == 2 and "no such file" in one_line_error(err, "decode")
     rc, _, err = run(capsys, "decode", write_words(tmp_path / "g.bin", good), tmp_path / "d.npy",
                      "--expected-n", -1)
-    assert rc == 2 and "--expected-n must be >= 0" in one_line_error(err, "decode")
+    assert rc == 2 and "--expected-n must be in 0..4294967295" in one_line_error(err, "decode")
 
 
 # ------------------------------------------------------------------------------ step
@@ -305,9 +305,9 @@ def test_step_errors(tmp_path, capsys):
     rc, _, err = run(capsys, "step", g, save(tmp_path / "r64.npy", np.zeros((4, 4), np.int64)), *out)
     assert rc == 2 and "the residual must be int32" in one_line_error(err, "step")
     rc, _, err = run(capsys, "step", g, "-", "--k", "0", *out)
-    assert rc == 2 and "--k: k must be >= 1" in one_line_error(err, "step")
+    assert rc == 2 and "--k: k must be an integer >= 1" in one_line_error(err, "step")
     rc, _, err = run(capsys, "step", g, "-", "--block-size", "0", *out)
-    assert rc == 2 and "--block-size must be >= 1" in one_line_error(err, "step")
+    assert rc == 2 and "--block-size: block_size must be an integer in 1.." in one_line_error(err, "step")
     for bad in ("1.5", "-0.5", "abc", "nan"):
         rc, _, err = run(capsys, "step", g, "-", "--k", bad, *out)
         assert rc == 2 and "argument --k" in err
