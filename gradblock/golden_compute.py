@@ -116,7 +116,7 @@ def generate_golden(out_dir: str | Path, *, quick: bool = False, real_source: st
                 outputs[spec.name] = arrays["residual_out"]
             yield meta, arrays
 
-    fields = {"generator": f"gradblock.golden ({be.name}; numpy {np.__version__}; "
+    fields = {"generator": f"gradblock golden ({be.name}; numpy {np.__version__}; "
                            f"torch {real_info['torch']})",
               "seed": seed, "quick": quick, "real_source": real_source,
               "real_training": real_info}

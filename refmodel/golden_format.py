@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from gradblock.codec.errors import GradblockError
+from gradblock.codec.zrle import LMAX_LOG2_MAX, LMAX_LOG2_MIN, max_frame_words
 
 FORMAT = "gradblock-golden"
 VERSION = 1
@@ -59,8 +60,7 @@ MAX_NDIM = 8
 MAX_NAME_LENGTH = 128
 MAX_TEXT_LENGTH = 4096                 # description, kind, generator
 MAX_FILE_BYTES = 1 << 30               # any one case file
-LMAX_LOG2_RANGE = (1, 24)              # codec.zrle.LMAX_LOG2_MIN/MAX (refmodel may import codec;
-#                                        kept literal so the schema reads on its own)
+LMAX_LOG2_RANGE = (LMAX_LOG2_MIN, LMAX_LOG2_MAX)
 RANGE_BITS_MAX = 0x7F7FFFFF            # largest finite positive float32
 META_KEYS = ("name", "kind", "description", "stages", "shape", "n", "layer_id", "range",
              "range_bits", "M", "k_shift", "lmax_log2", "block_size", "n_blocks", "k_req",
@@ -290,7 +290,7 @@ def validate_entry(where: str, entry, index: int) -> dict:
     f.int("k_eff", 0, n_blocks, nullable=quantiser_only)
     f.int("sat_quant", 0, n)
     f.int("sat_feedback", 0, n, nullable=quantiser_only)
-    f.int("frame_words", 0, 4 * MAX_CASE_ELEMENTS + 64, nullable=quantiser_only)
+    f.int("frame_words", 0, max_frame_words(n), nullable=quantiser_only)
     if entry.get("npz") != npz_name(name):
         f.fail("npz", f"not {npz_name(name)!r} (the golden layout)")
     hexes = entry.get("hex")
@@ -360,14 +360,14 @@ def read_manifest(golden_dir: str | Path) -> dict:
 # ------------------------------------------------------------------------------ loading arrays
 
 def _expected_sizes(meta: dict) -> dict[str, tuple[int, int]]:
-    """(lo, hi) element counts each array may have, from the validated entry."""
+    """(lo, hi) element counts each array may have, from the validated entry. `selected` and
+    `frame` get their possible range, not the manifest's k_eff/frame_words: a disagreement
+    there is for the check to report against the reference."""
     n, nb = meta["n"], meta["n_blocks"]
     sizes = {k: (n, n) for k in ARRAY_DTYPES}
     sizes["block_norms"] = (nb, nb)
-    k_eff = meta.get("k_eff")
-    sizes["selected"] = (k_eff, k_eff) if k_eff is not None else (0, nb)
-    fw = meta.get("frame_words")
-    sizes["frame"] = (fw, fw) if fw is not None else (0, 4 * MAX_CASE_ELEMENTS + 64)
+    sizes["selected"] = (0, nb)
+    sizes["frame"] = (0, max_frame_words(n))
     return sizes
 
 

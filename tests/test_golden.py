@@ -11,10 +11,13 @@ import pytest
 
 from gradblock.codec import zrle
 from gradblock import cli
-from gradblock import golden as G
+from gradblock import golden_cases, golden_check, golden_compute
+from gradblock.refmodel import golden_format as GF
 from gradblock.refmodel.quantiser import QMAX
 
-pytest.importorskip("torch", reason="the real-gradient cases train a model with torch")
+
+def needs_torch():
+    pytest.importorskip("torch", reason="the real-gradient cases train a model with torch")
 
 REQUIRED_SYNTHETIC = ("tie_break_k1", "tie_break_k4", "tie_all_equal", "quant_saturation_inf",
                       "feedback_saturation", "all_zero", "one_element", "lmax2_runs",
@@ -25,6 +28,7 @@ REQUIRED_SYNTHETIC = ("tie_break_k1", "tie_break_k4", "tie_all_equal", "quant_sa
 
 @pytest.fixture(scope="module")
 def quick_dir(tmp_path_factory):
+    needs_torch()
     out = tmp_path_factory.mktemp("golden") / "quick"
     rc = cli.main(["golden", str(out), "--quick", "--seed", "0"])
     assert rc == 0
@@ -33,21 +37,18 @@ def quick_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def manifest(quick_dir):
-    return json.loads((quick_dir / G.MANIFEST).read_text())
+    return json.loads((quick_dir / GF.MANIFEST).read_text())
 
 
 @pytest.fixture(scope="module")
 def cases(quick_dir):
-    return {c.name: c for c in G.load_golden(quick_dir)}
+    return {c.name: c for c in GF.load_golden(quick_dir)}
 
 
 def copy_of(quick_dir, tmp_path):
     dst = tmp_path / "copy"
     shutil.copytree(quick_dir, dst)
     return dst
-
-
-pytestmark = pytest.mark.torch
 
 
 def test_manifest_schema(manifest):
@@ -57,19 +58,19 @@ def test_manifest_schema(manifest):
     assert len(names) == len(set(names))
     assert set(REQUIRED_SYNTHETIC) <= set(names)
     for c in manifest["cases"]:
-        assert set(G.META_KEYS) <= set(c), c["name"]
+        assert set(GF.META_KEYS) <= set(c), c["name"]
         assert c["kind"] in ("synthetic", "real")
-        assert c["stages"] and set(c["stages"]) <= set(G.ALL_STAGES)
+        assert c["stages"] and set(c["stages"]) <= set(GF.ALL_STAGES)
         assert c["n"] == math.prod(c["shape"])
         assert c["n_blocks"] == -(-c["n"] // c["block_size"])
         assert 2**31 <= c["M"] < 2**32
         assert np.float32(c["range"]).view(np.uint32) == c["range_bits"]
         assert c["npz"] == f"{c['name']}.npz"
-        assert c["hex"] == {a: f"{c['name']}/{a}.hex" for a in G.arrays_for(c["stages"])}
+        assert c["hex"] == {a: f"{c['name']}/{a}.hex" for a in GF.arrays_for(c["stages"])}
         if c["stages"] == ["quantiser"]:
             assert c["k_eff"] is None and c["frame_words"] is None
         else:
-            assert c["stages"] == list(G.ALL_STAGES)
+            assert c["stages"] == list(GF.ALL_STAGES)
             assert 1 <= c["k_eff"] <= c["n_blocks"]
     assert manifest["cases"][0]["M"] == 3435973836 and manifest["cases"][0]["k_shift"] == 4
 
@@ -77,9 +78,9 @@ def test_manifest_schema(manifest):
 def test_array_shapes_and_dtypes(cases):
     for name, case in cases.items():
         m, a = case.meta, case.arrays
-        assert sorted(a) == sorted(G.arrays_for(m["stages"])), name
+        assert sorted(a) == sorted(GF.arrays_for(m["stages"])), name
         for key, arr in a.items():
-            assert arr.dtype == G.ARRAY_DTYPES[key] and arr.ndim == 1, (name, key)
+            assert arr.dtype == GF.ARRAY_DTYPES[key] and arr.ndim == 1, (name, key)
         sizes = {"block_norms": m["n_blocks"], "selected": m["k_eff"], "frame": m["frame_words"]}
         for key, arr in a.items():
             assert arr.size == sizes.get(key, m["n"]), (name, key)
@@ -92,7 +93,7 @@ def test_hex_files_parse_back_to_the_npz(quick_dir, cases):
     for name, case in cases.items():
         for key, rel in case.meta["hex"].items():
             digits = 16 if key == "block_norms" else 8
-            words = G.read_hex(quick_dir / rel, digits)
+            words = GF.read_hex(quick_dir / rel, digits)
             arr = case.arrays[key]
             if arr.dtype == np.int32:
                 arr = arr.view(np.uint32)
@@ -100,7 +101,7 @@ def test_hex_files_parse_back_to_the_npz(quick_dir, cases):
 
 
 def test_check_golden_passes(quick_dir):
-    results = G.check_golden(quick_dir)
+    results = golden_check.check_golden(quick_dir)
     assert results and all(r.ok for r in results), [r for r in results if not r.ok]
 
 
@@ -184,7 +185,7 @@ def _rewrite_npz(path, key, fn):
 
 
 def _failures(golden_dir):
-    return {r.name: r.problems for r in G.check_golden(golden_dir) if not r.ok}
+    return {r.name: r.problems for r in golden_check.check_golden(golden_dir) if not r.ok}
 
 
 def test_tampered_array_fails(quick_dir, tmp_path):
@@ -208,10 +209,10 @@ def test_tampered_hex_manifest_and_chain_fail(quick_dir, tmp_path):
     lines = hexfile.read_text().splitlines()
     lines[3] = lines[3][:-1] + ("0" if lines[3][-1] != "0" else "1")
     hexfile.write_text("\n".join(lines) + "\n")
-    m = json.loads((d / G.MANIFEST).read_text())
+    m = json.loads((d / GF.MANIFEST).read_text())
     entry = next(c for c in m["cases"] if c["name"] == "k_fraction")
     entry["k_eff"] += 1
-    (d / G.MANIFEST).write_text(json.dumps(m))
+    (d / GF.MANIFEST).write_text(json.dumps(m))
 
     def bump(a):
         a[0] += 1
@@ -220,49 +221,51 @@ def test_tampered_hex_manifest_and_chain_fail(quick_dir, tmp_path):
     bad = _failures(d)
     assert set(bad) == {"tie_break_k1", "k_fraction", "multistep_s1"}
     assert bad["tie_break_k1"] == ["tie_break_k1/block_norms.hex: differs from the npz at line 4 "
-                                   "(64 lines, expected 64)"]
+                                   "(64 lines, expected 64)",
+                                   "tie_break_k1/block_norms.hex: changed since gradblock wrote it "
+                                   "(sha256 differs)"]
     assert "manifest k_eff = 5, reference 4" in bad["k_fraction"]
     assert any("residual_in differs from multistep_s0" in p for p in bad["multistep_s1"])
 
 
 def test_load_golden_errors(tmp_path):
-    with pytest.raises(G.GoldenError, match="no such directory"):
-        G.load_golden(tmp_path / "nope")
-    with pytest.raises(G.GoldenError, match="manifest.json: missing"):
-        G.load_golden(tmp_path)
-    (tmp_path / G.MANIFEST).write_text('{"format": "other", "version": 1, "cases": []}')
-    with pytest.raises(G.GoldenError, match="format is not 'gradblock-golden'"):
-        G.load_golden(tmp_path)
-    (tmp_path / G.MANIFEST).write_text('{"format": "gradblock-golden", "version": 2, "cases": []}')
-    with pytest.raises(G.GoldenError, match="version 2"):
-        G.load_golden(tmp_path)
-    (tmp_path / G.MANIFEST).write_text(
+    with pytest.raises(GF.GoldenError, match="no such directory"):
+        GF.load_golden(tmp_path / "nope")
+    with pytest.raises(GF.GoldenError, match="manifest.json: missing"):
+        GF.load_golden(tmp_path)
+    (tmp_path / GF.MANIFEST).write_text('{"format": "other", "version": 1, "cases": []}')
+    with pytest.raises(GF.GoldenError, match="format is not 'gradblock-golden'"):
+        GF.load_golden(tmp_path)
+    (tmp_path / GF.MANIFEST).write_text('{"format": "gradblock-golden", "version": 2, "cases": []}')
+    with pytest.raises(GF.GoldenError, match="version 2"):
+        GF.load_golden(tmp_path)
+    (tmp_path / GF.MANIFEST).write_text(
         '{"format": "gradblock-golden", "version": 1, "cases": [{"name": "x", "npz": "x.npz"}]}')
-    with pytest.raises(G.GoldenError, match="x.npz: missing"):
-        G.load_golden(tmp_path)
+    with pytest.raises(GF.GoldenError, match=r"cases\[0\] \(x\)\.kind is missing"):
+        GF.load_golden(tmp_path)
     assert cli.main(["golden", str(tmp_path), "--check"]) == 2
 
 
 def test_read_hex_is_strict(tmp_path):
     f = tmp_path / "a.hex"
     f.write_text("0000000a\n0000000B\n")
-    with pytest.raises(G.GoldenError, match=r"a.hex:2: '0000000B' is not 8 lowercase hex digits"):
-        G.read_hex(f, 8)
+    with pytest.raises(GF.GoldenError, match=r"a.hex:2: '0000000B' is not 8 lowercase hex digits"):
+        GF.read_hex(f, 8)
     f.write_text("000a\n")
-    with pytest.raises(G.GoldenError, match="is not 8"):
-        G.read_hex(f, 8)
+    with pytest.raises(GF.GoldenError, match="is not 8"):
+        GF.read_hex(f, 8)
 
 
 def test_hex_text_formats():
-    assert G.hex_text(np.array([-1, 5], np.int32), 8) == "ffffffff\n00000005\n"
-    assert G.hex_text(np.array([2**40], np.uint64), 16) == "0000010000000000\n"
-    assert G.hex_text(np.array([3], np.int64), 8) == "00000003\n"
+    assert GF.hex_text(np.array([-1, 5], np.int32), 8) == "ffffffff\n00000005\n"
+    assert GF.hex_text(np.array([2**40], np.uint64), 16) == "0000010000000000\n"
+    assert GF.hex_text(np.array([3], np.int64), 8) == "00000003\n"
     with pytest.raises(ValueError, match="8 hex digits"):
-        G.hex_text(np.array([2**32], np.int64), 8)
+        GF.hex_text(np.array([2**32], np.int64), 8)
 
 
 def test_synthetic_specs_are_seeded():
-    a, b, c = G.synthetic_specs(0), G.synthetic_specs(0), G.synthetic_specs(1)
+    a, b, c = golden_cases.synthetic_specs(0), golden_cases.synthetic_specs(0), golden_cases.synthetic_specs(1)
     assert [s.name for s in a] == [s.name for s in c]
     def same(x, y):
         return np.array_equal(x.grad_f32().view(np.uint32), y.grad_f32().view(np.uint32)) and \
@@ -271,27 +274,39 @@ def test_synthetic_specs_are_seeded():
     assert not all(same(x, y) for x, y in zip(a, c))
 
 
-def test_regenerating_replaces_old_cases(quick_dir, tmp_path):
+def test_regenerating_replaces_only_its_own_files(quick_dir, tmp_path):
+    """Regeneration deletes a listed case's files only while they hold the bytes gradblock
+    wrote (sha256 in the manifest); a changed file and unlisted files stay."""
     d = copy_of(quick_dir, tmp_path)
-    m = json.loads((d / G.MANIFEST).read_text())
-    m["cases"].append({**m["cases"][0], "name": "stale_case", "npz": "stale_case.npz"})
-    (d / G.MANIFEST).write_text(json.dumps(m))
-    (d / "stale_case.npz").write_bytes(b"x")
-    (d / "stale_case").mkdir()
+    m = json.loads((d / GF.MANIFEST).read_text())
+    src = m["cases"][0]
+    for stale in ("stale_ours", "stale_edited"):   # copies of a real case under a new name
+        shutil.copy(d / src["npz"], d / f"{stale}.npz")
+        shutil.copytree(d / src["name"], d / stale)
+        m["cases"].append({**src, "name": stale, "npz": f"{stale}.npz",
+                           "hex": {k: f"{stale}/{k}.hex" for k in src["hex"]},
+                           "sha256": {rel.replace(src["name"], stale, 1): h
+                                      for rel, h in src["sha256"].items()}})
+    (d / GF.MANIFEST).write_text(json.dumps(m))
+    (d / "stale_edited.npz").write_bytes(b"the user's own bytes")
+    (d / "stale_edited" / "notes.txt").write_text("keep me too")
     (d / "unrelated.txt").write_text("keep me")
-    G.generate_golden(d, quick=True, progress=False)
-    assert not (d / "stale_case.npz").exists() and not (d / "stale_case").exists()
-    assert (d / "unrelated.txt").exists()
-    assert all(r.ok for r in G.check_golden(d))
+    golden_compute.generate_golden(d, quick=True, progress=False)
+    assert not (d / "stale_ours.npz").exists() and not (d / "stale_ours").exists()
+    assert (d / "stale_edited.npz").read_bytes() == b"the user's own bytes"
+    assert (d / "stale_edited" / "notes.txt").read_text() == "keep me too"
+    assert (d / "unrelated.txt").read_text() == "keep me"
+    assert all(r.ok for r in golden_check.check_golden(d))
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]   # staging cleaned up
 
 
 @pytest.mark.slow
 def test_full_set_has_real_sized_layers(tmp_path):
-    manifest = G.generate_golden(tmp_path, quick=False, progress=False)
+    manifest = golden_compute.generate_golden(tmp_path, quick=False, progress=False)
     real = [c for c in manifest["cases"] if c["kind"] == "real"]
     shapes = {tuple(c["shape"]) for c in real}
     assert (64, 64, 3, 3) in shapes and (16, 8, 3, 3) in shapes and (10, 64) in shapes
-    assert all(r.ok for r in G.check_golden(tmp_path))
+    assert all(r.ok for r in golden_check.check_golden(tmp_path))
 
 
 @pytest.mark.slow
@@ -300,24 +315,268 @@ def test_fashion_mnist_real_source():
     if not FASHION_MNIST_DIR.is_dir():
         pytest.skip(f"Fashion-MNIST not installed at {FASHION_MNIST_DIR}")
     from gradblock.refmodel.compress import compress_layer
-    specs, info = G.real_specs("fashion-mnist", 0, True, compress_layer)
+    specs, info = golden_cases.real_specs("fashion-mnist", 0, True, compress_layer)
     assert info["dataset"] == "fashion-mnist" and len(specs) == 4
     for spec in specs:
-        meta, arrays = G.compute_case(spec, compress_layer)
+        meta, arrays = golden_compute.compute_case(spec, compress_layer)
         assert meta["kind"] == "real" and arrays["grad_bits"].size == meta["n"]
 
 
-def test_malformed_manifest_entry_is_reported_not_crashed(quick_dir, tmp_path, capsys):
+def test_malformed_manifest_entry_is_a_named_error(quick_dir, tmp_path, capsys):
     d = copy_of(quick_dir, tmp_path)
-    m = json.loads((d / G.MANIFEST).read_text())
+    m = json.loads((d / GF.MANIFEST).read_text())
     m["cases"][1]["shape"] = "48x12"
-    del m["cases"][2]["k_eff"]
-    (d / G.MANIFEST).write_text(json.dumps(m))
-    bad = _failures(d)
-    assert set(bad) == {"tie_break_k4", "tie_all_equal"}
-    assert "malformed manifest entry" in bad["tie_break_k4"][0]
-    assert "lacks ['k_eff']" in bad["tie_all_equal"][0]
-    assert cli.main(["golden", str(d), "--check"]) == 1
-    out = capsys.readouterr().out
-    total = len(m["cases"])
-    assert "FAIL tie_all_equal" in out and f"{total - 2} of {total} cases pass" in out
+    (d / GF.MANIFEST).write_text(json.dumps(m))
+    assert cli.main(["golden", str(d), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cases[1] (tie_break_k4).shape = '48x12'" in err
+
+
+# ------------------------------------------------------------------------------ hostile manifests
+# A valid base directory without torch: the datapath corner cases (same format, same writer).
+
+def _verify_sim():
+    """A simulator `gradblock verify` accepts here, or None (verify's part is then skipped)."""
+    try:
+        from gradblock.sim.verify import SIMULATORS, simulator_available
+    except ImportError:
+        return None
+    return next((s for s in SIMULATORS if not simulator_available(s)), None)
+
+
+VERIFY_SIM = _verify_sim()
+
+
+@pytest.fixture
+def edge_dir(tmp_path):
+    from gradblock.sim.datapath_vectors import write_cases
+    d = tmp_path / "g"
+    write_cases(d, "edge")
+    return d
+
+
+def _edit_manifest(d, fn):
+    m = json.loads((d / GF.MANIFEST).read_text())
+    fn(m)
+    (d / GF.MANIFEST).write_text(json.dumps(m))
+
+
+def _assert_named_refusal(d, capsys, field):
+    """`golden --check` and `verify --vectors` both end in one line naming `field`, exit 2."""
+    capsys.readouterr()
+    assert cli.main(["golden", str(d), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gradblock golden: ") and err.count("\n") == 1 and field in err, err
+    if VERIFY_SIM is not None:
+        assert cli.main(["verify", "--sim", VERIFY_SIM, "--vectors", str(d)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("gradblock verify: ") and err.count("\n") == 1 and field in err, err
+
+
+def _nested(depth):
+    v = 1
+    for _ in range(depth):
+        v = {"x": v}
+    return v
+
+
+HOSTILE_ENTRIES = {
+    "npz_parent": (lambda c: c.update(npz="../x.npz"), ".npz = '../x.npz'"),
+    "npz_absolute": (lambda c: c.update(npz="/etc/passwd"), ".npz = '/etc/passwd'"),
+    "npz_int": (lambda c: c.update(npz=5), ".npz = 5"),
+    "hex_dev_zero": (lambda c: c["hex"].update(grad_bits="/dev/zero"), ".hex = "),
+    "range_bits_negative": (lambda c: c.update(range_bits=-1), ".range_bits = -1: outside"),
+    "range_bits_float": (lambda c: c.update(range_bits=1.5), ".range_bits = 1.5: not an integer"),
+    "shape_2_70": (lambda c: c.update(shape=[2**70]), ".shape = [1180591620717411303424]"),
+    "shape_product": (lambda c: c.update(shape=[2**20, 2**20]), "more than the limit"),
+    "n_mismatch": (lambda c: c.update(n=c["n"] + 1), ".n = "),
+    "name_list": (lambda c: c.update(name=["a"]), "cases[0].name is list"),
+    "name_traversal": (lambda c: c.update(name="../evil"), "is not a plain file name"),
+    "name_separator": (lambda c: c.update(name="a/b"), "is not a plain file name"),
+    "k_req_string": (lambda c: c.update(k_req="2"), ".k_req = '2': not a finite number"),
+    "lmax_zero": (lambda c: c.update(lmax_log2=0), ".lmax_log2 = 0: outside 1..24"),
+    "stages_unknown": (lambda c: c.update(stages=["quantiser", "warp"]), ".stages = "),
+    "block_size_bool": (lambda c: c.update(block_size=True), ".block_size = True"),
+    "missing_field": (lambda c: c.pop("frame_words"), ".frame_words is missing"),
+    "deep_source": (lambda c: c.update(source=_nested(40)), "nested deeper than 8 levels"),
+    "residual_from_path": (lambda c: c.update(residual_from="/tmp/x"), "residual_from"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_ENTRIES))
+def test_hostile_manifest_entry_is_a_named_error(edge_dir, capsys, case):
+    edit, field = HOSTILE_ENTRIES[case]
+    _edit_manifest(edge_dir, lambda m: edit(m["cases"][0]))
+    _assert_named_refusal(edge_dir, capsys, field)
+
+
+@pytest.mark.parametrize("text,field", [
+    ("[" * 100_000 + "]" * 100_000, "nested deeper than 8 levels"),
+    ('{"format": "gradblock-golden", "version": 1, "cases": {"a": 1}}', "'cases' is not a list"),
+    ('{"format": "gradblock-golden", "version": true, "cases": []}', "version True"),
+    ("[1, 2", "not readable JSON"),
+    ('{"format": "gradblock-golden", "version": 1, "cases": [3]}', "cases[0] is int"),
+])
+def test_hostile_manifest_text_is_a_named_error(edge_dir, capsys, text, field):
+    (edge_dir / GF.MANIFEST).write_text(text)
+    _assert_named_refusal(edge_dir, capsys, field)
+
+
+def test_symlink_leaving_the_directory_is_refused(edge_dir, tmp_path, capsys):
+    outside = tmp_path / "outside.npz"
+    shutil.copy(edge_dir / "dp_single.npz", outside)
+    (edge_dir / "dp_single.npz").unlink()
+    (edge_dir / "dp_single.npz").symlink_to(outside)
+    _assert_named_refusal(edge_dir, capsys, "resolves outside the directory")
+    (edge_dir / "dp_single.npz").unlink()
+    (edge_dir / "dp_single.npz").symlink_to("/dev/zero")
+    _assert_named_refusal(edge_dir, capsys, "resolves outside the directory")
+
+
+def test_a_symlink_inside_the_directory_is_followed(edge_dir):
+    (edge_dir / "dp_single.npz").rename(edge_dir / "real.bin")
+    (edge_dir / "dp_single.npz").symlink_to("real.bin")
+    assert all(r.ok for r in golden_check.check_golden(edge_dir))
+
+
+@pytest.mark.parametrize("which", ["dp_single.npz", "dp_single/frame.hex", GF.MANIFEST])
+def test_fifo_is_refused_without_hanging(edge_dir, which):
+    """A FIFO where a case file or the manifest should be: refused at once (a blocking open
+    would wait forever for a writer). A child process, so a regression fails, not hangs."""
+    import os
+    import subprocess
+    import sys
+    (edge_dir / which).unlink()
+    os.mkfifo(edge_dir / which)
+    proc = subprocess.run([sys.executable, "-m", "gradblock.cli", "golden", str(edge_dir),
+                           "--check"], capture_output=True, text=True, timeout=120)
+    if which.endswith(".hex"):      # the hex files are read by the check: a per-case problem
+        assert proc.returncode == 1 and "frame.hex: not a regular file" in proc.stdout
+    else:
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+        assert "not a regular file" in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_npz_header_claiming_2_34_elements_allocates_nothing(edge_dir, capsys):
+    """A member header claiming 2^34 floats is refused from the header, before any read."""
+    import io
+    import zipfile
+    path = edge_dir / "dp_single.npz"
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<u4", "fortran_order": False,
+                                               "shape": (2**34,)})
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("grad_bits.npy", buf.getvalue() + b"\0" * 64)
+        for k, a in arrays.items():
+            if k != "grad_bits":
+                b = io.BytesIO()
+                np.save(b, a)
+                zf.writestr(f"{k}.npy", b.getvalue())
+    _assert_named_refusal(edge_dir, capsys, "grad_bits is uint32 (17179869184,), expected 1-D "
+                                            "uint32 of 1 elements")
+
+
+def test_npz_member_with_pickled_objects_is_refused(edge_dir, capsys):
+    path = edge_dir / "dp_single.npz"
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["frame"] = np.array([object()] * arrays["frame"].size, dtype=object)
+    np.savez(path, **arrays)
+    _assert_named_refusal(edge_dir, capsys, "frame is object")
+
+
+# ------------------------------------------------------------------------------ regeneration
+
+def test_regeneration_refuses_to_overwrite_a_user_file(tmp_path):
+    from gradblock.sim.datapath_vectors import write_cases
+    d = tmp_path / "g"
+    d.mkdir()
+    (d / "dp_single.npz").write_bytes(b"mine")
+    (d / "notes.txt").write_text("mine too")
+    with pytest.raises(GF.GoldenError, match="dp_single.npz: exists and was not written by "
+                                             "gradblock"):
+        write_cases(d, "edge")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g"]          # no staging left
+    assert sorted(p.name for p in d.iterdir()) == ["dp_single.npz", "notes.txt"]
+    assert (d / "dp_single.npz").read_bytes() == b"mine"
+
+
+def test_regeneration_refuses_a_foreign_manifest(edge_dir):
+    from gradblock.sim.datapath_vectors import write_cases
+    _edit_manifest(edge_dir, lambda m: m.update(generator="someone else's tool"))
+    before = {p: p.read_bytes() for p in edge_dir.rglob("*") if p.is_file()}
+    with pytest.raises(GF.GoldenError, match="exists and was not written by gradblock"):
+        write_cases(edge_dir, "edge")
+    assert {p: p.read_bytes() for p in edge_dir.rglob("*") if p.is_file()} == before
+
+
+def test_regeneration_keeps_user_files_and_drops_its_own_stale_cases(edge_dir):
+    from gradblock.sim.datapath_vectors import write_cases
+    (edge_dir / "notes.txt").write_text("mine")
+    (edge_dir / "dp_nan" / "mine.txt").write_text("mine")
+    names = write_cases(edge_dir, "sweep")       # another kind: every old case is stale
+    assert (edge_dir / "notes.txt").read_text() == "mine"
+    assert (edge_dir / "dp_nan" / "mine.txt").read_text() == "mine"
+    assert not (edge_dir / "dp_nan.npz").exists()
+    assert not list((edge_dir / "dp_nan").glob("*.hex"))
+    assert not (edge_dir / "dp_single").exists()
+    assert [c.name for c in GF.load_golden(edge_dir)] == names
+    assert all(r.ok for r in golden_check.check_golden(edge_dir))
+
+
+def test_golden_cli_refusal_is_one_line_exit_2(tmp_path, capsys):
+    needs_torch()
+    d = tmp_path / "g"
+    d.mkdir()
+    (d / "tie_break_k1.npz").write_bytes(b"mine")
+    assert cli.main(["golden", str(d), "--quick"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("gradblock golden: ") and "not written by gradblock" in err[-1]
+    assert (d / "tie_break_k1.npz").read_bytes() == b"mine" and len(list(d.iterdir())) == 1
+
+
+def test_datapath_vectors_pass_check_golden(tmp_path):
+    from gradblock.sim.datapath_vectors import write_cases
+    for kind in ("edge", "sweep"):
+        names = write_cases(tmp_path / kind, kind)
+        results = golden_check.check_golden(tmp_path / kind)
+        assert [r.name for r in results] == names and all(r.ok for r in results), results
+
+
+# ------------------------------------------------------------------------------ demo --out
+
+def test_demo_never_takes_over_an_existing_directory(tmp_path, monkeypatch):
+    from gradblock.demo import MARKER, DemoOutputError, output_dir
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "thesis.tex").write_text("mine")
+    first = output_dir(user)
+    assert first == user / "gradblock-demo-1" and (first / MARKER).is_file()
+    assert output_dir(user) == user / "gradblock-demo-2"
+    assert output_dir(first) == first                       # made by the demo: reused
+    fresh = output_dir(tmp_path / "new" / "out")
+    assert fresh == tmp_path / "new" / "out" and (fresh / MARKER).is_file()
+    monkeypatch.setenv("HOME", str(user))
+    assert output_dir("~") == user / "gradblock-demo-3"
+    assert (user / "thesis.tex").read_text() == "mine"
+    with pytest.raises(DemoOutputError, match="exists and is not a directory"):
+        output_dir(user / "thesis.tex")
+
+
+def test_demo_cli_on_a_file_is_exit_2(tmp_path, capsys):
+    f = tmp_path / "f"
+    f.write_text("mine")
+    assert cli.main(["demo", "--out", str(f), "--sims", "--skip-training"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1 and f.read_text() == "mine"
+
+
+def test_demo_in_the_current_directory_keeps_everything(tmp_path, monkeypatch, capsys):
+    needs_torch()
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "keep.txt").write_text("mine")
+    assert cli.main(["demo", "--out", ".", "--sims", "--skip-training"]) == 0
+    assert (tmp_path / "keep.txt").read_text() == "mine"
+    assert (tmp_path / "gradblock-demo-1" / "golden" / GF.MANIFEST).is_file()
