@@ -63,24 +63,12 @@ def benches() -> list[RtlBench]:
 
 
 def hw_dependencies(toplevel: str, hw_dir: Path = HW_DIR) -> list[str]:
-    """The toplevel and every hw/ module it instantiates, transitively (dependencies first)."""
-    known = {p.stem: p for p in hw_dir.glob("*.sv")}
-    if toplevel not in known:
+    """The toplevel and every hw/ module it instantiates, transitively (dependencies first),
+    as the one resolver, gradblock.hw.deps, finds them."""
+    from gradblock.hw import deps
+    if not (hw_dir / f"{toplevel}.sv").is_file():
         raise Unavailable(f"hw/{toplevel}.sv not present")
-    order: list[str] = []
-
-    def visit(name: str, stack: tuple[str, ...]) -> None:
-        if name in order or name in stack:
-            return
-        text = re.sub(r"//[^\n]*|/\*.*?\*/", "", known[name].read_text(), flags=re.S)
-        for other in known:
-            # an instantiation: the module name, optional #(...) parameters, an instance name
-            if other != name and re.search(rf"\b{other}\s*(#\s*\(|[A-Za-z_]\w*\s*\()", text):
-                visit(other, stack + (name,))
-        order.append(name)
-
-    visit(toplevel, ())
-    return order
+    return list(reversed(deps.module_closure(toplevel, hw_dir)))
 
 
 def read_metrics(path: Path) -> list[dict]:
@@ -170,9 +158,9 @@ def _run_one(bench: RtlBench, sim: str, vectors_dir: Path | None, work: Path):
     tb_file = f"{bench.test_module.replace('.', '/')}.py"
     if spec is None or spec.origin is None:
         raise Unavailable(f"{tb_file} not present")
-    if not re.search(r"^async def throughput\(", Path(spec.origin).read_text(), re.M):
+    if not re.search(r"^async def throughput\(|stage_tests\(", Path(spec.origin).read_text(), re.M):
         raise Unavailable(f"{tb_file} has no `throughput` test")
-    sources = hw_sources(*(bench.sources or hw_dependencies(bench.toplevel)))
+    sources = hw_sources(bench.toplevel)      # hw/deps.py: packages first
     metrics = work / f"{bench.toplevel}-{sim}.json"
     env = {**bench.env, "TB_METRICS": str(metrics)}
     if bench.needs_vectors:

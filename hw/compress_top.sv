@@ -13,11 +13,13 @@
 //
 // Status (valid when `done` pulses, held until the next accepted config):
 //   sat_quant_count, sat_feedback_count, nan_count: the layer's saturation and NaN counts
-//   err_code: 0 ok; 1 n > N_MAX; 2 block_size = 0; 3 n_blocks != ceil(n / block_size);
-//             4 k = 0; 5 min(k, n_blocks) > K_MAX; 6 lmax_log2 outside 1..min(24, LMAX_LOG2_MAX);
-//             7 range_bits not a finite float32 > 0; 8 M < 2^31; codes 1..8 reject the
-//             config (no data is consumed, done pulses right after the check);
-//             9 s_tlast not exactly on beat n-1 (the layer still runs, counted by n)
+//   err_code: gradblock_pkg::TOP_* (its own code space, not the decoder's frame errors):
+//             0 TOP_OK; 1 N_OVER_N_MAX n > N_MAX; 2 BLOCK_SIZE_ZERO; 3 N_BLOCKS_MISMATCH
+//             n_blocks != ceil(n / block_size); 4 K_ZERO; 5 K_OVER_K_MAX min(k, n_blocks) > K_MAX;
+//             6 LMAX_RANGE lmax_log2 outside 1..min(24, LMAX_LOG2_MAX); 7 RANGE_INVALID range_bits
+//             not a finite float32 > 0; 8 M_BELOW_HALF M < 2^31; codes 1..8 reject the config
+//             (no data is consumed, done pulses right after the check); 9 TLAST_MISPLACED
+//             s_tlast not exactly on beat n-1 (the layer still runs, counted by n)
 module compress_top #(
     parameter int N_MAX = 65536,        // layer buffer depth, elements
     parameter int K_MAX = 32,           // most blocks selected per layer
@@ -63,7 +65,8 @@ module compress_top #(
     localparam int IW = (N_MAX > 1) ? $clog2(N_MAX) : 1;   // addresses 0..N_MAX-1
     localparam logic [31:0] N_MAX_U = N_MAX;
     localparam logic [31:0] K_MAX_U = K_MAX;
-    localparam logic [4:0] LMAX_LIMIT = (LMAX_LOG2_MAX < 24) ? 5'(LMAX_LOG2_MAX) : 5'd24;
+    localparam logic [4:0] LMAX_LIMIT = (LMAX_LOG2_MAX < gradblock_pkg::ZRLE_LMAX_LOG2_MAX)
+        ? 5'(LMAX_LOG2_MAX) : 5'(gradblock_pkg::ZRLE_LMAX_LOG2_MAX);
 
     typedef enum logic [2:0] {IDLE, CHECK, PASS1, ENC_CFG, PASS2} state_t;
     state_t state;
@@ -96,8 +99,18 @@ module compress_top #(
     assign bad_lmax = lmax_r == 5'd0 || lmax_r > LMAX_LIMIT;
     assign bad_range = rb_r[31] || rb_r[30:23] == 8'hFF || rb_r == 32'd0;
     assign bad_m = !m_r[31];
-    assign check_code = bad_n ? 4'd1 : bad_bs ? 4'd2 : bad_nb ? 4'd3 : bad_k ? 4'd4
-                      : bad_k_max ? 4'd5 : bad_lmax ? 4'd6 : bad_range ? 4'd7 : bad_m ? 4'd8 : 4'd0;
+    // first failing check wins, in the order of the TOP_ERR_* codes
+    always_comb begin
+        if (bad_n)          check_code = gradblock_pkg::TOP_ERR_N_OVER_N_MAX;
+        else if (bad_bs)    check_code = gradblock_pkg::TOP_ERR_BLOCK_SIZE_ZERO;
+        else if (bad_nb)    check_code = gradblock_pkg::TOP_ERR_N_BLOCKS_MISMATCH;
+        else if (bad_k)     check_code = gradblock_pkg::TOP_ERR_K_ZERO;
+        else if (bad_k_max) check_code = gradblock_pkg::TOP_ERR_K_OVER_K_MAX;
+        else if (bad_lmax)  check_code = gradblock_pkg::TOP_ERR_LMAX_RANGE;
+        else if (bad_range) check_code = gradblock_pkg::TOP_ERR_RANGE_INVALID;
+        else if (bad_m)     check_code = gradblock_pkg::TOP_ERR_M_BELOW_HALF;
+        else                check_code = gradblock_pkg::TOP_OK;
+    end
 
     always_ff @(posedge clk) begin
         if (cfg_valid && cfg_ready) begin
@@ -241,7 +254,7 @@ module compress_top #(
         done <= 1'b0;
         if (rst) begin
             state <= IDLE;
-            err_code <= 4'd0;
+            err_code <= gradblock_pkg::TOP_OK;
             rd_valid <= 1'b0;
             pay_pending <= 1'b0;
             res_pending <= 1'b0;
@@ -252,14 +265,14 @@ module compress_top #(
             case (state)
                 IDLE: if (cfg_valid) begin
                     state <= CHECK;
-                    err_code <= 4'd0;
+                    err_code <= gradblock_pkg::TOP_OK;
                     sat_quant_count <= 32'd0;
                     sat_feedback_count <= 32'd0;
                     nan_count <= 32'd0;
                 end
                 CHECK: begin
                     err_code <= check_code;
-                    if (check_code != 4'd0) begin
+                    if (check_code != gradblock_pkg::TOP_OK) begin
                         state <= IDLE;
                         done <= 1'b1;
                     end else begin
@@ -284,7 +297,8 @@ module compress_top #(
 
             if (s_tvalid && s_tready) begin
                 in_count <= in_count + 1'b1;
-                if (s_tlast != in_last) err_code <= 4'd9;
+                if (s_tlast != in_last)
+                    err_code <= gradblock_pkg::TOP_ERR_TLAST_MISPLACED;
             end
             if (q_tvalid && q_tready) begin
                 sat_quant_count <= sat_quant_count + {31'd0, q_flags[0]};

@@ -4,7 +4,7 @@ per module, for the resource table in docs/hw.md.
     python hw/synth.py                   # synthesise, print the markdown table
     python hw/synth.py --json stats.json # also keep the per-module numbers
 
-Flow per top level: read the top and every module it instantiates (sim.rtl_deps), `chparam`,
+Flow per top level: read the top and every file it needs (hw/deps.py: packages first), `chparam`,
 `synth -run begin:fine`, then the rest of the generic `synth` script except `memory_map`:
 memories stay `$mem_v2` cells (a RAM macro or block RAM in a real flow), reported as words x
 bits beside the logic. Hierarchy is kept, so one run of `compress_top` gives separate counts
@@ -22,11 +22,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from gradblock.sim.rtl_deps import sources  # noqa: E402  (needs the repository root on sys.path)
+from gradblock.hw.deps import sources
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,8 @@
 // error. `done` pulses when the trailer has checked out and every value has entered the output
 // buffer.
 //
+// Frame constants and err_code values are gradblock_pkg's (MAGIC, VERSION, FRAME_ERR_*).
+//
 // cfg_check_n / cfg_expected_n are sampled with the frame's first word (h0).
 // hdr_valid pulses once the header has passed its checks; the hdr_* outputs hold the header
 // fields until the next frame starts. token_count holds the tokens read so far in the frame.
@@ -58,23 +60,6 @@ module zrle_decoder #(
     output logic [31:0] err_word,
     output logic [31:0] token_count
 );
-    localparam logic [31:0] MAGIC = 32'h5A524C45;
-
-    localparam logic [3:0] E_NONE              = 4'd0;
-    localparam logic [3:0] E_BAD_MAGIC         = 4'd1;
-    localparam logic [3:0] E_BAD_VERSION       = 4'd2;
-    localparam logic [3:0] E_BAD_LMAX          = 4'd3;
-    localparam logic [3:0] E_BAD_RANGE         = 4'd4;
-    localparam logic [3:0] E_LITERAL_TOO_LONG  = 4'd5;
-    localparam logic [3:0] E_ZERO_LITERAL      = 4'd6;
-    localparam logic [3:0] E_EMPTY_TOKEN       = 4'd7;
-    localparam logic [3:0] E_EARLY_ZERO_LENGTH = 4'd8;
-    localparam logic [3:0] E_SPLIT_LITERAL_RUN = 4'd9;
-    localparam logic [3:0] E_OVERRUN           = 4'd10;
-    localparam logic [3:0] E_TRUNCATED         = 4'd11;
-    localparam logic [3:0] E_TOKEN_COUNT       = 4'd12;
-    localparam logic [3:0] E_CRC               = 4'd13;
-    localparam logic [3:0] E_SIZE_MISMATCH     = 4'd14;
 
     localparam logic [2:0] P_HDR   = 3'd0;  // header word hdr_idx (idle = waiting for h0)
     localparam logic [2:0] P_Z     = 3'd1;
@@ -120,27 +105,31 @@ module zrle_decoder #(
     assign fire      = s_tvalid && s_tready;
     assign remaining = hdr_n - produced;
     assign z_plus_l  = {1'b0, tok_z} + {1'b0, w};
-    assign version_ok = (w[7:0] == 8'd1);
+    assign version_ok = (w[7:0] == gradblock_pkg::ZRLE_VERSION);
     assign range_ok  = !w[31] && (w[30:23] != 8'hFF) && (w != 32'd0);
-    assign lmax_ok   = (w[31:16] == 16'd0) && (w[15:8] >= 8'd1) && (w[15:8] <= 8'd24);
+    assign lmax_ok   = (w[31:16] == 16'd0) && (w[15:8] >= 8'(gradblock_pkg::ZRLE_LMAX_LOG2_MIN))
+                       && (w[15:8] <= 8'(gradblock_pkg::ZRLE_LMAX_LOG2_MAX));
 
     // checks of the word on s_tdata, in the order of spec §3.5
     always_comb begin
-        chk_code = E_NONE;
+        chk_code = gradblock_pkg::FRAME_OK;
         chk_word = widx;
         case (p_state)
             P_HDR: begin
                 case (hdr_idx)
-                    3'd0: if (w != MAGIC) chk_code = E_BAD_MAGIC;
+                    3'd0: begin
+                        if (w != gradblock_pkg::ZRLE_MAGIC)
+                            chk_code = gradblock_pkg::FRAME_ERR_BAD_MAGIC;
+                    end
                     3'd1: begin
-                        if (!version_ok)     chk_code = E_BAD_VERSION;
-                        else if (!lmax_ok)   chk_code = E_BAD_LMAX;
+                        if (!version_ok)     chk_code = gradblock_pkg::FRAME_ERR_BAD_VERSION;
+                        else if (!lmax_ok)   chk_code = gradblock_pkg::FRAME_ERR_BAD_LMAX;
                     end
                     3'd4: begin
                         if (!range_ok) begin
-                            chk_code = E_BAD_RANGE;
+                            chk_code = gradblock_pkg::FRAME_ERR_BAD_RANGE;
                         end else if (check_n_r && (hdr_n != expected_n_r)) begin
-                            chk_code = E_SIZE_MISMATCH;
+                            chk_code = gradblock_pkg::FRAME_ERR_SIZE_MISMATCH;
                             chk_word = 32'd3;
                         end
                     end
@@ -150,41 +139,42 @@ module zrle_decoder #(
             P_L: begin
                 chk_word = widx - 32'd1;      // token errors name the z word ...
                 if (w > lmax) begin
-                    chk_code = E_LITERAL_TOO_LONG;
+                    chk_code = gradblock_pkg::FRAME_ERR_LITERAL_RUN_TOO_LONG;
                     chk_word = widx;          // ... except those about L itself
                 end else if (tok_z == 32'd0 && w == 32'd0) begin
-                    chk_code = E_EMPTY_TOKEN;
+                    chk_code = gradblock_pkg::FRAME_ERR_EMPTY_TOKEN;
                 end else if (tok_z == 32'd0 && !prev_full) begin
-                    chk_code = E_SPLIT_LITERAL_RUN;
+                    chk_code = gradblock_pkg::FRAME_ERR_SPLIT_LITERAL_RUN;
                 end else if (z_plus_l > {1'b0, remaining}) begin
-                    chk_code = E_OVERRUN;
+                    chk_code = gradblock_pkg::FRAME_ERR_OVERRUN;
                 end else if (w == 32'd0 && tok_z < remaining) begin
-                    chk_code = E_EARLY_ZERO_LENGTH;
+                    chk_code = gradblock_pkg::FRAME_ERR_EARLY_ZERO_LENGTH;
                     chk_word = widx;
                 end
             end
             P_LIT: begin
                 if (lit_left == 32'd1 && (zero_seen || w == 32'd0)) begin
-                    chk_code = E_ZERO_LITERAL;
+                    chk_code = gradblock_pkg::FRAME_ERR_ZERO_LITERAL;
                     chk_word = zero_seen ? zero_at : widx;
                 end
             end
             P_T1: begin
                 if (t0_bad) begin
-                    chk_code = E_TOKEN_COUNT;
+                    chk_code = gradblock_pkg::FRAME_ERR_TOKEN_COUNT_MISMATCH;
                     chk_word = widx - 32'd1;
                 end else if (w != crc) begin
-                    chk_code = E_CRC;
+                    chk_code = gradblock_pkg::FRAME_ERR_CRC_MISMATCH;
                 end else if (!s_tlast) begin
-                    chk_code = E_TRUNCATED;   // words follow the trailer
+                    chk_code = gradblock_pkg::FRAME_ERR_TRUNCATED;   // words follow the trailer
                     chk_word = widx + 32'd1;
                 end
             end
             default: ;
         endcase
         // the frame ends here but needs more words
-        if (chk_code == E_NONE && s_tlast && in_frame && p_state != P_T1) begin
-            chk_code = E_TRUNCATED;
+        if (chk_code == gradblock_pkg::FRAME_OK && s_tlast && in_frame
+            && p_state != P_T1) begin
+            chk_code = gradblock_pkg::FRAME_ERR_TRUNCATED;
             chk_word = widx + 32'd1;
         end
     end
@@ -193,7 +183,7 @@ module zrle_decoder #(
     always_comb begin
         push      = 1'b0;
         push_data = 33'd0;
-        if (fire && chk_code == E_NONE) begin
+        if (fire && chk_code == gradblock_pkg::FRAME_OK) begin
             if (p_state == P_L && tok_z != 32'd0) begin
                 push      = 1'b1;
                 push_data = {1'b1, tok_z};
@@ -213,7 +203,7 @@ module zrle_decoder #(
     logic        out_ready, emit, emit_idle;
     logic [31:0] emit_word;
 
-    assign flush = fire && (chk_code != E_NONE);
+    assign flush = fire && (chk_code != gradblock_pkg::FRAME_OK);
 
     sync_fifo #(.W(33), .AW(QUEUE_AW)) u_queue (
         .clk     (clk),
@@ -277,7 +267,7 @@ module zrle_decoder #(
             hdr_n          <= 32'd0;
             hdr_range_bits <= 32'd0;
             hdr_lmax_log2  <= 5'd0;
-            err_code       <= E_NONE;
+            err_code       <= gradblock_pkg::FRAME_OK;
             err_word       <= 32'd0;
             token_count    <= 32'd0;
         end else begin
@@ -314,7 +304,7 @@ module zrle_decoder #(
                                     t0_bad       <= 1'b0;
                                     token_count  <= 32'd0;
                                     emitted      <= 32'd0;
-                                    err_code     <= E_NONE;
+                                    err_code     <= gradblock_pkg::FRAME_OK;
                                     err_word     <= 32'd0;
                                 end
                                 3'd1: begin

@@ -53,8 +53,6 @@ module zrle_encoder #(
     localparam int RING = 1 << RW;
     localparam int TW   = 32 + LW;                    // token queue entry {z, L}
 
-    localparam logic [31:0] MAGIC = 32'h5A524C45;
-
     // fill side states
     localparam logic [1:0] IN_IDLE = 2'd0;
     localparam logic [1:0] IN_RUN  = 2'd1;   // payload words still to come or in the input register
@@ -164,8 +162,8 @@ module zrle_encoder #(
 
     always_comb begin
         case (hdr_idx)
-            3'd0:    hdr_word = MAGIC;
-            3'd1:    hdr_word = {16'd0, 3'd0, lmax_log2, 8'd1};
+            3'd0:    hdr_word = gradblock_pkg::ZRLE_MAGIC;
+            3'd1:    hdr_word = {16'd0, 3'd0, lmax_log2, gradblock_pkg::ZRLE_VERSION};
             3'd2:    hdr_word = layer_id;
             3'd3:    hdr_word = n_words;
             default: hdr_word = range_bits;

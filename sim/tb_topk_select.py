@@ -2,7 +2,7 @@
 order), under random idle/backpressure, with the pairs in shuffled order, with k outside
 1..K_MAX (clamped, cfg_err), across mid-stream resets, and at full rate.
 
-TB_K_MAX must match the K_MAX the RTL was built with. A case whose k_eff exceeds K_MAX is still
+K_MAX is the build's own (tb_util.hdl_parameter). A case whose k_eff exceeds K_MAX is still
 run: the RTL raises cfg_err and must return the first K_MAX indices of the reference ranking.
 """
 from __future__ import annotations
@@ -23,10 +23,8 @@ MODULE = "topk_select"
 
 
 def k_max() -> int:
-    value = tb_util.env_int("TB_K_MAX", 0)
-    if value < 1:
-        raise RuntimeError("TB_K_MAX is not set: the testbench must know the RTL's K_MAX")
-    return value
+    """The K_MAX this design was built with (from the runner, never a hand copy)."""
+    return tb_util.hdl_parameter("K_MAX")
 
 
 def pairs(norms, order=None) -> list[int]:
@@ -71,13 +69,13 @@ class Bench:
         return f"k_eff {k} > K_MAX {k_max()}: first {k_max()} checked" if k > k_max() else ""
 
 
-@cocotb.test()
-async def golden_cases(dut):
-    """Every case (pairs in index order), every traffic profile, one layer after another."""
+@tbc.traffic_test
+async def golden_cases(dut, traffic):
+    """Every case (pairs in index order) under this traffic profile, one layer after another."""
     tb = Bench(dut)
     await tbc.start(dut)
     await tbc.golden_loop(dut, MODULE, tbc.load_cases(MODULE), tb.run_case, [tb.src], [tb.snk],
-                          skip=lambda c: None if c.meta["n"] else "empty layer: no block")
+                          traffic, skip=lambda c: None if c.meta["n"] else "empty layer: no block")
 
 
 @cocotb.test()

@@ -51,6 +51,21 @@ def env_int(name: str, default: int) -> int:
         raise ValueError(f"{name} must be an integer, got {raw!r}") from exc
 
 
+def hdl_parameter(name: str, dut=None) -> int:
+    """The value of HDL parameter `name` the design was built with: the runner's record of the
+    build (sim.harness passes the parameters it built with), else the DUT's own handle (a
+    parameter left at its default). Never a hand-kept copy."""
+    built = json.loads(os.environ.get("GRADBLOCK_HDL_PARAMETERS", "") or "{}")
+    if name in built:
+        return int(built[name])
+    dut = cocotb.top if dut is None else dut
+    handle = getattr(dut, name, None)
+    if handle is None:
+        raise RuntimeError(f"HDL parameter {name} is neither in the runner's build record nor "
+                           f"visible on the DUT {dut._name}")
+    return int(handle.value)
+
+
 def traffic_profiles(default: str = "0:0,0.3:0,0:0.5,0.6:0.7") -> list[tuple[float, float]]:
     """(input idle probability, output backpressure probability) pairs from TB_TRAFFIC."""
     out = []
@@ -63,6 +78,14 @@ def traffic_profiles(default: str = "0:0,0.3:0,0:0.5,0.6:0.7") -> list[tuple[flo
             raise ValueError(f"TB_TRAFFIC probabilities must be in [0, 1), got {item!r}")
         out.append((a, b))
     return out
+
+
+def traffic_test(func, default: str = "0:0,0.3:0,0:0.5,0.6:0.7"):
+    """`func(dut, traffic)` as one cocotb test per traffic profile of TB_TRAFFIC (read when the
+    test module is imported, inside the simulator): `<func>/traffic=idle0.3_bp0.5`, ...
+    A profile that fails is reported on its own and the other profiles still run."""
+    params = [cocotb.Param((a, b), f"idle{a}_bp{b}") for a, b in traffic_profiles(default)]
+    return cocotb.test(cocotb.parametrize(traffic=params)(func))
 
 
 def pause_generator(probability: float, rng: random.Random):
@@ -217,7 +240,7 @@ def long_cases(seed: int = 3) -> list[CodecCase]:
 
 def golden_cases(directory: str | Path, stage: str) -> list[CodecCase]:
     """The cases of a `gradblock golden` directory that include `stage` ("encode"/"decode")."""
-    from gradblock.golden import load_golden
+    from gradblock.refmodel.golden_format import load_golden
     out = []
     for gc in load_golden(directory):
         arrays, meta = gc.arrays, gc.meta

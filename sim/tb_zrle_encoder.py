@@ -8,8 +8,8 @@ Tests
   ready_paths      s_tready and cfg_ready do not change when only m_tready does
   throughput       unthrottled cycle counts against an ideal streaming encoder (TB_METRICS)
 
-Settings come from the environment (see sim/tb_util.py); TB_LMAX_LOG2_MAX must name the
-LMAX_LOG2_MAX the design was built with: cases above it are skipped (and logged).
+Settings come from the environment (see sim/tb_util.py); LMAX_LOG2_MAX is the build's own
+(tb_util.hdl_parameter): cases above it are skipped (and logged).
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ from gradblock.sim import tb_util as tb
 
 
 def lmax_log2_max() -> int:
-    return tb.env_int("TB_LMAX_LOG2_MAX", 8)
+    """LMAX_LOG2_MAX of this build (from the runner, or the DUT's default)."""
+    return tb.hdl_parameter("LMAX_LOG2_MAX")
 
 
 class EncoderEnv:

