@@ -59,17 +59,20 @@ module compress_engine #(
     input  logic               m_frame_tready,
     output logic               m_frame_tlast,
     // AXI4 master, 32-bit data: residual memory
+    output logic               m_axi_arid,      // one ID: responses come back in order
     output logic  [ADDR_W-1:0] m_axi_araddr,
     output logic         [7:0] m_axi_arlen,
     output logic         [2:0] m_axi_arsize,
     output logic         [1:0] m_axi_arburst,
     output logic               m_axi_arvalid,
     input  logic               m_axi_arready,
+    input  logic               m_axi_rid,
     input  logic        [31:0] m_axi_rdata,
     input  logic         [1:0] m_axi_rresp,
     input  logic               m_axi_rlast,
     input  logic               m_axi_rvalid,
     output logic               m_axi_rready,
+    output logic               m_axi_awid,
     output logic  [ADDR_W-1:0] m_axi_awaddr,
     output logic         [7:0] m_axi_awlen,
     output logic         [2:0] m_axi_awsize,
@@ -81,6 +84,7 @@ module compress_engine #(
     output logic               m_axi_wlast,
     output logic               m_axi_wvalid,
     input  logic               m_axi_wready,
+    input  logic               m_axi_bid,
     input  logic         [1:0] m_axi_bresp,
     input  logic               m_axi_bvalid,
     output logic               m_axi_bready,
@@ -147,7 +151,6 @@ module compress_engine #(
             lmax_r <= cfg_lmax_log2;
             base_r <= cfg_res_base;
         end
-        if (state == CHECK) span_r <= {32'd0, nb_r} * {32'd0, bs_n};
     end
 
     // ---- residual reads: AR walker, read FIFO ----------------------------------------------
@@ -169,6 +172,7 @@ module compress_engine #(
     // credits: a burst goes out only when the FIFO has room for all of it, so R never stalls
     assign m_axi_arvalid = ar_req && res_inflight + {23'd0, ar_len} <= RES_DEPTH;
     assign ar_fire = m_axi_arvalid && m_axi_arready;
+    assign m_axi_arid = 1'b0;
     assign m_axi_arlen = 8'(ar_len - 9'd1);
     assign m_axi_arsize = 3'd2;
     assign m_axi_arburst = 2'b01;
@@ -183,7 +187,7 @@ module compress_engine #(
     // bursts are counted by beats (rlast); only resp[1] (SLVERR/DECERR) matters; the AR
     // walker's progress count and range index bits above SW are not needed
     logic unused_axi;
-    assign unused_axi = ^{m_axi_rlast, m_axi_rresp[0], m_axi_bresp[0], ar_elems, ar_done,
+    assign unused_axi = ^{m_axi_rid, m_axi_bid, m_axi_rlast, m_axi_rresp[0], m_axi_bresp[0], ar_elems, ar_done,
                           ar_idx[31:SW], aw_idx[31:SW]};
 
     // ---- pass 1: gradient + residual -> quantiser -> ef_add -> write-back, norms, select ----
@@ -260,10 +264,13 @@ module compress_engine #(
     logic [31:0]         prep_index;
     logic                prep_wr;
 
+    // (Icarus 11 miscompiles an enum comparison written in a port connection: named signals)
+    logic sort_clear;
     assign prep_wr = state == PREP_B;
+    assign sort_clear = state == CHECK;
 
     index_sort #(.K_MAX(K_MAX)) u_sort (
-        .clk, .rst, .clear(state == CHECK), .in_valid(sel_tvalid), .in_value(sel_tdata),
+        .clk, .rst, .clear(sort_clear), .in_valid(sel_tvalid), .in_value(sel_tdata),
         .wr_en(prep_wr), .wr_slot(prep_slot[SW-1:0]), .wr_value(prep_index * bs_r),
         .list(blocks)
     );
@@ -299,6 +306,7 @@ module compress_engine #(
     assign m_axi_awvalid = aw_req && !lenq_full
                          && (!phase2 || aw_elems + {23'd0, aw_len} <= rd_got);
     assign aw_fire = m_axi_awvalid && m_axi_awready;
+    assign m_axi_awid = 1'b0;
     assign m_axi_awlen = 8'(aw_len - 9'd1);
     assign m_axi_awsize = 3'd2;
     assign m_axi_awburst = 2'b01;
@@ -362,10 +370,10 @@ module compress_engine #(
     // ---- control ---------------------------------------------------------------------------
     logic topk_done;    // the selected indices have all left topk_select (or there are none)
 
-    assign walk_start = (state == CHECK2 && check_code == 4'd0) || (state == ENC_CFG && enc_cfg_ready);
-
+    // walk_start: a registered pulse the cycle after a pass begins (phase2 is then settled)
     always_ff @(posedge clk) begin
         done <= 1'b0;
+        walk_start <= 1'b0;
         if (rst) begin
             state <= IDLE;
             phase2 <= 1'b0;
@@ -386,7 +394,10 @@ module compress_engine #(
                     sat_feedback_count <= 32'd0;
                     nan_count <= 32'd0;
                 end
-                CHECK: state <= CHECK2;
+                CHECK: begin
+                    state <= CHECK2;
+                    span_r <= {32'd0, nb_r} * {32'd0, bs_n};
+                end
                 CHECK2: begin
                     err_code <= check_code;
                     if (check_code != 4'd0) begin
@@ -394,6 +405,7 @@ module compress_engine #(
                         done <= 1'b1;
                     end else begin
                         state <= PASS1;
+                        walk_start <= 1'b1;
                     end
                     phase2 <= 1'b0;
                     in_count <= 32'd0;
@@ -413,6 +425,7 @@ module compress_engine #(
                 ENC_CFG: if (enc_cfg_ready) begin
                     state <= PASS2;
                     phase2 <= 1'b1;
+                    walk_start <= 1'b1;
                     c_state <= C_GAP;
                     c_idx <= 32'd0;
                     c_pos <= 32'd0;
