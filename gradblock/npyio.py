@@ -58,6 +58,21 @@ def _read_exactly(f, path: str, nbytes: int) -> bytearray:
     return buf
 
 
+def _read_stream(f, path: str, limit: int, chunk: int = 1 << 20) -> bytes:
+    """A pipe's bytes, at most limit + 1 of them (one more shows it was too long)."""
+    parts, got = [], 0
+    try:
+        while got <= limit:
+            part = f.read(min(chunk, limit + 1 - got))
+            if not part:
+                break
+            parts.append(part)
+            got += len(part)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
+    return b"".join(parts)
+
+
 def read_npy(path: str, dtype, what: str, max_elements: int = DEFAULT_MAX_ELEMENTS) -> np.ndarray:
     """One array from a .npy file, without pickle, refused (named error) unless its dtype is
     `dtype`, its element count is within `max_elements` and the file holds all its bytes.
@@ -118,10 +133,7 @@ def read_words(path: str, max_elements: int = DEFAULT_MAX_ELEMENTS) -> np.ndarra
             raise SizeLimitError(f"{path}: {size} bytes is longer than the longest frame of "
                                  f"{max_elements} elements ({limit} bytes); raise --max-elements "
                                  f"if the layer is real")
-        try:
-            data = f.read(limit + 1)
-        except OSError as e:
-            raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
+        data = _read_exactly(f, path, size) if size is not None else _read_stream(f, path, limit)
     if len(data) > limit:
         raise SizeLimitError(f"{path}: longer than the longest frame of {max_elements} elements "
                              f"({limit} bytes); raise --max-elements if the layer is real")
