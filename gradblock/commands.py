@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from gradblock import fileio
+from gradblock import fileio, momentum_step
 from gradblock.codec import errors as frame_errors
 from gradblock.codec import zrle
 from gradblock.codec.errors import GradblockError
@@ -265,6 +265,7 @@ def step_main(argv: list[str]) -> int:
     p.add_argument("--frame", required=True, help="output frame .bin")
     p.add_argument("--residual-out", required=True, help="output int32 .npy residual")
     _add_max_elements(p)
+    momentum_step.add_options(p)
     return _guarded("step", p, _step, argv)
 
 
@@ -273,7 +274,7 @@ def _step(args) -> int:
     cfg = _checked("--range", check_range, args.R)
     lmax_log2, layer_id = _frame_options(args)
     block_size = _checked("--block-size", check_block_size, args.block_size)
-    _outputs(args.frame, args.residual_out)
+    _outputs(args.frame, args.residual_out, *momentum_step.check_args(args))
     grad = read_npy(args.grad, np.float32, "the gradient", args.max_elements)
     if args.residual == "-":
         residual = np.zeros(grad.shape, dtype=np.int32)
@@ -282,8 +283,13 @@ def _step(args) -> int:
         if residual.shape != grad.shape:
             raise CommandError(f"{args.residual}: residual shape {tuple(residual.shape)} differs "
                                f"from the gradient's {tuple(grad.shape)}")
-    st = backend().compress_layer(grad, residual, R=cfg, k=args.k, block_size=block_size,
-                                  layer_id=layer_id, lmax_log2=lmax_log2, where=args.grad)
+    if momentum_step.requested(args):       # docs/spec.md §7, gradblock/momentum_step.py
+        st = momentum_step.run(args, grad, residual, R=cfg, block_size=block_size,
+                               layer_id=layer_id, lmax_log2=lmax_log2,
+                               max_elements=args.max_elements, backend_name=backend().compress_name)
+    else:
+        st = backend().compress_layer(grad, residual, R=cfg, k=args.k, block_size=block_size,
+                                      layer_id=layer_id, lmax_log2=lmax_log2, where=args.grad)
     fileio.write_words(args.frame, st.frame)
     fileio.save_npy(args.residual_out, st.residual_out)
 
@@ -301,6 +307,7 @@ def _step(args) -> int:
     print(f"frame: {st.frame.size} words ({4 * st.frame.size} bytes), T = {int(st.frame[-2])} "
           f"tokens; {_ratio(lay.n, st.frame.size)}")
     print(f"residual: {int(np.count_nonzero(st.residual_out))} of {lay.n} nonzero")
+    momentum_step.report(args, st)
     return 0
 
 

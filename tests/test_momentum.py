@@ -323,3 +323,60 @@ def test_cuda_matches_reference(case):
     np.testing.assert_array_equal(c.frame.cpu().numpy().view(np.uint32), a.frame)
     assert (c.sat_quant, c.sat_momentum, c.sat_feedback) == (a.sat_quant, a.sat_momentum,
                                                              a.sat_feedback)
+
+
+# ------------------------------------------------------------------ gradblock step
+def _cli(*argv):
+    from gradblock import cli
+    return cli.main([str(a) for a in argv])
+
+
+@pytest.mark.parametrize("backend", ["reference", "numba"])
+def test_cli_step_with_velocity_two_steps(tmp_path, rng, monkeypatch, capsys, backend):
+    """Two CLI steps carrying residual and velocity through files equal the reference."""
+    from gradblock import commands
+    monkeypatch.setenv("GRADBLOCK_BACKEND", backend)
+    commands.backend.cache_clear()          # backend() is cached per process
+    grads = [rng.normal(0, 1, (6, 4)).astype(np.float32) for _ in range(2)]
+    r, u = None, None
+    for i, g in enumerate(grads):
+        np.save(tmp_path / f"g{i}.npy", g)
+        rin = "-" if i == 0 else tmp_path / f"r{i - 1}.npy"
+        vin = ["--velocity", tmp_path / f"u{i - 1}.npy"] if i else []
+        rc = _cli("step", tmp_path / f"g{i}.npy", rin, "--k", 2, "--local-momentum", 0.9,
+                  *vin, "--frame", tmp_path / f"f{i}.bin", "--residual-out",
+                  tmp_path / f"r{i}.npy", "--velocity-out", tmp_path / f"u{i}.npy")
+        assert rc == 0, capsys.readouterr().err
+        want = ref.momentum_layer(g, r, u, 0.9, k=2)
+        r, u = want.residual_out, want.velocity_out
+        np.testing.assert_array_equal(np.load(tmp_path / f"r{i}.npy"), r)
+        np.testing.assert_array_equal(np.load(tmp_path / f"u{i}.npy"), u)
+        np.testing.assert_array_equal(np.fromfile(tmp_path / f"f{i}.bin", "<u4"), want.frame)
+    out = capsys.readouterr().out
+    assert "velocity: m = 0.899993896 (m_fix 58982)" in out and "masked on the sent blocks" in out
+    commands.backend.cache_clear()
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--local-momentum", "1.0"], "[0, 1)"),
+    (["--local-momentum", "x"], "not a number"),
+    (["--local-momentum", "0.9"], "needs --velocity-out"),
+    (["--velocity-out", "{tmp}/u.npy"], "needs --local-momentum"),
+    (["--no-momentum-mask"], "needs --local-momentum"),
+    (["--local-momentum", "0.9", "--velocity", "{tmp}/bad.npy", "--velocity-out",
+      "{tmp}/u.npy"], "velocity shape"),
+    (["--local-momentum", "0.9", "--velocity", "{tmp}/f64.npy", "--velocity-out",
+      "{tmp}/u.npy"], "int32"),
+    (["--local-momentum", "0.9", "--velocity-out", "{tmp}/r.npy"], "same file"),
+])
+def test_cli_step_velocity_errors(tmp_path, capsys, extra, message):
+    np.save(tmp_path / "g.npy", np.ones((3, 2), np.float32))
+    np.save(tmp_path / "bad.npy", np.zeros((2, 3), np.int32))
+    np.save(tmp_path / "f64.npy", np.zeros((3, 2), np.float64))
+    extra = [e.format(tmp=tmp_path) for e in extra]
+    rc = _cli("step", tmp_path / "g.npy", "-", "--frame", tmp_path / "f.bin", "--residual-out",
+              tmp_path / "r.npy", *extra)
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) <= 2, err
+    assert not (tmp_path / "u.npy").exists()
