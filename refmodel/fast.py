@@ -23,30 +23,25 @@ Everything, NaN included, is checked before a residual is modified.
 from __future__ import annotations
 
 import operator
+from dataclasses import dataclass
 from typing import Sequence
 
 import numba as nb
 import numpy as np
 
-from gradblock.codec.zrle import DEFAULT_LMAX_LOG2, HEADER_WORDS, TRAILER_WORDS, max_frame_words
+from gradblock.codec.zrle import DEFAULT_LMAX_LOG2
 
 from . import step_kernels as K
 from .compress import LayerStep
-from .plan import StepPlan, step_plan
+from .plan import MessagePlan, StepPlan, max_step_words, message_plan, step_plan
 from .quantiser import DEFAULT_RANGE, QuantConfig, QuantResult
 from .selection import BlockLayout
 from .step_schedule import Job, StepInfo, nan_error, thread_count
-from .validation import ShapeError, check_gradient, check_range, check_step
+from .validation import ShapeError, check_gradient, check_range, check_residual, check_step
 
 __all__ = ["compress_layer", "compress_step", "compress_layers", "quantise", "block_norms",
-           "select_blocks", "StepInfo", "max_step_words", "LayerStep", "QuantResult"]
-
-
-def max_step_words(n: int, block_size: int, k_eff: int) -> int:
-    """Most words a step's frame can take when k_eff blocks of block_size are selected:
-    at most s = min(n, k_eff*B) literals, at most s tokens carrying them plus one zero token."""
-    sel = min(n, k_eff * block_size)
-    return min(max_frame_words(n), HEADER_WORDS + 3 * sel + 2 + TRAILER_WORDS)
+           "select_blocks", "StepInfo", "max_step_words", "LayerStep", "QuantResult",
+           "MessagePlan", "message_plan", "compress_message", "MessageInfo"]
 
 
 def block_norms(acc: np.ndarray, layout: BlockLayout) -> np.ndarray:
@@ -200,14 +195,6 @@ def _check_out_words(out_words, offset, plans: list[StepPlan]) -> int:
     return offset
 
 
-def _per_layer(value, count, name):
-    if isinstance(value, (list, tuple)):
-        if len(value) != count:
-            raise ValueError(f"{name} has {len(value)} entries for {count} layers")
-        return list(value)
-    return [value] * count
-
-
 def compress_layers(grads: Sequence[np.ndarray], residuals: Sequence[np.ndarray], *,
                     R: float | QuantConfig = DEFAULT_RANGE, k: int | float = 1,
                     block_size: int | None | Sequence[int | None] = None,
@@ -219,43 +206,122 @@ def compress_layers(grads: Sequence[np.ndarray], residuals: Sequence[np.ndarray]
     `block_size` may be one value or a list with one entry per layer; `layer_ids`
     defaults to 0, 1, 2, ... With n_threads > 1 (default: numba's thread count) the work
     is cut into chunks of about 256K elements, large layers included, and balanced over a
-    thread pool (the kernels release the GIL). Every layer is validated, NaN included,
-    before any residual is modified; a NaN is reported for the first layer (in the order
-    given) that has one."""
+    thread pool (the kernels release the GIL).
+
+    Everything is validated before any residual is modified, in the single-layer order
+    generalised: R; every layer's arrays (dtype, layout); a NaN (the first layer holding
+    one); every layer's residual size, then its parameters (refmodel.plan.message_plan)."""
     grads, residuals = list(grads), list(residuals)
     count = len(grads)
     if len(residuals) != count:
-        raise ValueError(f"{count} gradients but {len(residuals)} residuals")
+        raise ShapeError(f"{count} gradients but {len(residuals)} residuals")
     cfg = check_range(R)
-    ks = _per_layer(k, count, "k")
-    bss = _per_layer(block_size, count, "block_size")
-    ids = list(range(count)) if layer_ids is None else _per_layer(layer_ids, count, "layer_ids")
     threads = nb.get_num_threads() if n_threads is None else thread_count(n_threads, "n_threads")
+    for g, r in zip(grads, residuals):
+        check_residual(r, contiguous=True, writeable=True)
+        check_gradient(g, contiguous=True)
+    bits = [_bits(g) for g in grads]
 
-    layers, offsets, total = [], [], 0
-    for i in range(count):
-        _, gbits, r, plan = _validate_layer(grads[i], residuals[i], cfg, ks[i], bss[i], ids[i],
-                                            lmax_log2, f"layer {i}")
-        layers.append((gbits, r, plan))
-        offsets.append(total)
-        total += max_step_words(plan.layout.n, plan.layout.block_size, plan.k_eff)
-    scratch = np.empty(total, dtype=np.uint32)      # pages never written cost nothing
+    def first_nan():
+        for i, b in enumerate(bits):
+            nan = nan_error(b, f"layer {i}")
+            if nan is not None:
+                return nan
+        return None
 
+    try:
+        for i, (g, r) in enumerate(zip(grads, residuals)):
+            if r.size != g.size:
+                raise ShapeError(f"layer {i}: residual has {r.size} elements, gradient {g.size}")
+        plan = message_plan([g.shape for g in grads], k, block_size, layer_ids, lmax_log2)
+    except (ValueError, TypeError):
+        nan = first_nan()
+        if nan is not None:
+            raise nan from None
+        raise
+    layers = [(b, r.reshape(-1), p) for b, r, p in zip(bits, residuals, plan.layers)]
+    offsets = [int(o) for o in plan.word_offsets[:-1]]
+    scratch = np.empty(plan.max_words, dtype=np.uint32)   # pages never written cost nothing
     if threads > 1 and count:
         infos = Job(cfg, layers, scratch, offsets).run(threads, where_of=lambda i: f"layer {i}")
     else:
-        for i, (gbits, _, _) in enumerate(layers):
-            nan = nan_error(gbits, f"layer {i}")
-            if nan is not None:
-                raise nan
+        nan = first_nan()
+        if nan is not None:
+            raise nan
         infos = []
-        for (gbits, r, plan), off in zip(layers, offsets):
-            lay = plan.layout
-            n_words, satq, satfb = K.step_kernel(gbits, r, lay.block_size, lay.n_blocks,
-                                                plan.k_eff, cfg.M, cfg.k, cfg.range_bits,
-                                                scratch, off, plan.layer_id, plan.lmax_log2)
-            infos.append(StepInfo(int(n_words), plan.k_eff, lay.n_blocks, lay.block_size,
+        for (gbits, r, p), off in zip(layers, offsets):
+            lay = p.layout
+            n_words, satq, satfb = K.step_kernel(gbits, r, lay.block_size, lay.n_blocks, p.k_eff,
+                                                 cfg.M, cfg.k, cfg.range_bits, scratch, off,
+                                                 p.layer_id, p.lmax_log2)
+            infos.append(StepInfo(int(n_words), p.k_eff, lay.n_blocks, lay.block_size,
                                   int(satq), int(satfb)))
-    pieces = [scratch[o:o + info.n_words] for o, info in zip(offsets, infos)]
-    message = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint32)
+    n_words = np.array([i.n_words for i in infos], dtype=np.int64)
+    message = np.empty(int(n_words.sum()), dtype=np.uint32)
+    K.compact_frames(scratch, plan.word_offsets[:-1], n_words, message)
     return message, infos
+
+
+@dataclass(frozen=True)
+class MessageInfo:
+    """What compress_message reports per layer (int64 arrays, in the plan's layer order)."""
+    plan: MessagePlan
+    n_words: np.ndarray
+    sat_quant: np.ndarray
+    sat_feedback: np.ndarray
+
+    def step_infos(self) -> list[StepInfo]:
+        return [StepInfo(int(self.n_words[i]), p.k_eff, p.layout.n_blocks, p.layout.block_size,
+                         int(self.sat_quant[i]), int(self.sat_feedback[i]))
+                for i, p in enumerate(self.plan.layers)]
+
+
+def compress_message(grad: np.ndarray, residual: np.ndarray, plan: MessagePlan,
+                     R: float | QuantConfig = DEFAULT_RANGE, out: np.ndarray | None = None, *,
+                     n_threads: int = 1) -> tuple[np.ndarray, MessageInfo]:
+    """The compress step of every layer of a message kept in one flat buffer (a DDP bucket),
+    in ONE jitted call: no per-layer Python. Same frames and residuals as compress_layers.
+
+    grad: float32 1-D C-contiguous, plan.n elements (layer i at plan.elem_offsets[i:i+2]).
+    residual: int32 1-D C-contiguous writeable, plan.n elements; updated in place.
+    out: optional uint32 1-D buffer of at least plan.max_words words (allocated if None).
+    Returns (message, info): the message is a view out[:total], frames back to back.
+    n_threads > 1 runs the layers on the thread pool of compress_layers (large layers split).
+    NaN anywhere raises NonFiniteError naming the first layer, with nothing modified."""
+    if not isinstance(plan, MessagePlan):
+        raise TypeError(f"plan must be a MessagePlan (see message_plan), got {type(plan).__name__}")
+    cfg = check_range(R)
+    residual = check_residual(residual, contiguous=True, writeable=True)
+    grad = check_gradient(grad, contiguous=True)
+    for name, a in (("residual", residual), ("grad", grad)):
+        if a.ndim != 1 or a.size != plan.n:
+            raise ShapeError(f"{name} must be 1-D with the plan's {plan.n} elements, got shape "
+                             f"{a.shape}")
+    if out is None:
+        out = np.empty(plan.max_words, dtype=np.uint32)
+    else:
+        _check_out_words(out, 0, list(plan.layers))
+    threads = thread_count(n_threads, "n_threads")
+    gbits = grad.view(np.uint32)
+    count = plan.count
+    n_words = np.zeros(count, dtype=np.int64)
+    satq = np.zeros(count, dtype=np.int64)
+    satfb = np.zeros(count, dtype=np.int64)
+    if threads > 1 and count:
+        eo = plan.elem_offsets
+        layers = [(gbits[eo[i]:eo[i + 1]], residual[eo[i]:eo[i + 1]], p)
+                  for i, p in enumerate(plan.layers)]
+        scratch = np.empty(plan.max_words, dtype=np.uint32)
+        infos = Job(cfg, layers, scratch, [int(o) for o in plan.word_offsets[:-1]]).run(
+            threads, where_of=lambda i: f"layer {i}")
+        for i, info in enumerate(infos):
+            n_words[i], satq[i], satfb[i] = info.n_words, info.sat_quant, info.sat_feedback
+        total = K.compact_frames(scratch, plan.word_offsets[:-1], n_words, out)
+    else:
+        bad, total = K.message_kernel(gbits, residual, plan.elem_offsets, plan.block_size,
+                                      plan.n_blocks, plan.k_eff, plan.layer_id, plan.lmax_log2,
+                                      cfg.M, cfg.k, cfg.range_bits, out, 0, n_words, satq, satfb)
+        if total < 0:
+            lo, hi = plan.elem_offsets[bad], plan.elem_offsets[bad + 1]
+            raise nan_error(gbits[lo:hi], f"layer {bad}")
+    return out[:int(total)], MessageInfo(plan, n_words, satq, satfb)

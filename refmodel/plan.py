@@ -10,10 +10,12 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from gradblock.codec.zrle import DEFAULT_LMAX_LOG2
+import numpy as np
+
+from gradblock.codec.zrle import DEFAULT_LMAX_LOG2, HEADER_WORDS, TRAILER_WORDS, max_frame_words
 
 from .selection import BlockLayout, block_layout, resolve_k
-from .validation import check_layer_id, check_layer_size, check_lmax_log2
+from .validation import ParameterError, check_layer_id, check_layer_size, check_lmax_log2
 
 
 @dataclass(frozen=True)
@@ -47,3 +49,91 @@ def step_plan(shape, k=1, block_size=None, layer_id=0, lmax_log2=DEFAULT_LMAX_LO
         if "unhashable" not in str(unhashable):
             raise
         return _make_plan(shape, k, block_size, layer_id, lmax_log2)
+
+
+def max_step_words(n: int, block_size: int, k_eff: int) -> int:
+    """Most words a step's frame can take when k_eff blocks of block_size are selected:
+    at most s = min(n, k_eff*B) literals, at most s tokens carrying them plus one zero token."""
+    sel = min(n, k_eff * block_size)
+    return min(max_frame_words(n), HEADER_WORDS + 3 * sel + 2 + TRAILER_WORDS)
+
+
+def _frozen(values, dtype=np.int64) -> np.ndarray:
+    a = np.array(values, dtype=dtype)
+    a.flags.writeable = False
+    return a
+
+
+@dataclass(frozen=True, eq=False)
+class MessagePlan:
+    """The layout of a whole message: every layer's plan, and the same as flat arrays for
+    the one-call kernel. Layer i holds elements [elem_offsets[i], elem_offsets[i + 1]) of
+    the flat gradient; its frame may take word_offsets[i + 1] - word_offsets[i] words."""
+    shapes: tuple
+    layers: tuple                # StepPlan per layer
+    elem_offsets: np.ndarray     # int64, count + 1
+    word_offsets: np.ndarray     # int64, count + 1 (max_step_words, cumulative)
+    block_size: np.ndarray       # int64 per layer
+    n_blocks: np.ndarray
+    k_eff: np.ndarray
+    layer_id: np.ndarray
+    lmax_log2: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return len(self.layers)
+
+    @property
+    def n(self) -> int:
+        """Elements in the message (all layers)."""
+        return int(self.elem_offsets[-1])
+
+    @property
+    def max_words(self) -> int:
+        """Words the message can take at most (size the output buffer with this)."""
+        return int(self.word_offsets[-1])
+
+
+def _per_layer(value, count: int, name: str) -> list:
+    if isinstance(value, (list, tuple)):
+        if len(value) != count:
+            raise ParameterError(f"{name} has {len(value)} entries for {count} layers")
+        return list(value)
+    return [value] * count
+
+
+def _make_message_plan(shapes, k, block_size, layer_ids, lmax_log2) -> MessagePlan:
+    count = len(shapes)
+    ks = _per_layer(k, count, "k")
+    bss = _per_layer(block_size, count, "block_size")
+    ids = list(range(count)) if layer_ids is None else _per_layer(layer_ids, count, "layer_ids")
+    plans = tuple(step_plan(s, ks[i], bss[i], ids[i], lmax_log2) for i, s in enumerate(shapes))
+    sizes = [p.layout.n for p in plans]
+    words = [max_step_words(p.layout.n, p.layout.block_size, p.k_eff) for p in plans]
+    return MessagePlan(
+        shapes=tuple(shapes), layers=plans,
+        elem_offsets=_frozen(np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])),
+        word_offsets=_frozen(np.concatenate([[0], np.cumsum(words, dtype=np.int64)])),
+        block_size=_frozen([p.layout.block_size for p in plans]),
+        n_blocks=_frozen([p.layout.n_blocks for p in plans]),
+        k_eff=_frozen([p.k_eff for p in plans]),
+        layer_id=_frozen([p.layer_id for p in plans]),
+        lmax_log2=_frozen([p.lmax_log2 for p in plans]))
+
+
+_cached_message_plan = functools.lru_cache(maxsize=64, typed=True)(_make_message_plan)
+
+
+def message_plan(shapes, k=1, block_size=None, layer_ids=None,
+                 lmax_log2=DEFAULT_LMAX_LOG2) -> MessagePlan:
+    """The validated, cached plan of a message of layers with these shapes (in order).
+    `k`, `block_size` and `layer_ids` may be one value or one entry per layer; layer ids
+    default to 0, 1, 2, ..."""
+    shapes = tuple(tuple(int(d) for d in s) for s in shapes)
+    args = tuple(tuple(a) if isinstance(a, list) else a for a in (k, block_size, layer_ids))
+    try:
+        return _cached_message_plan(shapes, *args, lmax_log2)
+    except TypeError as unhashable:
+        if "unhashable" not in str(unhashable):
+            raise
+        return _make_message_plan(shapes, k, block_size, layer_ids, lmax_log2)

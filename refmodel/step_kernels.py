@@ -296,3 +296,42 @@ def step_tail(r, B, norms, k_eff, out, base, layer_id, rbits, lmax_log2):
     return pass2_inplace(r, B, mask, out, base, layer_id, rbits, lmax_log2)
 
 
+
+
+@nb.njit(nogil=True, cache=True)
+def message_kernel(gbits, r, g_off, block, n_blocks, k_eff, layer_id, lmax_log2, M, k, rbits,
+                   out, base, n_words, satq, satfb):
+    """Every layer of a message in one call: layer i is gbits/r[g_off[i]:g_off[i + 1]].
+
+    First the NaN scan of the whole message (nothing modified yet): returns (i, -1) for the
+    first layer i holding a NaN. Otherwise each layer's step, its frame written right after
+    the previous one from out[base] on (out needs sum of max_step_words from base), and
+    returns (n_layers, total words); n_words/satq/satfb filled per layer."""
+    count = g_off.size - 1
+    for i in range(count):
+        if nan_count(gbits[g_off[i]:g_off[i + 1]]):
+            return i, np.int64(-1)
+    at = base
+    for i in range(count):
+        lo = g_off[i]
+        hi = g_off[i + 1]
+        nw, sq, sf = step_kernel(gbits[lo:hi], r[lo:hi], block[i], n_blocks[i], k_eff[i], M, k,
+                                 rbits, out, at, layer_id[i], lmax_log2[i])
+        n_words[i] = nw
+        satq[i] = sq
+        satfb[i] = sf
+        at += nw
+    return count, at - base
+
+
+@nb.njit(nogil=True, cache=True)
+def compact_frames(out, offsets, n_words, dst):
+    """dst <- the frames out[offsets[i]:offsets[i] + n_words[i]] back to back; returns the length."""
+    at = 0
+    for i in range(offsets.size):
+        src = out[offsets[i]:offsets[i] + n_words[i]]
+        d = dst[at:at + n_words[i]]
+        for j in range(src.size):
+            d[j] = src[j]
+        at += n_words[i]
+    return at

@@ -357,3 +357,73 @@ def test_small_cnn_gradients_on_digits():
         assert all(np.array_equal(f.values, s.payload.reshape(-1)) for f, s in zip(frames, refs))
         opt.step()
     assert saturated > 0            # R = 0.05 is small enough that the clamps are exercised
+
+
+# ------------------------------------------------------------ one jitted call per message
+
+MESSAGE_SHAPES = [(16, 3, 3, 3), (16,), (32, 16, 3, 3), (10, 32), (10,), (0, 4), (1,), (7, 5)]
+
+
+def _message_case(rng, shapes=MESSAGE_SHAPES):
+    grads = [(rng.standard_normal(s) * 0.3).astype(np.float32) for s in shapes]
+    res = [rng.integers(-2**31 + 1, 2**31 - 1, s).astype(np.int32) for s in shapes]
+    return grads, res
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("k", [1, 0.1, 3])
+def test_compress_message_matches_the_reference(rng, threads, k):
+    grads, res = _message_case(rng)
+    ref = [compress.compress_layer(g, r, k=k, layer_id=i) for i, (g, r) in enumerate(zip(grads, res))]
+    plan = fast.message_plan([g.shape for g in grads], k=k)
+    assert plan is fast.message_plan([g.shape for g in grads], k=k)        # cached
+    flat_g = np.concatenate([g.ravel() for g in grads])
+    flat_r = np.concatenate([r.ravel() for r in res])
+    message, info = fast.compress_message(flat_g, flat_r, plan, n_threads=threads)
+    assert np.array_equal(message, np.concatenate([s.frame for s in ref]))
+    assert np.array_equal(flat_r, np.concatenate([s.residual_out.ravel() for s in ref]))
+    assert list(info.sat_quant) == [s.sat_quant for s in ref]
+    assert list(info.sat_feedback) == [s.sat_feedback for s in ref]
+    assert [i.k_eff for i in info.step_infos()] == [s.k_eff for s in ref]
+    frames = zrle_numba.decode_message(message, [g.size for g in grads])
+    assert all(np.array_equal(f.values, s.payload.ravel()) for f, s in zip(frames, ref))
+
+
+def test_compress_message_nan_and_bad_arguments_touch_nothing(rng):
+    grads, res = _message_case(rng)
+    plan = fast.message_plan([g.shape for g in grads], k=2)
+    flat_g = np.concatenate([g.ravel() for g in grads])
+    flat_r = np.concatenate([r.ravel() for r in res])
+    keep = flat_r.copy()
+    at = int(plan.elem_offsets[3]) + 5
+    flat_g[at] = np.nan
+    for threads in (1, 2):
+        with pytest.raises(NonFiniteError, match="layer 3") as e:
+            fast.compress_message(flat_g, flat_r, plan, n_threads=threads)
+        assert e.value.first_index == 5 and np.array_equal(flat_r, keep)
+    flat_g[at] = 0
+    with pytest.raises(V.ShapeError, match="plan"):
+        fast.compress_message(flat_g[:-1], flat_r[:-1], plan)
+    with pytest.raises(TypeError):
+        fast.compress_message(flat_g, flat_r.astype(np.int64), plan)
+    with pytest.raises(TypeError, match="MessagePlan"):
+        fast.compress_message(flat_g, flat_r, [g.shape for g in grads])
+    with pytest.raises(V.ShapeError, match="max_step_words"):
+        fast.compress_message(flat_g, flat_r, plan, out=np.empty(plan.max_words - 1, np.uint32))
+    with pytest.raises(V.KError):
+        fast.message_plan([(4, 4), (3,)], k=[1, 0])
+    with pytest.raises(V.ParameterError, match="entries"):
+        fast.message_plan([(4, 4), (3,)], block_size=[2])
+    with pytest.raises(V.BlockSizeError):
+        fast.message_plan([(4, 4), (3,)], block_size=[2, 2**63])
+    assert np.array_equal(flat_r, keep)
+
+
+def test_compress_message_empty_and_layer_ids(rng):
+    plan = fast.message_plan([])
+    msg, info = fast.compress_message(np.zeros(0, np.float32), np.zeros(0, np.int32), plan)
+    assert msg.size == 0 and info.n_words.size == 0
+    g = rng.standard_normal(12).astype(np.float32)
+    plan = fast.message_plan([(3, 4)], layer_ids=[77], k=1)
+    msg, _ = fast.compress_message(g, np.zeros(12, np.int32), plan)
+    assert np.array_equal(msg, compress.compress_layer(g.reshape(3, 4), layer_id=77).frame)
