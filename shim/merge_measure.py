@@ -16,7 +16,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -142,6 +142,79 @@ def measure(model_name: str, batch: int, repeats: int, comm_workers: int) -> tup
     return times, {"comm_points": points, "batch": batch, "comm_workers": comm_workers}
 
 
+# ------------------------------------------------------------- executing a plan for real
+
+def _bound_words(shape) -> int:
+    from gradblock.refmodel import fast
+    n = int(np.prod(shape))
+    return fast.max_step_words(n, n // shape[0] if len(shape) > 1 else 1, 1)
+
+
+def _execute_worker(rank: int, world: int, init_file: str, model_name: str, batch: int, repeats: int,
+                    plans: dict, out: str) -> None:
+    """One rank: every plan's groups are compressed (one numba call per group) and all-gathered
+    (one collective per group, async on gloo's thread) as soon as the group's last gradient is
+    ready, overlapping the rest of backward, as the model assumes."""
+    from gradblock.refmodel import fast
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        torch.set_num_threads(1)
+        shape = IN_SHAPES[model_name]
+        model = build_model(model_name, 10, shape, seed=0)
+        params = dict(model.named_parameters())
+        gen = torch.Generator().manual_seed(rank)
+        x, y = torch.randn((batch, *shape), generator=gen), torch.randint(0, 10, (batch,), generator=gen)
+        residual = {n: np.zeros(p.numel(), np.int32) for n, p in params.items()}
+        result = {}
+        for name, groups in plans.items():
+            last = {g[-1]: g for g in groups}
+            bound = {g[-1]: sum(_bound_words(tuple(params[n].shape)) for n in g) for g in groups}
+            pending = []
+
+            def on_ready(_p, n):
+                g = last.get(n)
+                if g is None:
+                    return
+                msg, _ = fast.compress_layers([params[m].grad.numpy() for m in g], [residual[m] for m in g],
+                                              R=10.0, k=1, n_threads=1)
+                buf = torch.zeros(bound[n], dtype=torch.int32)
+                buf[:msg.size] = torch.from_numpy(msg.view(np.int32))
+                outs = [torch.empty_like(buf) for _ in range(world)]
+                pending.append(dist.all_gather(outs, buf, async_op=True))
+
+            handles = [p.register_post_accumulate_grad_hook(lambda p, n=n: on_ready(p, n))
+                       for n, p in params.items()]
+            samples = []
+            try:
+                for i in range(repeats + 1):
+                    dist.barrier()
+                    model.zero_grad(set_to_none=True)
+                    pending.clear()
+                    t0 = time.perf_counter()
+                    torch.nn.functional.cross_entropy(model(x), y).backward()
+                    for h in pending:
+                        h.wait()
+                    if i:
+                        samples.append((time.perf_counter() - t0) * 1e3)
+            finally:
+                for h in handles:
+                    h.remove()
+            result[name] = statistics.median(samples)
+        if rank == 0:
+            Path(out).write_text(json.dumps(result))
+    finally:
+        dist.destroy_process_group()
+
+
+def execute_plans(model_name: str, plans: dict, batch: int, repeats: int, world: int) -> dict:
+    """Measured iteration time (ms, median) of each plan over a gloo group of `world` ranks."""
+    with tempfile.TemporaryDirectory(prefix="gradblock-merge-") as tmp:
+        out = os.path.join(tmp, "measured.json")
+        mp.start_processes(_execute_worker, args=(world, os.path.join(tmp, "init"), model_name, batch, repeats,
+                                                  plans, out), nprocs=world, join=True, start_method="spawn")
+        return json.loads(Path(out).read_text())
+
+
 def load_times(path: str) -> LayerTimes:
     try:
         raw = json.loads(Path(path).read_text())
@@ -170,6 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--comm-workers", type=int, default=2)
+    p.add_argument("--execute", action="store_true",
+                   help="also run each plan for real over gloo and report its measured iteration time")
     p.add_argument("--json", dest="json_out")
     return p
 
@@ -183,11 +258,23 @@ def merge_plan_main(argv: list[str]) -> int:
             times, extra = load_times(args.times), {"source": args.times}
         else:
             times, extra = measure(args.model, args.batch, args.repeats, args.comm_workers)
+        if args.execute:
+            if args.times:
+                raise ValueError("--execute measures this machine: it cannot be combined with --times")
+            # the executor sends each group's worst-case frame size in one collective: model that
+            shape = {n: tuple(p.shape) for n, p in build_model(args.model, 10, IN_SHAPES[args.model]).named_parameters()}
+            times = replace(times, wire_bytes=tuple(4 * _bound_words(shape[n]) for n in times.names))
         report = plan_report(times) | {"measurement": extra}
+        if args.execute:
+            report["measured_ms"] = execute_plans(args.model, report["plans"], args.batch, args.repeats,
+                                                  args.comm_workers)
     except ValueError as err:
         print(f"gradblock merge-plan: {type(err).__name__}: {err}", file=sys.stderr)
         return 2
     it = report["iteration_ms"]
+    if "measured_ms" in report:
+        m = report["measured_ms"]
+        print("measured iteration: " + ", ".join(f"{k} {v:.3f} ms" for k, v in m.items()))
     print(f"{len(times.sizes)} layers; modelled iteration: none {it['none']:.3f} ms, "
           f"dlgs_greedy {it['dlgs_greedy']:.3f} ms, exact {it['exact']:.3f} ms "
           f"({len(report['groups'])} groups)")

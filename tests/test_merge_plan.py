@@ -84,3 +84,24 @@ def test_measured_plan_for_lenet5(tmp_path):
     assert merge_plan_main(["--model", "lenet5", "--repeats", "2", "--json", str(out)]) == 0
     rep = json.loads(out.read_text())
     assert len(rep["inputs"]["names"]) == 10 and rep["iteration_ms"]["exact"] > 0
+
+
+@pytest.mark.slow
+def test_plans_execute_over_gloo(tmp_path):
+    """Each plan runs for real (grouped compress + one all_gather per group, overlapping backward)."""
+    from gradblock.shim.merge_measure import merge_plan_main
+    out = tmp_path / "plan.json"
+    assert merge_plan_main(["--model", "lenet5", "--repeats", "1", "--execute", "--json", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    assert set(rep["measured_ms"]) == {"none", "dlgs_greedy", "exact"}
+    assert all(v > 0 for v in rep["measured_ms"].values())
+
+
+def test_execute_refuses_a_times_file(tmp_path, capsys):
+    from gradblock.shim.merge_measure import merge_plan_main
+    src = tmp_path / "t.json"
+    src.write_text(json.dumps({"names": ["a"], "sizes": [1], "backward_ms": [1.0], "forward_ms": 1.0,
+                               "sparsify_a_ms": 0.0, "sparsify_b_ms": 0.0, "comm_alpha_ms": 0.0,
+                               "comm_beta_ms": 0.0, "wire_bytes": [4]}))
+    assert merge_plan_main(["--times", str(src), "--execute"]) == 2
+    assert "--execute" in capsys.readouterr().err
