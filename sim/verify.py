@@ -70,6 +70,10 @@ REGISTRY: dict[str, RtlModule] = {m.name: m for m in [
     RtlModule("compress_top", "compress_top", "gradblock.sim.tb_compress_top", "golden_cases",
               "top", ("grad_bits", "residual_in", "frame", "residual_out"),
               parameters={"N_MAX": 65536, "K_MAX": 32, "LMAX_LOG2_MAX": 8}),
+    # residual in an AxiRam; K_MAX 128 holds every golden case's k_eff (docs/hw.md, engines)
+    RtlModule("compress_engine", "compress_engine", "gradblock.sim.tb_compress_engine",
+              "golden_cases", "top", ("grad_bits", "residual_in", "frame", "residual_out"),
+              parameters={"ADDR_W": 32, "K_MAX": 128, "LMAX_LOG2_MAX": 8}),
 ]}
 
 _SEVERITY = {"pass": 0, "skip": 1, "fail": 2, "error": 3}
@@ -130,8 +134,14 @@ def format_table(rows: list[Row]) -> str:
 
 
 def make_quick_golden(out: Path) -> None:
-    from gradblock.golden_compute import generate_golden
-    generate_golden(out, quick=True)
+    """`gradblock golden OUT --quick` in a child process: generating needs the CLI package
+    (real gradients, backend choice), which sim/ may not import."""
+    import subprocess
+    proc = subprocess.run([sys.executable, "-m", "gradblock.cli", "golden", str(out), "--quick",
+                           "--no-check"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        raise RuntimeError(f"gradblock golden --quick exited {proc.returncode}: {last}")
 
 
 def verify_main(argv: list[str]) -> int:
