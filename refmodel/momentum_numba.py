@@ -15,7 +15,8 @@ from gradblock.codec.zrle import DEFAULT_LMAX_LOG2
 from gradblock.codec.zrle_numba import encode_frame
 
 from . import fast
-from .momentum import M_FRAC_BITS, ROUND_BIAS, MomentumConfig, MomentumStep, check_inputs, plan_layer
+from .momentum import (M_FRAC_BITS, ROUND_BIAS, MomentumConfig, MomentumStep, check_inputs,
+                       plan_layer)
 from .quantiser import DEFAULT_RANGE, QMAX, QuantConfig
 
 __all__ = ["velocity_feedback_kernel", "split_kernel", "momentum_layer"]

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gradblock.refmodel import momentum as ref
 from gradblock.refmodel.compress import compress_layer
-from gradblock.refmodel.quantiser import QMAX, NonFiniteError, QuantConfig, quantise
+from gradblock.refmodel.quantiser import QMAX, NonFiniteError, QuantConfig
 from gradblock.refmodel.validation import ShapeError
 
 numba_path = pytest.importorskip("gradblock.refmodel.momentum_numba",
