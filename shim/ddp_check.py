@@ -1,6 +1,6 @@
 """Self-check of the DDP hook on a real process group (a torchrun entry module).
 
-    torchrun --nproc-per-node 2 -m shim.ddp_check --out DIR [--device cuda]
+    torchrun --nproc-per-node 2 -m gradblock.shim.ddp_check --out DIR [--device cuda]
 
 For every compressor, a few steps of a small conv net with BatchNorm are trained through
 DistributedDataParallel with the gradblock hook, with tiny buckets so every step spans
@@ -132,17 +132,17 @@ def check_corruption(bad_rank: int, rank: int, world: int, device, data) -> dict
 
     # every layer framed (no dense layers), so the message ends with a frame's CRC
     coarse = build_compressor("coarse", layers_of(model), world, k=2)
-    register(ddp, coarse, outgoing_filter=flip_last_crc)
+    hook = register(ddp, coarse, outgoing_filter=flip_last_crc)
     x, y = data[0][rank]
     try:
-        F.cross_entropy(ddp(x), y).backward()
+        hook.backward(F.cross_entropy(ddp(x), y))      # re-raises the decode error's own class
     except Exception as e:  # noqa: BLE001 - reported, the check decides
         return {"raised": type(e).__name__, "message": str(e)}
     return {"raised": None, "message": ""}
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m shim.ddp_check", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m gradblock.shim.ddp_check", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="directory for rank{r}.json")
     p.add_argument("--device", default="cpu", help="cpu (gloo) or cuda (NCCL)")
     p.add_argument("--compressors", nargs="+", default=list(COMPRESSORS), choices=COMPRESSORS)
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="also check that a corrupted frame from this rank is reported")
     args = p.parse_args(argv)
     if "RANK" not in os.environ:
-        print("shim.ddp_check must be started by torchrun", file=sys.stderr)
+        print("gradblock.shim.ddp_check must be started by torchrun", file=sys.stderr)
         return 2
     torch.set_num_threads(1)
     local = int(os.environ.get("LOCAL_RANK", "0"))

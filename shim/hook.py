@@ -26,8 +26,8 @@ and DDP's backward goes on computing the next buckets' gradients while the messa
 * `state_dict()` / `load_state_dict()` (PowerSGD's pattern) save and restore this rank's
   compressor state; the process group and the parameter map are rebuilt, not saved.
 """
-from __future__ import annotations
 
+# no `from __future__ import annotations`: DDP inspects the hook's real annotations
 import threading
 import time
 from typing import Callable

@@ -77,12 +77,141 @@ def test_corrupt_peer_frame_raises_on_every_rank_naming_rank_and_layer(selfcheck
     assert proc.returncode == 0, proc.stderr
 
 
-def test_ddp_flag_outside_torchrun_is_a_clear_error(monkeypatch):
+def test_ddp_flag_outside_torchrun_is_a_clear_error(monkeypatch, capsys):
     from gradblock.shim.train import train_main
     for var in ("RANK", "WORLD_SIZE"):
         monkeypatch.delenv(var, raising=False)
-    with pytest.raises(SystemExit, match="--ddp needs torchrun"):
-        train_main(["--ddp", "--data", "digits", "--no-progress"])
+    assert train_main(["--ddp", "--data", "digits", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gradblock train: ConfigError: --ddp needs torchrun")
+    assert len(err.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------------------------ in one process
+# A one-rank gloo group in the test process: the hook's future chain, its error path,
+# timing and state_dict, without starting torchrun.
+
+@pytest.fixture
+def one_rank_group(tmp_path):
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialised in this process")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def _hooked(name="coarse", seed=0, **kw):
+    from gradblock.shim.compressors import build_compressor, layers_of
+    from gradblock.shim.ddp_check import make_model
+    from gradblock.shim.hook import register
+    model = make_model("cpu")
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.001)
+    state = register(ddp, build_compressor(name, layers_of(model), 1, k=2), **kw)
+    return model, ddp, state
+
+
+def _batch(seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(8, 1, 8, 8, generator=g), torch.randint(0, 10, (8,), generator=g)
+
+
+def _train(model, ddp, state, seeds):
+    import torch.nn.functional as F
+    from gradblock.shim.optim import GlobalMomentumSGD
+    opt = GlobalMomentumSGD(model.parameters(), lr=0.1, momentum=0.9)
+    grads = []
+    for s in seeds:
+        x, y = _batch(s)
+        opt.zero_grad(set_to_none=True)
+        state.reset_step()
+        state.backward(F.cross_entropy(ddp(x), y))
+        grads.append([p.grad.clone() for p in model.parameters()])
+        opt.step()
+    return grads
+
+
+def test_hook_returns_a_future_that_decodes(one_rank_group):
+    """The hook hands DDP a Future chained on the all_gather, whose value is the bucket's
+    averaged gradient; training through it gives the bits of the registered hook."""
+    from gradblock.shim.compressors import build_compressor, layers_of
+    from gradblock.shim.ddp_check import make_model
+    from gradblock.shim.hook import GradblockHookState, gradblock_hook
+    model, ddp, state = _hooked()
+    _train(model, ddp, state, [1, 2])          # step 2 runs on DDP's rebuilt (tiny) buckets
+    spied = make_model("cpu")
+    spied_ddp = torch.nn.parallel.DistributedDataParallel(spied, bucket_cap_mb=0.001)
+    spied_state = GradblockHookState(build_compressor("coarse", layers_of(spied), 1, k=2),
+                                     spied_ddp, spied_ddp.process_group)
+    futures = []
+
+    def spy(st, bucket):
+        fut = gradblock_hook(st, bucket)
+        futures.append((fut, bucket.buffer()))
+        return fut
+
+    # DDP checks real annotations (this module's are strings: __future__ annotations)
+    spy.__annotations__ = dict(gradblock_hook.__annotations__)
+
+    spied_ddp.register_comm_hook(spied_state, spy)
+    _train(spied, spied_ddp, spied_state, [1, 2])
+    assert len(futures) > 2                               # tiny buckets: several per step
+    for fut, buffer in futures:
+        assert callable(getattr(fut, "then", None)) and fut.done()     # a torch future
+        assert fut.value() is buffer or torch.equal(fut.value(), buffer)
+    for a, b in zip(model.parameters(), spied.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_hook_times_itself_only_when_asked(one_rank_group):
+    model, ddp, state = _hooked()
+    _train(model, ddp, state, [1])
+    assert state.times.compress_s >= 0 and state.times.exchange_s == 0.0
+    model, ddp, state = _hooked(timed=True)
+    _train(model, ddp, state, [1])
+    assert state.times.exchange_s > 0.0
+    assert state.stats.bytes_sent > 0 and state.padded_bytes >= state.stats.bytes_sent
+
+
+def test_hook_state_dict_resumes_bit_identically(one_rank_group):
+    """PowerSGD's pattern: state_dict() after two steps, load_state_dict() into a fresh hook on
+    a copy of the model; the next step's gradients are the same bits as the original's."""
+    from gradblock.shim.state import CheckpointError
+    model, ddp, state = _hooked()
+    _train(model, ddp, state, [1, 2])
+    saved = state.state_dict()
+    assert saved["workers"][0]["steps"] and saved["config"] == state.compressor.config()
+    model2, ddp2, state2 = _hooked()
+    model2.load_state_dict(model.state_dict())
+    state2.load_state_dict(saved)
+    a = _train(model, ddp, state, [3])
+    b = _train(model2, ddp2, state2, [3])
+    for ga, gb in zip(a[0], b[0]):
+        assert torch.equal(ga, gb)
+    fresh_model, fresh_ddp, fresh = _hooked()
+    fresh_model.load_state_dict(model.state_dict())
+    c = _train(fresh_model, fresh_ddp, fresh, [3])          # without the residuals: differs
+    assert any(not torch.equal(ga, gc) for ga, gc in zip(a[0], c[0]))
+    _, _, other = _hooked("topk")
+    with pytest.raises(CheckpointError, match="differs"):
+        other.load_state_dict(saved)
+    broken = {**saved, "workers": {0: {"layers": {}, "steps": saved["workers"][0]["steps"]}}}
+    with pytest.raises(CheckpointError, match="no state for layer"):
+        state2.load_state_dict(broken)
+
+
+def test_decode_error_in_the_callback_keeps_its_class(one_rank_group):
+    """DDP reports a callback's exception as RuntimeError; backward() re-raises the original."""
+    from gradblock.codec import errors as E
+
+    def flip_last_crc(message, layers, sender):
+        out = message.clone()
+        out[-1] ^= 1
+        return out
+
+    model, ddp, state = _hooked(outgoing_filter=flip_last_crc)
+    with pytest.raises(E.CrcMismatchError, match="peer rank 0, layer"):
+        _train(model, ddp, state, [1])
 
 
 @pytest.mark.slow
