@@ -14,6 +14,9 @@ Public API (mirrors `codec.zrle`):
 * `decode_add(words, acc, expected_n=None, start=0) -> Frame` adds the values into an int64
   accumulator, touching only the literals (the exchange's decode-and-sum)
 * `decode_message(words, expected_sizes=None) -> list[Frame]`
+* `encode_message_into(payload, offsets, out, layer_ids, R, lmax_log2)` and
+  `decode_message_into(words, out, offsets)`: a whole message (layer i at
+  payload[offsets[i]:offsets[i+1]] of one flat buffer) in one jitted call, no per-layer Python
 * `check_frames(words, starts, ends, expected_n=None) -> (codes, word)`: validate many
   frames in one jitted loop (fuzzing, batch checks); 0 or the spec §3.5 code per frame.
 
@@ -40,7 +43,8 @@ from .zrle import (DEFAULT_LMAX_LOG2, HEADER_WORDS, LMAX_LOG2_MAX, LMAX_LOG2_MIN
                    TRAILER_WORDS, VERSION, Frame, check_lmax_log2, max_frame_words, range_bits)
 
 __all__ = ["encode_frame", "encode_into", "decode_frame", "decode_into", "decode_add",
-           "decode_message", "check_frames", "max_frame_words"]
+           "decode_message", "check_frames", "max_frame_words", "encode_message_into",
+           "decode_message_into", "message_words", "as_words"]
 
 OK = 0
 NEED_BUFFER = -1           # kernel status: header valid but the output buffer is shorter than n
@@ -515,3 +519,111 @@ def check_frames(words, starts, ends, expected_n=None, scratch_elems: int = 1 <<
     scratch = np.empty(int(scratch_elems), dtype=np.int32)
     _check_frames_kernel(w, starts, ends, exp, scratch, codes, word)
     return codes, word
+
+
+# ---------------------------------------------------------------------------------------------
+# A whole message (one frame per layer, layers back to back in one flat buffer) in one call
+# ---------------------------------------------------------------------------------------------
+
+def _layer_offsets(offsets, total: int) -> np.ndarray:
+    """Element offsets of the layers: int64, 1-D, from 0 to `total`, never decreasing."""
+    off = np.asarray(offsets)
+    if off.ndim != 1 or off.size < 1 or not np.issubdtype(off.dtype, np.integer):
+        raise ValueError("offsets must be a 1-D integer array: 0, end of layer 0, ..., total")
+    off = np.ascontiguousarray(off, dtype=np.int64)
+    if off[0] != 0 or off[-1] != total or (off.size > 1 and (np.diff(off) < 0).any()):
+        raise ValueError(f"offsets must rise from 0 to {total} (the payload's size)")
+    if off.size > 1 and int(np.diff(off).max()) >= 2**32:
+        raise ValueError("a layer does not fit the 32-bit n field")
+    return off
+
+
+def message_words(offsets) -> int:
+    """Words an encoded message of these layers can take at most."""
+    sizes = np.diff(np.asarray(offsets, dtype=np.int64))
+    return int(sizes.size * (HEADER_WORDS + TRAILER_WORDS) + 3 * sizes.sum())
+
+
+@nb.njit(nogil=True, cache=True)
+def _encode_message_kernel(flat, offsets, layer_ids, out, rbits, lmax_log2):
+    lmax = np.int64(1) << lmax_log2
+    at = 0
+    for i in range(offsets.size - 1):
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        state = enc_begin(out, at, hi - lo, layer_ids[i], rbits, lmax_log2)
+        state = enc_feed(flat, lo, hi, out, state, lmax)
+        at += enc_end(out, at, state)
+    return at
+
+
+def encode_message_into(payload, offsets, out: np.ndarray, layer_ids=None, R: float = 10.0,
+                        lmax_log2: int = DEFAULT_LMAX_LOG2) -> int:
+    """Encode every layer of a flat int32 payload (layer i = payload[offsets[i]:offsets[i+1]])
+    as one frame each, back to back at out[0:], in one jitted call; returns the words
+    written. The same words as encode_frame layer by layer. `out` needs message_words(offsets)
+    words; layer_ids default to 0, 1, 2, ..."""
+    flat, _, rbits, lmax_log2 = _check_encode_args(payload, 0, R, lmax_log2)
+    off = _layer_offsets(offsets, flat.size)
+    count = off.size - 1
+    if layer_ids is None:
+        ids = np.arange(count, dtype=np.int64)
+    else:
+        ids = np.asarray(layer_ids)
+        if ids.shape != (count,) or not np.issubdtype(ids.dtype, np.integer):
+            raise ValueError(f"layer_ids must be {count} integers, one per layer")
+        if count and (int(ids.min()) < 0 or int(ids.max()) >= 2**32):
+            raise ValueError("layer id must fit 32 bits")
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+    _check_out(out, np.uint32, "out")
+    need = message_words(off)
+    if out.size < need:
+        raise ValueError(f"out has {out.size} words, a message of these layers may need {need}")
+    return int(_encode_message_kernel(flat, off, ids, out, rbits, lmax_log2))
+
+
+_MISSING_FRAMES, _EXTRA_FRAMES = -2, -3
+
+
+@nb.njit(nogil=True, cache=True)
+def _decode_message_kernel(w, offsets, out, starts):
+    """Frame i into out[offsets[i]:offsets[i + 1]] (its size expected), back to back.
+    Returns (frame index, word it starts at, decoder result)."""
+    empty64 = np.zeros(0, dtype=np.int64)
+    at = 0
+    count = offsets.size - 1
+    for i in range(count):
+        if at >= w.size:
+            return i, at, _result(_MISSING_FRAMES, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        res = _decode_kernel(w, at, True, hi - lo, out[lo:hi], empty64, WRITE, True)
+        if res[0] != OK:
+            return i, at, res
+        starts[i] = at
+        at += res[7]
+    if at < w.size:
+        return count, at, _result(_EXTRA_FRAMES, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    starts[count] = at
+    return count, at, _result(OK, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+
+
+def decode_message_into(words, out: np.ndarray, offsets) -> np.ndarray:
+    """Decode a message whose layer i must hold offsets[i+1] - offsets[i] elements into
+    out[offsets[i]:offsets[i+1]] (int32, flat), in one jitted call. Returns the frames' start
+    words (and the message length last). Raises what decode_message(words, sizes) raises,
+    for the same first problem; on an error `out` may be partly written."""
+    _check_out(out, np.int32, "out")
+    w = as_words(words)
+    off = _layer_offsets(offsets, out.size)
+    starts = np.zeros(off.size, dtype=np.int64)
+    count = off.size - 1
+    i, at, res = _decode_message_kernel(w, off, out, starts)
+    status = int(res[0])
+    if status == _MISSING_FRAMES:
+        raise E.SizeMismatchError(f"message has {i} frames, expected {count}")
+    if status == _EXTRA_FRAMES:
+        raise E.SizeMismatchError(f"message has more than {count} frames", int(at))
+    if status != OK:
+        _raise_for(res)
+    return starts

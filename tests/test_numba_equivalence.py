@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gradblock.codec import zrle, zrle_numba
+from gradblock.codec.errors import FrameError
 from gradblock.refmodel import compress, fast, step_schedule
 from gradblock.refmodel import validation as V
 from gradblock.refmodel.quantiser import QMAX, NonFiniteError, QuantConfig
@@ -427,3 +428,52 @@ def test_compress_message_empty_and_layer_ids(rng):
     plan = fast.message_plan([(3, 4)], layer_ids=[77], k=1)
     msg, _ = fast.compress_message(g, np.zeros(12, np.int32), plan)
     assert np.array_equal(msg, compress.compress_layer(g.reshape(3, 4), layer_id=77).frame)
+
+
+def _zrle_message(rng, sizes, density=0.3):
+    layers = [np.where(rng.random(n) < density, rng.integers(-9, 9, n), 0).astype(np.int32)
+              for n in sizes]
+    return layers, np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+
+def test_zrle_message_one_call_matches_per_layer_frames(rng):
+    sizes = [5, 0, 100, 1, 3000, 7, 600]
+    layers, off = _zrle_message(rng, sizes)
+    flat = np.concatenate(layers)
+    ids = np.array([9, 8, 7, 6, 5, 4, 2**32 - 1])
+    ref = np.concatenate([zrle.encode_frame(p, int(i), 2.0, 4) for p, i in zip(layers, ids)])
+    out = np.empty(zrle_numba.message_words(off), np.uint32)
+    n = zrle_numba.encode_message_into(flat, off, out, ids, 2.0, 4)
+    assert np.array_equal(out[:n], ref)
+    dec = np.full(flat.size, -1, np.int32)
+    starts = zrle_numba.decode_message_into(out[:n], dec, off)
+    assert np.array_equal(dec, flat) and starts[-1] == n
+    with pytest.raises(ValueError, match="offsets"):
+        zrle_numba.encode_message_into(flat, off[::-1], out)
+    with pytest.raises(ValueError, match="layer_ids"):
+        zrle_numba.encode_message_into(flat, off, out, ids[:-1])
+    with pytest.raises(ValueError, match="may need"):
+        zrle_numba.encode_message_into(flat, off, out[:-1])
+
+
+@given(st.integers(0, 2**32 - 1), st.data())
+def test_zrle_message_decode_raises_like_the_reference(seed, data):
+    rng = np.random.default_rng(seed)
+    sizes = data.draw(st.lists(st.integers(0, 40), min_size=1, max_size=5))
+    layers, off = _zrle_message(rng, sizes)
+    words = np.concatenate([zrle.encode_frame(p, i) for i, p in enumerate(layers)])
+    cut = data.draw(st.integers(0, words.size + 3))
+    mutated = np.concatenate([words, words[:3]])[:cut].copy()
+    if mutated.size and data.draw(st.booleans()):
+        at = data.draw(st.integers(0, mutated.size - 1))
+        mutated[at] ^= np.uint32(1 << data.draw(st.integers(0, 31)))
+    try:
+        want = zrle.decode_message(mutated, sizes)
+    except FrameError as e:
+        with pytest.raises(type(e)) as got:
+            zrle_numba.decode_message_into(mutated, np.zeros(int(off[-1]), np.int32), off)
+        assert str(got.value) == str(e)
+        return
+    out = np.zeros(int(off[-1]), np.int32)
+    zrle_numba.decode_message_into(mutated, out, off)
+    assert np.array_equal(out, np.concatenate([f.values for f in want]) if want else out)
