@@ -95,7 +95,9 @@ def read_npy(path: str, dtype, what: str, max_elements: int = DEFAULT_MAX_ELEMEN
                                  f"read here (1.0 and 2.0 are)")
         except InputError:
             raise
-        except (ValueError, EOFError, OSError, SyntaxError, TypeError) as e:
+        except Exception as e:       # noqa: BLE001 - numpy parses untrusted text here: its
+            # failures (ValueError, SyntaxError, tokenize.TokenError, RecursionError...) all
+            # mean one thing to the user
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise InputError(f"{path}: not a readable .npy array ({reason})") from None
         if dt != dtype:

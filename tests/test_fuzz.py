@@ -213,3 +213,235 @@ def test_decode_into_never_writes_outside_its_view():
         except (E.FrameError, ValueError):
             pass
         assert np.all(arena[:32] == guard) and np.all(arena[232:] == guard), c
+
+
+# =============================================================================== the CLI
+# Mutated inputs fed to the subcommands in-process (gradblock.cli.main): .npy files, frames,
+# golden directories and training checkpoints. Every outcome must be a success or one named
+# line with exit status 2 (golden --check may also report FAILed cases, exit 1), never a
+# traceback, never an output larger than the limit, never a file beside the outputs asked.
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import zlib
+
+from gradblock import cli
+from gradblock.commands import BACKEND_ENV, backend
+
+CLI_LIMIT = 4096                  # --max-elements for the fuzzed commands: outputs stay small
+NPY_HEADER_ROOM = 1 << 12
+
+
+@contextlib.contextmanager
+def deadline(seconds: int):
+    """Fail (instead of hanging the suite) if a command blocks, e.g. on a FIFO."""
+    def expired(*_):
+        raise TimeoutError(f"command still running after {seconds} s")
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def cli_outcome(capsys, argv, allowed=(0, 2)) -> tuple[int, str, str]:
+    command = str(argv[0])
+    with deadline(120):
+        rc = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and "Traceback" not in out, (argv, err)
+    assert rc in allowed, (argv, rc, err[-2000:])
+    if rc == 2:
+        lines = err.strip().splitlines()
+        assert lines and lines[-1].startswith(f"gradblock {command}: "), (argv, err)
+        assert len(lines) == 1, (argv, err)
+    assert "internal error" not in err, (argv, err)
+    return rc, out, err
+
+
+def mutate_bytes(rng: np.random.Generator, data: bytes, hot: int) -> bytes:
+    """1-3 edits, most of them in the first `hot` bytes (a header)."""
+    b = bytearray(data)
+    for _ in range(int(rng.integers(1, 4))):
+        op = int(rng.integers(0, 6))
+        at = int(rng.integers(0, max(1, min(len(b), hot) if rng.random() < 0.7 else len(b))))
+        if op == 0 and b:                                      # flip a bit
+            b[min(at, len(b) - 1)] ^= 1 << int(rng.integers(0, 8))
+        elif op == 1 and b:                                    # a digit or a structural char
+            b[min(at, len(b) - 1)] = rng.choice(list(b"0123456789-(),:'{} Lx\n\x00\xff"))
+        elif op == 2:                                          # truncate
+            del b[at:]
+        elif op == 3:                                          # insert junk
+            b[at:at] = rng.bytes(int(rng.integers(1, 9)))
+        elif op == 4:                                          # duplicate a slice
+            b[at:at] = b[at:at + int(rng.integers(1, 40))]
+        else:                                                  # delete a slice
+            del b[at:at + int(rng.integers(1, 9))]
+    return bytes(b)
+
+
+def hostile_npy(rng: np.random.Generator, descr: str) -> bytes:
+    """A well-formed .npy header with a hostile shape, dtype or order over a short body."""
+    shapes = [(), (0,), (3, 0, 5), (2**34,), (2**31, 2**31), (2**62, 4), (CLI_LIMIT + 1,),
+              (CLI_LIMIT,), (7, 9), (-1,), (10**30,)]
+    shape = shapes[int(rng.integers(0, len(shapes)))]
+    descr = rng.choice([descr, descr, "<f8", ">f4", ">i4", "|u1", "|O", "<U3", "|b1"])
+    header = repr({"descr": str(descr), "fortran_order": bool(rng.random() < 0.3),
+                   "shape": shape}).encode()
+    header += b" " * (64 - (11 + len(header)) % 64) + b"\n"
+    body = rng.bytes(int(rng.choice([0, 4, 252, 4 * CLI_LIMIT])))
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + body
+
+
+def npy_of(arr: np.ndarray) -> bytes:
+    import io
+    f = io.BytesIO()
+    np.save(f, arr, allow_pickle=False)
+    return f.getvalue()
+
+
+def check_outputs(tmp, expected_inputs: set[str], outputs: list[str], rc: int) -> None:
+    """Only the outputs asked may appear (none on failure... unless they existed), each within
+    the size a CLI_LIMIT-element array or frame can take."""
+    present = set(os.listdir(tmp))
+    extra = present - expected_inputs - set(outputs)
+    assert not extra, extra                                   # no temp file, no 'out.bin.npy'
+    if rc != 0:
+        assert not present & set(outputs), present & set(outputs)
+    for name in present & set(outputs):
+        assert os.path.getsize(os.path.join(tmp, name)) <= NPY_HEADER_ROOM + 4 * max_frame_words_limit()
+
+
+def max_frame_words_limit() -> int:
+    return zrle.max_frame_words(CLI_LIMIT)
+
+
+def fuzz_array_commands(tmp_path, capsys, n_cases: int, seed: int) -> dict:
+    """quantise / encode / step on mutated and hostile .npy files."""
+    rng = np.random.default_rng(seed)
+    outcomes = {0: 0, 2: 0}
+    for c in range(n_cases):
+        case = tmp_path / f"a{c}"
+        case.mkdir()
+        shape = tuple(int(d) for d in rng.integers(0, 9, int(rng.integers(0, 4))))
+        g = (rng.normal(0, 5, shape) * (rng.random(shape) < 0.5)).astype(np.float32)
+        if g.size and rng.random() < 0.1:
+            g.reshape(-1)[int(rng.integers(0, g.size))] = rng.choice([np.nan, np.inf, -np.inf])
+        command = rng.choice(["quantise", "encode", "step"])
+        arr = g if command != "encode" else \
+            np.nan_to_num(g * 100, nan=0, posinf=0, neginf=0).astype(np.int32)
+        descr = "<f4" if command != "encode" else "<i4"
+        good = npy_of(arr)
+        r = rng.random()
+        data = good if r < 0.15 else hostile_npy(rng, descr) if r < 0.4 else \
+            mutate_bytes(rng, good, 128)
+        (case / "in.npy").write_bytes(data)
+        inputs = {"in.npy"}
+        if command == "step":
+            res = rng.random()
+            if res < 0.4:
+                residual = "-"
+            else:
+                rdata = npy_of(rng.integers(-2**31, 2**31, shape, dtype=np.int64).astype(np.int32))
+                (case / "r.npy").write_bytes(rdata if res < 0.7 else mutate_bytes(rng, rdata, 128))
+                residual, inputs = case / "r.npy", inputs | {"r.npy"}
+            options = []
+            for opt, values in (("--k", ["1", "2", "0.5", "0", "-1", "1e400", "nan", "0.999999",
+                                          "3.0", "99999999999999999999"]),
+                                ("--block-size", ["1", "3", "0", "-1", "4294967295", "4294967296",
+                                                   "9223372036854775808", "1e23"]),
+                                ("--lmax-log2", ["1", "8", "24", "0", "25", "-1"]),
+                                ("--layer-id", ["0", "4294967295", "4294967296", "-1"]),
+                                ("--range", ["10", "1e-30", "3e38", "1e39", "0", "-1", "nan", "inf"])):
+                if rng.random() < 0.3:
+                    options += [opt, str(rng.choice(values))]
+            outputs = ["f.bin", "r_out.npy"]
+            argv = ["step", case / "in.npy", residual, "--frame", case / "f.bin",
+                    "--residual-out", case / "r_out.npy", "--max-elements", CLI_LIMIT] + options
+        else:
+            outputs = ["out.bin"]
+            argv = [command, case / "in.npy", case / "out.bin", "--max-elements", CLI_LIMIT]
+            if rng.random() < 0.3:
+                argv += ["--range", str(rng.choice(["10", "0", "nan", "1e39", "2.5"]))]
+        rc, _, _ = cli_outcome(capsys, argv)
+        check_outputs(case, inputs, outputs, rc)
+        outcomes[rc] += 1
+        shutil.rmtree(case)
+    return outcomes
+
+
+def fuzz_frame_commands(tmp_path, capsys, n_cases: int, seed: int) -> dict:
+    """decode / inspect on mutated frames and messages (half with the CRC made right again,
+    so the checks behind it are reached), some claiming enormous n."""
+    rng = np.random.default_rng(seed)
+    bases = [f for f, _ in base_frames()]
+    outcomes = {0: 0, 2: 0}
+    for c in range(n_cases):
+        w = [bases[int(rng.integers(0, len(bases)))] for _ in range(int(rng.integers(1, 4)))]
+        words = np.concatenate(w).astype(np.uint32)
+        for _ in range(int(rng.integers(0, 4))):
+            i = int(rng.integers(0, words.size))
+            r = rng.random()
+            if r < 0.3:
+                words[i] ^= np.uint32(1 << int(rng.integers(0, 32)))
+            elif r < 0.6:
+                words[i] = rng.choice(np.array([0, 1, 0xFFFFFFFF, 0x80000000, CLI_LIMIT,
+                                                CLI_LIMIT + 1, zrle.MAGIC], np.uint32))
+            elif r < 0.8:
+                words = words[:i]
+            else:
+                words = np.insert(words, i, np.uint32(rng.integers(0, 2**32)))
+            if not words.size:
+                break
+        if words.size > 2 and rng.random() < 0.5:
+            words[-1] = zlib.crc32(words[:-1].astype("<u4").tobytes())
+        data = words.astype("<u4").tobytes()
+        if rng.random() < 0.1:
+            data = data[:-int(rng.integers(1, 4))] if data else data   # not whole words
+        (tmp_path / "m.bin").write_bytes(data)
+        if rng.random() < 0.5:
+            argv = ["decode", tmp_path / "m.bin", tmp_path / "d.npy", "--max-elements", CLI_LIMIT]
+            if rng.random() < 0.3:
+                argv += ["--expected-n", str(rng.choice(["5", "0", "-1", "4294967296",
+                                                         "99999999999999999999", "5.0"]))]
+            outputs = ["d.npy"]
+        else:
+            argv = ["inspect", tmp_path / "m.bin", "--max-elements", CLI_LIMIT,
+                    "--tokens", str(rng.choice(["0", "3", "-3", "99"]))]
+            outputs = []
+        rc, _, _ = cli_outcome(capsys, argv)
+        check_outputs(tmp_path, {"m.bin"}, outputs, rc)
+        outcomes[rc] += 1
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_path / "d.npy")
+    return outcomes
+
+
+@pytest.fixture(params=["auto", "reference"])
+def cli_backend(request, monkeypatch):
+    monkeypatch.setenv(BACKEND_ENV, request.param)
+    backend.cache_clear()
+    yield request.param
+    backend.cache_clear()
+
+
+def test_cli_fuzz_arrays_quick(tmp_path, capsys, cli_backend):
+    outcomes = fuzz_array_commands(tmp_path, capsys, 150, seed=21)
+    assert outcomes[0] >= 10 and outcomes[2] >= 50, outcomes     # both paths exercised
+
+
+def test_cli_fuzz_frames_quick(tmp_path, capsys, cli_backend):
+    outcomes = fuzz_frame_commands(tmp_path, capsys, 200, seed=22)
+    assert outcomes[0] >= 10 and outcomes[2] >= 50, outcomes
+
+
+@pytest.mark.slow
+def test_cli_fuzz_arrays_and_frames_many(tmp_path, capsys, cli_backend):
+    for seed in range(30, 34):
+        fuzz_array_commands(tmp_path, capsys, 1000, seed=seed)
+        fuzz_frame_commands(tmp_path, capsys, 1500, seed=seed)
