@@ -28,6 +28,7 @@ import re
 import stat
 import tempfile
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -400,7 +401,8 @@ def load_npz(golden_dir: Path, meta: dict) -> dict[str, np.ndarray]:
                     arrays[key] = np.lib.format.read_array(m, allow_pickle=False)
     except GoldenError:
         raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as e:
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error,
+            NotImplementedError, RuntimeError) as e:   # zipfile: unknown method, encrypted
         raise GoldenError(f"{path}: unreadable ({type(e).__name__}: {e})") from None
     return arrays
 

@@ -580,3 +580,74 @@ def test_demo_in_the_current_directory_keeps_everything(tmp_path, monkeypatch, c
     assert cli.main(["demo", "--out", ".", "--sims", "--skip-training"]) == 0
     assert (tmp_path / "keep.txt").read_text() == "mine"
     assert (tmp_path / "gradblock-demo-1" / "golden" / GF.MANIFEST).is_file()
+
+
+# ------------------------------------------------------------------------------ manifest fuzz
+
+FUZZ_VALUES = [None, True, False, -1, 0, 1, 2**31, 2**70, -2**70, 1.5, float("nan"),
+               float("inf"), "", "x", "../x.npz", "/dev/zero", "a/b", "a" * 5000, [], [2**70],
+               [1, "a"], {}, {"a": {"b": {"c": 1}}}, ["quantiser"], [3, 3]]
+
+
+def _fuzzed(manifest, rng):
+    """The manifest with one field of one case (or of the top level, or of a case's hex /
+    sha256 map) deleted or replaced by a hostile value."""
+    m = json.loads(json.dumps(manifest))
+    target = m if rng.random() < 0.1 else m["cases"][rng.integers(len(m["cases"]))]
+    if target is not m and rng.random() < 0.25:
+        target = target[str(rng.choice(["hex", "sha256"]))]
+    key = str(rng.choice(sorted(target)))
+    if rng.random() < 0.2:
+        del target[key]
+    else:
+        target[key] = FUZZ_VALUES[rng.integers(len(FUZZ_VALUES))]
+    return m
+
+
+def test_fuzzed_manifests_give_named_errors_or_check_results(tmp_path, capsys):
+    """300 one-field mutations of a valid manifest: load_golden raises only GoldenError, and
+    check_golden / `golden --check` end in a result or a one-line named error, never a
+    traceback (the CLI's catch-all would print 'internal error')."""
+    from gradblock.sim.datapath_vectors import write_cases
+    d = tmp_path / "g"
+    write_cases(d, "edge")
+    full = json.loads((d / GF.MANIFEST).read_text())
+    full["cases"] = [c for c in full["cases"] if c["name"] in ("dp_single", "dp_all_zero",
+                                                                "dp_nan", "dp_ties_all")]
+    rng = np.random.default_rng(7)
+    outcomes = {"refused": 0, "loaded": 0}
+    for i in range(300):
+        m = _fuzzed(full, rng)
+        (d / GF.MANIFEST).write_text(json.dumps(m))
+        try:
+            GF.load_golden(d)
+        except GF.GoldenError as e:
+            assert "\n" not in str(e), e
+            outcomes["refused"] += 1
+        else:
+            outcomes["loaded"] += 1
+            assert all(isinstance(r, golden_check.CheckResult)
+                       for r in golden_check.check_golden(d))
+        if i % 10 == 0:
+            capsys.readouterr()
+            rc = cli.main(["golden", str(d), "--check"])
+            err = capsys.readouterr().err
+            assert rc in (0, 1, 2) and "internal error" not in err, (m, err)
+    assert outcomes["refused"] > 200 and outcomes["loaded"] > 0, outcomes
+
+
+def test_fuzzed_npz_bytes_give_named_errors(edge_dir):
+    """Byte flips in one case's npz: a GoldenError or a loaded case (which the check then
+    judges), never another exception."""
+    path = edge_dir / "dp_ties_all.npz"
+    good = path.read_bytes()
+    rng = np.random.default_rng(11)
+    for _ in range(150):
+        bad = bytearray(good)
+        for pos in rng.integers(0, len(bad), rng.integers(1, 4)):
+            bad[pos] ^= int(rng.integers(1, 256))
+        path.write_bytes(bytes(bad))
+        try:
+            GF.load_golden(edge_dir, names={"dp_ties_all"})
+        except GF.GoldenError as e:
+            assert "\n" not in str(e)
