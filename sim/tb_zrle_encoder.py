@@ -99,9 +99,10 @@ def time_limit_ns(cases, slack: float = 12.0) -> int:
     return int((words * slack + 2000) * tb.CLOCK_NS)
 
 
-@cocotb.test()
-async def encode_cases(dut):
-    """Every case, every traffic profile, frames back to back: exact frames, nothing lost."""
+@tb.traffic_test
+async def encode_cases(dut, traffic):
+    """Every case under this traffic profile, frames back to back: exact frames, nothing lost.
+    One cocotb test per profile (tb_util.traffic_test), so a failure hides no other profile."""
     cases, skipped = runnable(tb.selected_cases("encode"), dut._log)
     results = {name: ("skip", why) for name, why in skipped.items()}
     if not cases:
@@ -112,36 +113,34 @@ async def encode_cases(dut):
     env = EncoderEnv(dut)
     rng = random.Random(tb.env_int("TB_SEED", 7))
     failed: dict[str, str] = {}
-    for p_in, p_out in tb.traffic_profiles():
-        tag = f"[traffic in {p_in} out {p_out}]"
-        env.traffic(p_in, p_out, rng)
-        env.out.clear()
-        env.inp.clear()
-        slack = 12.0 / ((1 - p_in) * (1 - p_out))
-        sender = cocotb.start_soon(env.send_frames(cases))
-        got = await with_timeout(env.receive_frames(cases), time_limit_ns(cases, slack), "ns")
-        await sender
-        for name, msg in got.items():
-            failed.setdefault(name, f"{tag} {msg}")
-        # every payload word was taken exactly once, in order; m_tlast exactly on each t1
-        at, out_at = 0, 0
-        for c in cases:
-            msg = tb.first_mismatch(c.name, "payload words taken", c.payload.view(np.uint32),
-                                    env.inp.words[at:at + c.n])
-            if msg:
-                failed.setdefault(c.name, f"{tag} {msg}")
-            lasts = env.out.lasts[out_at:out_at + c.frame.size]
-            if [i for i, last in enumerate(lasts) if last] != [c.frame.size - 1]:
-                failed.setdefault(c.name, f"{tag} case {c.name}: m_tlast not exactly on t1")
-            at += c.n
-            out_at += c.frame.size
-        if failed:
-            break
+    p_in, p_out = traffic
+    tag = f"[traffic in {p_in} out {p_out}]"
+    env.traffic(p_in, p_out, rng)
+    env.out.clear()
+    env.inp.clear()
+    slack = 12.0 / ((1 - p_in) * (1 - p_out))
+    sender = cocotb.start_soon(env.send_frames(cases))
+    got = await with_timeout(env.receive_frames(cases), time_limit_ns(cases, slack), "ns")
+    await sender
+    for name, msg in got.items():
+        failed.setdefault(name, f"{tag} {msg}")
+    # every payload word was taken exactly once, in order; m_tlast exactly on each t1
+    at, out_at = 0, 0
+    for c in cases:
+        msg = tb.first_mismatch(c.name, "payload words taken", c.payload.view(np.uint32),
+                                env.inp.words[at:at + c.n])
+        if msg:
+            failed.setdefault(c.name, f"{tag} {msg}")
+        lasts = env.out.lasts[out_at:out_at + c.frame.size]
+        if [i for i, last in enumerate(lasts) if last] != [c.frame.size - 1]:
+            failed.setdefault(c.name, f"{tag} case {c.name}: m_tlast not exactly on t1")
+        at += c.n
+        out_at += c.frame.size
     for c in cases:
         results[c.name] = ("fail", failed[c.name]) if c.name in failed else ("pass", "")
     tb.write_case_results("zrle_encoder", results)
     assert not failed, "\n".join(list(failed.values())[:20])
-    dut._log.info("%d cases x %d traffic profiles exact", len(cases), len(tb.traffic_profiles()))
+    dut._log.info("%d cases exact under traffic %s:%s", len(cases), p_in, p_out)
 
 
 @cocotb.test()

@@ -263,6 +263,28 @@ def test_compress_top_icarus_large_k(golden_quick, edge_vectors, tmp_path):
     assert not refused(verdicts)
 
 
+@pytest.mark.slow
+def test_compress_top_verilator_k_max_128(golden_quick, edge_vectors, tmp_path):
+    """Verilator builds a large compress_top (K_MAX 128): big enough that Verilator splits the
+    model into several C++ files, which the wheel's empty CFG_CXXFLAGS_PCH_I used to break
+    (sim.harness.verilator_pch_make_args repairs it). Every golden case then runs end to end,
+    none refused (k_eff <= 80)."""
+    need("verilator")
+    from gradblock.sim.harness import build_dir_for, verilator_pch_make_args
+    params, env = top_params(4096, 128)
+    dirs = (golden_quick, edge_vectors)
+    verdicts, _ = run_block("compress_top", "verilator", dirs, tmp_path, parameters=params,
+                            env={**env, "TB_TRAFFIC": "0.3:0.3"}, testcase="golden_cases")
+    expect_verdicts(verdicts, manifest_cases(*dirs), "top", None)
+    assert not refused(verdicts)
+    build = build_dir_for("compress_top", "verilator", params, False)
+    split = sorted(p.name for p in build.glob("Vtop___024root__[0-9]*.cpp")
+                   if "__Slow" not in p.name)
+    assert len(split) >= 2, f"the model was not split into several C++ files: {split}"
+    if verilator_pch_make_args():
+        assert list(build.glob("*__pch.h.fast.gch")), "built without the precompiled header"
+
+
 def test_lmax_above_build_is_refused(golden_quick, tmp_path):
     """A build with LMAX_LOG2_MAX 3 refuses the lmax_log2 8 layers (err_code 6) and still
     compresses the lmax_log2 2 and 3 ones exactly."""
@@ -292,3 +314,16 @@ def test_verify_registry_matches_sources():
         assert entry.test_module == f"gradblock.sim.tb_{top}" and entry.testcase == "golden_cases"
         assert not [k for k in entry.env if k.startswith("TB_") and k[3:] in entry.parameters]
     assert "gradblock_pkg" in REGISTRY["compress_top"].sources
+
+
+def test_merge_case_records_keeps_the_worst():
+    """Per-profile tests each write a verdict per case; one verdict per case comes out, the
+    worst one with its own detail, so a failure under one profile is never masked."""
+    recs = [{"module": "m", "case": "a", "status": "pass", "detail": ""},
+            {"module": "m", "case": "a", "status": "fail", "detail": "traffic 0.3:0.3: word 4"},
+            {"module": "m", "case": "a", "status": "pass", "detail": ""},
+            {"module": "m", "case": "b", "status": "skip", "detail": "empty layer"},
+            {"module": "m", "case": "b", "status": "pass", "detail": ""}]
+    merged = merge_case_records(recs)
+    assert {k: (v["status"], v["detail"]) for k, v in merged.items()} == {
+        "a": ("fail", "traffic 0.3:0.3: word 4"), "b": ("skip", "empty layer")}
