@@ -2,11 +2,12 @@
 reference (refmodel/, codec/zrle.py).
 
 `gradblock golden` writes the shared golden set; this module adds the corners the datapath RTL
-needs beyond it, written through the same format module (gradblock.refmodel.golden_format, so
-the cases pass `gradblock golden --check` like any other): every float32 class through the quantiser (NaN included, which the software
+needs beyond it: every float32 class through the quantiser (NaN included, which the software
 refuses), unusual ranges R (so k is large, small or negative), residuals at the int32 limits,
-blocks that do not divide n, norm ties, k above the block count, and LMAX splits. The cocotb
-testbenches read either directory the same way (golden_format.load_golden).
+blocks that do not divide n, norm ties, k above the block count, and LMAX splits. They are
+written through the same format module as the shared set (gradblock.refmodel.golden_format:
+npz, hex files, checksummed manifest), so they pass `gradblock golden --check` like any other,
+and the cocotb testbenches read either directory the same way (golden_format.load_golden).
 
     write_cases(directory, "edge")   # small corner cases, seconds on any simulator
     write_cases(directory, "layer")  # a real conv layer size (36864 elements)
