@@ -342,3 +342,77 @@ def test_checkpoint_files_are_validated(tmp_path):
     save_checkpoint(tmp_path / "ok.pt", {"run_config": {"lr": 0.1, "k": 1}})
     with pytest.raises(CheckpointError, match=r"k=1 \(now 2\)"):
         load_checkpoint(tmp_path / "ok.pt", {"lr": 0.1, "k": 2})
+
+
+# ------------------------------------------------------------------------------ non-finite peers
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_dense_peer_with_nan_or_inf_is_refused(bad):
+    comp = C.build_compressor("dense", LAYERS, 2)
+    _, msgs, _, _ = run_workers(comp, steps=1)
+    poisoned = msgs[1].clone()
+    at = LAYERS[0].numel + 2                              # conv.bias, element 2
+    poisoned[at] = torch.tensor([bad], dtype=torch.float32).view(torch.int32)[0]
+    with pytest.raises(C.NonFinitePacketError,
+                       match=r"peer rank 1, layer 1 'conv.bias': dense packet .* 1 NaN/Inf value\(s\), "
+                             r"the first at value 2"):
+        C.decode_group(comp, LAYERS, [msgs[0], poisoned])
+
+
+@pytest.mark.parametrize("name", ["topk", "dlgs"])
+def test_sparse_peer_with_nan_or_inf_is_refused(name):
+    comp = C.build_compressor(name, LAYERS, 2, density=0.25)
+    _, msgs, _, _ = run_workers(comp, steps=1)
+    poisoned = msgs[0].clone()
+    count = int(poisoned[0])
+    poisoned[1 + count] = torch.tensor([float("inf")]).view(torch.int32)[0]   # first value
+    with pytest.raises(C.NonFinitePacketError, match=r"peer rank 0, layer 0 'conv.weight': sparse"):
+        C.decode_group(comp, LAYERS, [poisoned, msgs[1]])
+    assert issubclass(C.NonFinitePacketError, C.PacketError)
+
+
+def test_dense_below_layers_refuse_nan_peers_in_coarse_too():
+    comp = C.build_compressor("coarse", LAYERS, 1, dense_below=20)      # biases sent dense
+    _, msgs, _, _ = run_workers(comp, steps=1)
+    frame0 = zrle.decode_frame(msgs[0].numpy().view(np.uint32)).n_words
+    poisoned = msgs[0].clone()
+    poisoned[frame0] = torch.tensor([float("nan")]).view(torch.int32)[0]   # conv.bias[0]
+    with pytest.raises(C.NonFinitePacketError, match="'conv.bias'"):
+        C.decode_group(comp, LAYERS, [poisoned])
+
+
+# ------------------------------------------------------------------------------ state checks
+
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
+    """A save that fails midway leaves the previous checkpoint readable and no temp file."""
+    path = save_checkpoint(tmp_path / "ck.pt", {"run_config": {"k": 1}})
+    real_save = torch.save
+
+    def half_then_fail(obj, f, *a, **k):
+        real_save({"partial": True}, f)
+        raise OSError("disk full")
+    monkeypatch.setattr(torch, "save", half_then_fail)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(path, {"run_config": {"k": 2}})
+    monkeypatch.setattr(torch, "save", real_save)
+    assert load_checkpoint(path)["run_config"] == {"k": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["ck.pt"]
+
+
+@pytest.mark.parametrize("name", ["topk", "dlgs", "coarse"])
+def test_compressor_state_is_checked_against_the_spec(name):
+    from gradblock.shim.state import check_compressor_state
+    comp = C.build_compressor(name, LAYERS, 2, density=0.2, k=2)
+    _, _, _, states = run_workers(comp, steps=3)
+    saved = compressor_state(comp, dict(enumerate(states)))
+    check_compressor_state(comp, LAYERS, saved, [0, 1], compressed_steps=3)
+    with pytest.raises(CheckpointError, match=r"'compressor.workers.0.steps.0': .* 3 times, the run "
+                                              r"took 4"):
+        check_compressor_state(comp, LAYERS, saved, [0, 1], compressed_steps=4)
+    spec = comp.state_spec(LAYERS[2])
+    assert spec["residual"] == ((torch.int32 if name == "coarse" else torch.float32), (10, 36))
+    assert ("threshold" in spec) == (name == "dlgs")
+    saved["workers"][1]["layers"][2].pop("residual")
+    with pytest.raises(CheckpointError, match=r"'compressor.workers.1.layers.2': missing key\(s\) "
+                                              r"\['residual'\]"):
+        check_compressor_state(comp, LAYERS, saved, [0, 1])

@@ -154,3 +154,194 @@ def test_validate_matrix_writes_table_json_and_png(tmp_path, capsys):
     assert len({r["steps"] for r in data["runs"]}) == 1
     assert (out / "validate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "validate.md").read_text().count("\n| ") == 6     # header + 5 rows
+
+
+# ------------------------------------------------------------------------------ refused early
+
+def _no_training(monkeypatch):
+    """Fail the test if the run gets as far as building its data and model."""
+    import gradblock.shim.trainer as trainer
+
+    def boom(*a, **k):
+        raise AssertionError("training started before the path was checked")
+    monkeypatch.setattr(trainer, "build_problem", boom)
+
+
+def _one_line_error(capsys, *needles):
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    for n in needles:
+        assert n in err, err
+
+
+def test_checkpoint_that_is_a_directory_fails_before_training(tmp_path, monkeypatch, capsys):
+    _no_training(monkeypatch)
+    assert train_main(["--data", "digits", "--no-progress", "--checkpoint", str(tmp_path)]) == 2
+    _one_line_error(capsys, "OutputPathError", "is a directory")
+
+
+@pytest.mark.parametrize("where", ["file", "under_file"])
+def test_unwritable_out_fails_before_training(tmp_path, monkeypatch, capsys, where):
+    _no_training(monkeypatch)
+    blocker = tmp_path / "plain.txt"
+    blocker.write_text("a user's file\n")
+    out = blocker if where == "file" else blocker / "run"
+    assert train_main(["--data", "digits", "--no-progress", "--out", str(out)]) == 2
+    _one_line_error(capsys, "OutputPathError", "--out")
+    assert blocker.read_text() == "a user's file\n"
+
+
+def test_checkpoint_under_a_file_fails_before_training(tmp_path, monkeypatch, capsys):
+    _no_training(monkeypatch)
+    (tmp_path / "f").write_text("x")
+    assert train_main(["--data", "digits", "--no-progress",
+                       "--checkpoint", str(tmp_path / "f" / "ck.pt")]) == 2
+    _one_line_error(capsys, "OutputPathError", "not a directory")
+
+
+def test_library_settings_are_checked_by_name():
+    with pytest.raises(ConfigError, match="k must be"):
+        run_training(TrainConfig(**dict(BASE, k=0)))
+    with pytest.raises(ConfigError, match="momentum must be"):
+        run_training(TrainConfig(**dict(BASE, momentum=1.0)))
+    with pytest.raises(ConfigError, match="device 'tpu'"):
+        run_training(TrainConfig(**dict(BASE, device="tpu")))
+
+
+def test_outputs_are_written_atomically(tmp_path, monkeypatch):
+    """A failure while writing result.json leaves the previous file whole and no temp file."""
+    import gradblock.shim.outputs as outputs
+    out = tmp_path / "run"
+    cfg = dict(BASE, epochs=1, max_steps=2, eval_every=0)
+    run_training(TrainConfig(**cfg, out=str(out)))
+    before = (out / "result.json").read_text()
+
+    def broken_write(path, text):
+        return outputs.atomic_write(path, lambda tmp: (tmp.write_text(text[:10]), 1 / 0))
+    monkeypatch.setattr("gradblock.shim.trainer.atomic_write_text", broken_write)
+    with pytest.raises(ZeroDivisionError):
+        run_training(TrainConfig(**cfg, out=str(out)))
+    assert (out / "result.json").read_text() == before
+    assert sorted(p.name for p in out.iterdir()) == ["model.pt", "result.json"]
+
+
+# ------------------------------------------------------------------------------ checkpoints
+
+CK = dict(BASE, compressor="coarse", k=1, epochs=2, eval_every=0)
+
+
+@pytest.fixture(scope="module")
+def saved_checkpoint(tmp_path_factory):
+    """A coarse run stopped at step 14 (epoch 1, step 3) with 4 workers."""
+    path = tmp_path_factory.mktemp("ck") / "ck.pt"
+    run_training(TrainConfig(**CK, max_steps=14, checkpoint=str(path)))
+    return torch.load(path, weights_only=True)
+
+
+def _first_layer(ck):
+    return next(iter(ck["compressor"]["workers"][0]["layers"]))
+
+
+def _del(d, key):
+    d.pop(key)
+
+
+CORRUPTIONS = {
+    "missing optimizer": (lambda ck: _del(ck, "optimizer"), r"'<top level>': missing key\(s\) \['optimizer'\]"),
+    "negative global_step": (lambda ck: ck.update(global_step=-5), r"'global_step': must be >= 0"),
+    "global_step out of step": (lambda ck: ck.update(global_step=13), r"'global_step': 13"),
+    "step past the epoch": (lambda ck: ck.update(step_in_epoch=11), r"'step_in_epoch'"),
+    "epoch not an int": (lambda ck: ck.update(epoch="1"), r"'epoch': expected an integer"),
+    "model shape": (lambda ck: ck["model"].update({k: torch.zeros(3) for k in list(ck["model"])[:1]}),
+                    r"'model\.\S+': shape \(3,\)"),
+    "model dtype": (lambda ck: ck["model"].update(
+        {k: v.double() for k, v in list(ck["model"].items())[:1]}), r"dtype torch.float64"),
+    "model missing key": (lambda ck: _del(ck["model"], next(iter(ck["model"]))),
+                          r"'model': missing key"),
+    "momentum shape": (lambda ck: ck["optimizer"]["state"][0].update(momentum_buffer=torch.zeros(2)),
+                       r"'optimizer\.state\.0\.momentum_buffer': shape"),
+    "worker without layers": (lambda ck: ck["compressor"]["workers"][2].update(layers={}, steps={}),
+                              r"'compressor\.workers\.2\.steps\.\d+': .* compressed 0 times, the run "
+                              r"took 14 compressed steps"),
+    "layers dropped, steps kept": (lambda ck: ck["compressor"]["workers"][1].update(layers={}),
+                                   r"'compressor\.workers\.1\.layers': no state for layer"),
+    "residual dtype": (lambda ck: ck["compressor"]["workers"][0]["layers"][_first_layer(ck)].update(
+        residual=ck["compressor"]["workers"][0]["layers"][_first_layer(ck)]["residual"].float()),
+        r"residual': dtype torch.float32, expected torch.int32"),
+    "residual shape": (lambda ck: ck["compressor"]["workers"][0]["layers"][_first_layer(ck)].update(
+        residual=torch.zeros(5, dtype=torch.int32)), r"residual': shape \(5,\)"),
+    "missing worker": (lambda ck: _del(ck["compressor"]["workers"], 3),
+                       r"no compressor state for worker\(s\) \[3\]"),
+    "extra worker": (lambda ck: ck["compressor"]["workers"].update(
+        {7: ck["compressor"]["workers"][0]}), r"holds worker\(s\) \[7\]"),
+    "foreign layer": (lambda ck: ck["compressor"]["workers"][0]["layers"].update(
+        {99: {"residual": torch.zeros(1, dtype=torch.int32)}}), r"state for layer 99"),
+    "history slots": (lambda ck: ck["history"].update(loss_sums=[0.0]), r"'history\.loss_sums'"),
+    "rng": (lambda ck: ck["rng"].update(torch=torch.zeros(3)), r"'rng\.torch'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CORRUPTIONS))
+def test_malformed_checkpoint_is_refused_naming_the_field(tmp_path, saved_checkpoint, case):
+    import copy
+    ck = copy.deepcopy(saved_checkpoint)
+    mutate, pattern = CORRUPTIONS[case]
+    mutate(ck)
+    path = tmp_path / "bad.pt"
+    torch.save(ck, path)
+    from gradblock.shim.errors import CheckpointError
+    with pytest.raises(CheckpointError, match=pattern):
+        run_training(TrainConfig(**CK, resume=str(path)))
+
+
+def test_malformed_checkpoint_from_the_cli_is_one_line(tmp_path, saved_checkpoint, capsys):
+    ck = dict(saved_checkpoint, global_step=-5)
+    torch.save(ck, tmp_path / "bad.pt")
+    args = ["--data", "digits", "--epochs", "2", "--workers", "4", "--threads", "1",
+            "--no-progress", "--eval-every", "0", "--resume", str(tmp_path / "bad.pt")]
+    assert train_main(args) == 2
+    _one_line_error(capsys, "CheckpointError", "'global_step'")
+
+
+def test_intact_checkpoint_resumes(tmp_path, saved_checkpoint):
+    torch.save(saved_checkpoint, tmp_path / "ok.pt")
+    r = run_training(TrainConfig(**CK, resume=str(tmp_path / "ok.pt")))
+    assert r["steps"] == 22
+
+
+# ------------------------------------------------------------------------------ validate
+
+def test_validate_matrix_survives_a_failing_row(tmp_path, monkeypatch, capsys):
+    """One row raising a named error is reported; the other rows still run and are written."""
+    import gradblock.shim.validate as V
+    from gradblock.refmodel.quantiser import NonFiniteError
+
+    def fake_run(cfg, progress=None, dataset=None):
+        if cfg.compressor == "dlgs":
+            raise NonFiniteError(3, 7, "fc.weight")
+        r = fake_result(cfg.compressor, 0.8, 100, k=cfg.k, density="match", match_k=1,
+                        interval=10)
+        r["config"] = dict(vars(cfg))
+        r.update(curves=[{"epoch": 1.0, "test_acc": 0.8, "test_loss": 1.0, "train_loss": 1.0}],
+                 mode="simulated", device="cpu")
+        return r
+    monkeypatch.setattr(V, "run_training", fake_run)
+    out = tmp_path / "val"
+    assert V.validate_main(["--data", "digits", "--epochs", "1", "--no-progress",
+                            "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert "dlgs: NonFiniteError" in captured.err
+    data = json.loads((out / "validate.json").read_text())
+    assert [r["compressor_config"]["name"] for r in data["runs"]] == \
+        ["dense", "topk", "coarse", "coarse"]
+    assert data["failures"][0]["row"] == "dlgs" and data["failures"][0]["error"] == "NonFiniteError"
+    assert "failed: dlgs" in (out / "validate.md").read_text()
+    assert (out / "validate.png").exists()
+
+
+def test_validate_refuses_unwritable_out_before_training(tmp_path, monkeypatch, capsys):
+    import gradblock.shim.validate as V
+    monkeypatch.setattr(V, "run_training", lambda *a, **k: pytest.fail("trained"))
+    (tmp_path / "f").write_text("x")
+    assert V.validate_main(["--data", "digits", "--no-progress", "--out", str(tmp_path / "f")]) == 2
+    _one_line_error(capsys, "OutputPathError")
