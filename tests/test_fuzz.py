@@ -445,3 +445,111 @@ def test_cli_fuzz_arrays_and_frames_many(tmp_path, capsys, cli_backend):
     for seed in range(30, 34):
         fuzz_array_commands(tmp_path, capsys, 1000, seed=seed)
         fuzz_frame_commands(tmp_path, capsys, 1500, seed=seed)
+
+
+# ------------------------------------------------------------------ golden directories
+
+GOLDEN_CASES = ("one_element", "tie_all_equal", "nan_quantiser_only", "short_last_block_1d")
+
+
+@pytest.fixture(scope="module")
+def small_golden(tmp_path_factory):
+    """A real golden directory of four small synthetic cases (gradblock's own writer)."""
+    from gradblock.golden_cases import synthetic_specs
+    from gradblock.golden_compute import compute_case
+    from gradblock.refmodel.compress import compress_layer
+    from gradblock.refmodel.golden_format import GENERATOR_PREFIX, write_golden
+    specs = [s for s in synthetic_specs(0) if s.name in GOLDEN_CASES]
+    assert len(specs) == len(GOLDEN_CASES)
+    out = tmp_path_factory.mktemp("golden") / "g"
+    write_golden(out, {"generator": f"{GENERATOR_PREFIX} fuzz fixture"},
+                 (compute_case(s, compress_layer) for s in specs))
+    return out
+
+
+def tree_state(root) -> dict:
+    """(size, mtime, kind) of everything under root: a check must change nothing."""
+    state = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            state[os.path.relpath(p, root)] = (st.st_size, st.st_mtime_ns, st.st_mode)
+    return state
+
+
+HOSTILE_JSON = [-1, 0, 2**70, -2**63, 1e308, 5.5, float("nan"), True, None, "", "x", [], {},
+                [2**70], [1, -1], [0] * 40, {"a": 1}, "../outside.npz", "/dev/zero", "/etc/passwd",
+                "fifo", "sub/../../x", "a" * 5000, "case\x00.npz", ".", "manifest.json"]
+
+
+def mutate_manifest(rng: np.random.Generator, manifest: dict) -> str:
+    """A JSON-level edit (a field replaced, removed or added, a case duplicated or dropped)
+    or a byte-level one on the serialised text."""
+    m = json.loads(json.dumps(manifest))
+    r = rng.random()
+    if r < 0.1:                                                # deep nesting
+        depth = int(rng.choice([50, 5000, 200_000]))
+        return json.dumps(m)[:-1] + ', "deep": ' + "[" * depth + "]" * depth + "}"
+    if r < 0.3:
+        return mutate_bytes(rng, json.dumps(m, indent=1).encode(), 1 << 20).decode("latin-1")
+    for _ in range(int(rng.integers(1, 3))):
+        cases = m.get("cases") if isinstance(m.get("cases"), list) else None
+        target = m if not cases or rng.random() < 0.15 else cases[int(rng.integers(0, len(cases)))]
+        if not isinstance(target, dict):
+            continue
+        keys = list(target)
+        op = rng.random()
+        if op < 0.6 and keys:
+            key = keys[int(rng.integers(0, len(keys)))]
+            value = HOSTILE_JSON[int(rng.integers(0, len(HOSTILE_JSON)))]
+            if key == "hex" and isinstance(target[key], dict) and target[key] and rng.random() < 0.7:
+                sub = list(target[key])
+                target[key][sub[int(rng.integers(0, len(sub)))]] = value
+            else:
+                target[key] = value
+        elif op < 0.8 and keys:
+            del target[keys[int(rng.integers(0, len(keys)))]]
+        elif cases is not None and op < 0.9:
+            cases.append(json.loads(json.dumps(cases[0])))     # a duplicate name
+        elif cases:
+            cases.pop(int(rng.integers(0, len(cases))))
+    return json.dumps(m, indent=1, allow_nan=True)
+
+
+def fuzz_golden(small_golden, tmp_path, capsys, n_cases: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    manifest = json.loads((small_golden / "manifest.json").read_text())
+    outcomes = {0: 0, 1: 0, 2: 0}
+    (tmp_path / "outside.npz").write_bytes(b"not ours")
+    for c in range(n_cases):
+        d = tmp_path / f"g{c}"
+        shutil.copytree(small_golden, d)
+        os.mkfifo(d / "fifo")
+        r = rng.random()
+        if r < 0.6:
+            (d / "manifest.json").write_text(mutate_manifest(rng, manifest), encoding="latin-1")
+        else:                                                  # a case's npz or hex file
+            files = sorted(p for p in d.rglob("*") if p.is_file() and p.name != "manifest.json")
+            victim = files[int(rng.integers(0, len(files)))]
+            victim.write_bytes(mutate_bytes(rng, victim.read_bytes(), 256))
+        before, outside = tree_state(d), tree_state(tmp_path / "outside.npz")
+        rc, out, err = cli_outcome(capsys, ["golden", "--check", d], allowed=(0, 1, 2))
+        if rc == 1:                                            # a readable set that differs
+            assert "FAIL " in out, (out, err)
+        assert tree_state(d) == before                         # a check writes nothing
+        assert tree_state(tmp_path / "outside.npz") == outside
+        outcomes[rc] += 1
+        shutil.rmtree(d)
+    return outcomes
+
+
+def test_cli_fuzz_golden_check_quick(small_golden, tmp_path, capsys):
+    outcomes = fuzz_golden(small_golden, tmp_path, capsys, 60, seed=41)
+    assert outcomes[2] >= 20 and outcomes[0] + outcomes[1] >= 5, outcomes
+
+
+@pytest.mark.slow
+def test_cli_fuzz_golden_check_many(small_golden, tmp_path, capsys):
+    for seed in range(42, 45):
+        fuzz_golden(small_golden, tmp_path, capsys, 200, seed=seed)
