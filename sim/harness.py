@@ -252,7 +252,9 @@ def _waves_file(sim: str, toplevel: str, run_dir: Path) -> Path:
 
 def _build(sim: str, toplevel: str, sources, parameters: dict, build_dir: Path, waves: bool) -> None:
     runner = _runner(sim)
-    args = ["-Wno-fatal"] if sim == "verilator" else []
+    # --public-params: parameters left at their default stay readable on the DUT handle
+    # (tb_util.hdl_parameter falls back to it)
+    args = ["-Wno-fatal", "--public-params"] if sim == "verilator" else []
     if sim == "verilator" and waves:
         args += (["--trace-fst"] if verilator_fst_supported() else []) + ["--trace-structs"]
     with _locked(build_dir / ".build.lock"):

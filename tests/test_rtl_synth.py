@@ -5,19 +5,11 @@ their registers must be. The full run (compress_top with everything in it, and t
 is slow: it takes about a minute of yosys time."""
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 
 import pytest
 
-from gradblock.sim.harness import REPO_ROOT
-
-# hw/ is not a package: load the script as a module (registered first, dataclasses need that)
-spec = importlib.util.spec_from_file_location("hw_synth", REPO_ROOT / "hw" / "synth.py")
-synth = importlib.util.module_from_spec(spec)
-sys.modules.setdefault("hw_synth", synth)
-spec.loader.exec_module(synth)
+from gradblock.hw import synth
 
 needs_yosys = pytest.mark.skipif(shutil.which("yosys") is None,
                                  reason="yosys not installed: synthesis checks need it")
