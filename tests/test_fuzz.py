@@ -553,3 +553,88 @@ def test_cli_fuzz_golden_check_quick(small_golden, tmp_path, capsys):
 def test_cli_fuzz_golden_check_many(small_golden, tmp_path, capsys):
     for seed in range(42, 45):
         fuzz_golden(small_golden, tmp_path, capsys, 200, seed=seed)
+
+
+# ------------------------------------------------------------------ training checkpoints
+
+TRAIN_ARGS = ["--data", "digits", "--train-subset", "64", "--test-subset", "32", "--workers", "2",
+              "--batch-size", "8", "--epochs", "1", "--compressor", "coarse", "--no-progress",
+              "--threads", "1"]
+
+
+@pytest.fixture(scope="module")
+def small_checkpoint(tmp_path_factory):
+    """A real checkpoint after two steps of a tiny coarse run (gradblock train's own writer)."""
+    pytest.importorskip("torch", reason="checkpoints are torch files: needs the [torch] extra")
+    d = tmp_path_factory.mktemp("ckpt")
+    rc = cli.main(["train", *TRAIN_ARGS, "--max-steps", "2", "--checkpoint", str(d / "c.pt"),
+                   "--out", str(d / "run")])
+    assert rc == 0 and (d / "c.pt").is_file()
+    return d / "c.pt"
+
+
+def _hostile_value(rng, like):
+    import torch
+    choices = [-5, 0, 2**70, -1.5, float("nan"), None, "x", [], {}, True,
+               torch.zeros(3), torch.zeros(0), torch.full((2, 2), float("nan"))]
+    if isinstance(like, torch.Tensor) and like.numel():
+        choices += [like.reshape(-1)[:-1].clone(), like.to(torch.float64), like.to(torch.int32),
+                    like.t().clone() if like.ndim == 2 else like.unsqueeze(0).clone()]
+    return choices[int(rng.integers(0, len(choices)))]
+
+
+def mutate_checkpoint(rng: np.random.Generator, ckpt: dict) -> dict:
+    """One to three edits anywhere in the nested state: a value replaced by a hostile one
+    (wrong type, range or shape), a key removed, or a container emptied."""
+    import copy
+    c = copy.deepcopy(ckpt)
+    for _ in range(int(rng.integers(1, 4))):
+        node, path = c, []
+        while True:                                        # walk down to a random container
+            keys = list(node) if isinstance(node, dict) else list(range(len(node))) \
+                if isinstance(node, list) else []
+            if not keys:
+                break
+            key = keys[int(rng.integers(0, len(keys)))]
+            child = node[key]
+            if not isinstance(child, (dict, list)) or not child or rng.random() < 0.3:
+                r = rng.random()
+                if r < 0.6:
+                    node[key] = _hostile_value(rng, child)
+                elif r < 0.85 and isinstance(node, dict):
+                    del node[key]
+                elif isinstance(child, (dict, list)):
+                    node[key] = type(child)()
+                break
+            node, path = child, path + [key]
+    return c
+
+
+def fuzz_checkpoints(small_checkpoint, tmp_path, capsys, n_cases: int, seed: int) -> dict:
+    import torch
+    rng = np.random.default_rng(seed)
+    base = torch.load(small_checkpoint, weights_only=True)
+    raw = small_checkpoint.read_bytes()
+    outcomes = {0: 0, 2: 0}
+    for c in range(n_cases):
+        d = tmp_path / f"c{c}"
+        d.mkdir()
+        if rng.random() < 0.2:                             # a damaged file
+            (d / "m.pt").write_bytes(mutate_bytes(rng, raw, len(raw)))
+        else:
+            torch.save(mutate_checkpoint(rng, base), d / "m.pt")
+        rc, _, err = cli_outcome(capsys, ["train", *TRAIN_ARGS, "--max-steps", "3",
+                                          "--resume", d / "m.pt", "--out", d / "run"])
+        outcomes[rc] += 1
+        shutil.rmtree(d)
+    return outcomes
+
+
+def test_cli_fuzz_checkpoints_quick(small_checkpoint, tmp_path, capsys):
+    outcomes = fuzz_checkpoints(small_checkpoint, tmp_path, capsys, 6, seed=51)
+    assert outcomes[2] >= 1, outcomes
+
+
+@pytest.mark.slow
+def test_cli_fuzz_checkpoints_many(small_checkpoint, tmp_path, capsys):
+    fuzz_checkpoints(small_checkpoint, tmp_path, capsys, 60, seed=52)
