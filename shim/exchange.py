@@ -69,6 +69,11 @@ class Exchange:
         """Element-wise sums over all processes."""
         return list(values)
 
+    def all_agree(self, ok: bool) -> bool:
+        """True when `ok` holds on every process (a collective under DDP): a rank that cannot
+        go on makes every rank stop, instead of leaving the others blocked in a collective."""
+        return ok
+
     def checkpoint_path(self, path: str | Path) -> Path:
         return Path(path)
 
@@ -166,6 +171,9 @@ class DdpExchange(Exchange):
         t = torch.tensor(values, dtype=torch.int64, device=self.device)
         dist.all_reduce(t)
         return [int(v) for v in t.tolist()]
+
+    def all_agree(self, ok):
+        return self.sum_ints([0 if ok else 1])[0] == 0
 
     def checkpoint_path(self, path):
         return rank_path(path, self.rank)

@@ -24,6 +24,7 @@ import torch
 
 from .compressors import DenseCompressor, StepStats, WorkerState, build_compressor, layers_of
 from .config import TrainConfig
+from .errors import CheckpointError
 from .exchange import Exchange, StepOutcome, make_exchange
 from .optim import GlobalMomentumSGD
 from .outputs import atomic_write, atomic_write_text, check_output_dir, check_output_file
@@ -86,7 +87,15 @@ class Trainer:
         # dense warm-up epochs: a stateless dense compressor stands in for the real one
         self.warm = DenseCompressor(self.layers, self.n) if cfg.warmup_epochs else None
         if cfg.resume:
-            self.states = self._load(cfg.resume)
+            # per-rank files under DDP: every rank learns whether all of them could resume
+            try:
+                self.states = self._load(cfg.resume)
+            except CheckpointError:
+                ex.all_agree(False)
+                raise
+            if not ex.all_agree(True):
+                raise CheckpointError("another rank refused its checkpoint (see its message); "
+                                      "no rank resumes")
         else:
             self.states = {w: self.compressor.new_worker_state() for w in ex.worker_ids}
         ex.bind(model, self.layers, self.compressor, self.states)

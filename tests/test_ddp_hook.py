@@ -249,3 +249,20 @@ def test_train_ddp_equals_simulation_and_resumes(tmp_path):
     b = json.loads((tmp_path / "resumed" / "result.json").read_text())
     assert a["curves"] == b["curves"] and a["bytes_sent"] == b["bytes_sent"]
     assert a["final_test_acc"] == b["final_test_acc"] == sim["final_test_acc"]
+
+
+@pytest.mark.slow
+def test_ddp_resume_refused_on_one_rank_stops_every_rank(tmp_path):
+    """Rank 1's checkpoint is missing: rank 1 names it, rank 0 is told, both exit 2 (none
+    hangs in the next collective)."""
+    common = ["gradblock.cli", "train", "--ddp", "--data", "digits", "--epochs", "1",
+              "--threads", "1", "--no-progress"]
+    ckpt = tmp_path / "ck.pt"
+    first = torchrun([*common, "--max-steps", "2", "--checkpoint", str(ckpt)])
+    assert first.returncode == 0, first.stderr
+    (tmp_path / "ck.rank1.pt").unlink()
+    again = torchrun([*common, "--resume", str(ckpt)], timeout=120)
+    assert again.returncode != 0
+    assert "CheckpointError: checkpoint" in again.stderr and "ck.rank1.pt does not exist" in again.stderr
+    assert "another rank refused its checkpoint" in again.stderr
+    assert "shim/" not in again.stderr          # torchrun's own report only, no gradblock frames
