@@ -31,6 +31,7 @@ COMMANDS = {
     "inspect": ("gradblock.commands", "inspect_main", "readable dump of every frame in a message"),
     "golden": ("gradblock.golden_cli", "golden_main", "write golden vectors for the RTL"),
     "verify": ("gradblock.sim.verify", "verify_main", "run the RTL against a golden vector directory"),
+    "synth": ("gradblock.hw.ecp5", "synth_main", "ECP5 place-and-route figures (or the generic yosys table)"),
     "train": ("gradblock.shim.train", "train_main", "train one configuration with a compressor"),
     "validate": ("gradblock.shim.validate", "validate_main", "dense vs topk vs dlgs vs coarse side by side"),
     "bench": ("gradblock.bench.run", "bench_main", "benchmark tables -> docs/benchmarks.md"),

