@@ -18,6 +18,7 @@ from gradblock.refmodel.plan import step_plan
 from gradblock.refmodel.selection import BlockLayout
 from gradblock.refmodel.validation import check_lmax_log2
 
+from .momentum import scale_velocity as scale_velocity_flat
 from .quantiser import NAN_BITS, check_float32, quant_config, quantise_lazy
 
 __all__ = ["GroupPlan", "GroupStep", "plan_group", "compress_group"]
@@ -99,6 +100,10 @@ class GroupStep:
     nonzeros: list[int]            # payload elements sent per layer
     sat_quant: list[int]
     sat_feedback: list[int]
+    # momentum correction (docs/spec.md §7) only: the next step's velocity per layer (masked
+    # on the sent blocks of sparsified layers) and the velocity saturations; None / zeros without
+    velocities: list[torch.Tensor] | None = None
+    sat_momentum: list[int] | None = None
 
 
 def _segment_counts_rows(flags: torch.Tensor, plan: GroupPlan) -> torch.Tensor:
@@ -111,9 +116,16 @@ def _segment_counts_rows(flags: torch.Tensor, plan: GroupPlan) -> torch.Tensor:
 
 def compress_group(plan: GroupPlan, grads: list[torch.Tensor], residuals: list[torch.Tensor | None],
                    *, R: float | QuantConfig = DEFAULT_RANGE, lmax_log2: int = zrle.DEFAULT_LMAX_LOG2,
-                   names: list[str] | None = None, crc: str = "auto") -> GroupStep:
+                   names: list[str] | None = None, crc: str = "auto",
+                   velocities: list[torch.Tensor | None] | None = None, m_fix: int | None = None,
+                   mask: bool = True) -> GroupStep:
     """compress_layer for every layer of `plan` in one pass; the message is the frames of
-    compress_layer(grads[j], residuals[j], k, block_size, layer_id) concatenated."""
+    compress_layer(grads[j], residuals[j], k, block_size, layer_id) concatenated.
+
+    With `m_fix` (momentum correction, docs/spec.md §7; Q0.16, see
+    refmodel.momentum.MomentumConfig) every layer is refmodel.momentum.momentum_layer instead:
+    `velocities[j]` (None: zeros) is updated, fed to the error feedback in place of Q(g), and
+    masked on the sent blocks of layers with k_eff < n_blocks unless `mask` is False."""
     cfg = quant_config(R)
     lmax = 1 << check_lmax_log2(lmax_log2)
     L = plan.n_layers
@@ -132,6 +144,19 @@ def compress_group(plan: GroupPlan, grads: list[torch.Tensor], residuals: list[t
                               or r.device != dev):
             raise TypeError(f"{what}: residual must be int32 {plan.shapes[j]} on {dev}, got "
                             f"{r.dtype} {tuple(r.shape)} on {r.device}")
+    momentum = m_fix is not None
+    if momentum:
+        velocities = [None] * L if velocities is None else list(velocities)
+        if len(velocities) != L:
+            raise ValueError(f"plan has {L} layers, got {len(velocities)} velocities")
+        for j, u in enumerate(velocities):
+            if u is not None and (u.dtype != torch.int32 or tuple(u.shape) != plan.shapes[j]
+                                  or u.device != dev):
+                raise TypeError(f"layer {names[j] if names else j}: velocity must be int32 "
+                                f"{plan.shapes[j]} on {dev}, got {u.dtype} {tuple(u.shape)} "
+                                f"on {u.device}")
+    elif velocities is not None:
+        raise ValueError("velocities given without m_fix")
     flat_g = torch.cat([g.detach().reshape(-1) for g in grads]) if L else \
         torch.zeros(0, dtype=torch.float32, device=dev)
     flat_r = torch.cat([torch.zeros(plan.sizes[j], dtype=torch.int32, device=dev) if r is None
@@ -139,14 +164,25 @@ def compress_group(plan: GroupPlan, grads: list[torch.Tensor], residuals: list[t
         torch.zeros(0, dtype=torch.int32, device=dev)
 
     q, absbits = quantise_lazy(flat_g, cfg)
+    if momentum:                      # u' = sat(mul(m, u) + Q(g)) replaces Q(g) below
+        flat_u = torch.cat([torch.zeros(plan.sizes[j], dtype=torch.int32, device=dev) if u is None
+                            else u.reshape(-1) for j, u in enumerate(velocities)]) if L else \
+            torch.zeros(0, dtype=torch.int32, device=dev)
+        u64 = scale_velocity_flat(flat_u, m_fix) + q.to(torch.int64)
+        u_new64 = u64.clamp(-QMAX, QMAX)
+        q = u_new64.to(torch.int32)
     s = flat_r.to(torch.int64) + q.to(torch.int64)
     acc = s.clamp(-QMAX, QMAX)
-    # NaN, |g| > R, |r + q| > QMAX: totals in one host sync, per layer only when any is nonzero
-    flags = (absbits > NAN_BITS, absbits > cfg.range_bits, s != acc)
+    # NaN, |g| > R, |r + q| > QMAX (and |mul(m, u) + Q(g)| > QMAX): totals in one host sync,
+    # per layer only when any is nonzero
+    flags = (absbits > NAN_BITS, absbits > cfg.range_bits, s != acc) + \
+        ((u64 != u_new64,) if momentum else ())
     if any(torch.stack([f.sum() for f in flags]).tolist()):
-        nan_c, sat_q, sat_fb = _segment_counts_rows(torch.stack(flags).to(torch.int32), plan).tolist()
+        counts = _segment_counts_rows(torch.stack(flags).to(torch.int32), plan).tolist()
     else:
-        nan_c = sat_q = sat_fb = [0] * L
+        counts = [[0] * L for _ in flags]
+    nan_c, sat_q, sat_fb = counts[:3]
+    sat_m = counts[3] if momentum else None
     is_nan = flags[0]
     for j, c in enumerate(nan_c):
         if c:
@@ -168,6 +204,16 @@ def compress_group(plan: GroupPlan, grads: list[torch.Tensor], residuals: list[t
     acc32 = acc.to(torch.int32)
     payload = acc32 * elem_mask                       # a on selected blocks, 0 elsewhere
     residual_out = acc32 - payload                    # so payload + residual = a exactly
+    velocity_list = None
+    if momentum:
+        u_new = q
+        if mask:                      # factor masking on sparsified layers only
+            masked = elem_mask & (plan.k_eff < torch.tensor(
+                [lay.n_blocks for lay in plan.layouts], dtype=torch.int64, device=dev))[
+                plan.layer_of_elem]
+            u_new = torch.where(masked, torch.zeros((), dtype=torch.int32, device=dev), u_new)
+        velocity_list = [t.view(shape) for t, shape in
+                         zip(torch.split(u_new, list(plan.sizes)), plan.shapes)]
 
     message, frame_words, nonzeros = encode_frames(payload, plan.headers, plan.elem_start,
                                                    plan.elem_end, plan.layer_of_elem,
@@ -175,4 +221,5 @@ def compress_group(plan: GroupPlan, grads: list[torch.Tensor], residuals: list[t
     residual_list = [t.view(shape) for t, shape in
                      zip(torch.split(residual_out, list(plan.sizes)), plan.shapes)]
     return GroupStep(message, frame_words, residual_list, nonzeros, [int(v) for v in sat_q],
-                     [int(v) for v in sat_fb])
+                     [int(v) for v in sat_fb], velocity_list,
+                     None if sat_m is None else [int(v) for v in sat_m])
