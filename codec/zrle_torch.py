@@ -6,9 +6,9 @@ into `torch.distributed` collectives (gloo and NCCL both carry int32); on a litt
 `frame.numpy().view('<u4')` is the wire format. Bit-exact with `codec/zrle.py` (the reference):
 same frames, and the decoder raises the same `codec.errors` class for the same first fault.
 
-Host syncs (documented, not hidden): the encoder needs one per frame for its data-dependent length;
-the decoder reads the token headers (two words per token) to the host in small batches to walk
-them, while the literals, the output values and the CRC stay on the device.
+Host syncs (documented, not hidden): the encoder needs one per frame for its data-dependent
+length; the device decoder (codec/zrle_torch_decode.py) reads back only the header and a few
+scalars per frame: the frame's words, the decoded values and the CRC stay on the device.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import torch
 from . import errors as E
 from . import zrle
 from .crc32_torch import crc32_segments, crc32_words
+from .zrle_torch_decode import decode_frame_on_device
 
 __all__ = ["encode_frame", "encode_frames", "decode_frame", "decode_message", "DecodedFrame",
            "frame_to_numpy", "tokens", "split_runs", "u32_to_i32"]
@@ -208,37 +209,69 @@ class DecodedFrame:
     n_words: int
 
 
-def decode_frame(words: torch.Tensor | np.ndarray, expected_n: int | None = None, start: int = 0,
-                 device: torch.device | str | None = None) -> DecodedFrame:
-    """Decode the frame starting at words[start]; raises the codec.errors class the spec names.
+_NO_WORDS = np.zeros(0, dtype=np.uint32)
 
-    Validation runs on the host with the reference semantics (documented in the module doc);
-    the values land on `device` (default: the input's device)."""
+
+def _check_args(words, expected_n, start):
+    """The reference's argument checks (DecodeArgumentError), for a 1-D int32 tensor of words
+    or a host uint32 array."""
+    if isinstance(words, torch.Tensor):
+        if words.dtype != torch.int32 or words.dim() != 1:
+            raise E.DecodeArgumentError(f"words must be a 1-D int32 tensor (uint32 bit patterns), "
+                                        f"got {words.dim()}-D {words.dtype}")
+        _, expected_n, start = zrle.check_decode_args(_NO_WORDS, expected_n, start)
+        return words, expected_n, start
+    return zrle.check_decode_args(words, expected_n, start)
+
+
+def _use_device_walk(words, method: str) -> bool:
+    if method not in ("auto", "device", "host"):
+        raise ValueError(f"decode method must be 'auto', 'device' or 'host', got {method!r}")
+    if not isinstance(words, torch.Tensor):
+        return False
+    return method == "device" or (method == "auto" and words.device.type != "cpu")
+
+
+def decode_frame(words: torch.Tensor | np.ndarray, expected_n: int | None = None, start: int = 0,
+                 device: torch.device | str | None = None, method: str = "auto") -> DecodedFrame:
+    """Decode the frame starting at words[start]; raises the codec.errors class (and message)
+    the reference raises for the first problem (docs/spec.md §3.5).
+
+    `words`: a 1-D int32 tensor (or a host uint32 array). `method`: "device" validates and
+    decodes where the tensor lives (codec/zrle_torch_decode.py); "host" runs the reference
+    decoder on the host words (zero copy for CPU tensors); "auto" is "device" for tensors off
+    the CPU and "host" otherwise. The values land on `device` (default: the input's)."""
+    words, expected_n, start = _check_args(words, expected_n, start)
+    if _use_device_walk(words, method):
+        hdr, values, T, used = decode_frame_on_device(words, expected_n, start)
+        if device is not None:
+            values = values.to(device)
+        return DecodedFrame(hdr.layer_id, hdr.range_bits, hdr.lmax_log2, values, T, used)
     if isinstance(words, torch.Tensor):
         device = words.device if device is None else device
-        host = frame_to_numpy(words)
-    else:
-        host = np.asarray(words)
-        if host.dtype == np.int32:
-            host = host.view(np.uint32)
-        device = "cpu" if device is None else device
-    f = zrle.decode_frame(host, expected_n, start)
-    values = torch.from_numpy(f.values).to(device)
+        words = frame_to_numpy(words)
+    f = zrle.decode_frame(words, expected_n, start)
+    values = torch.from_numpy(f.values).to("cpu" if device is None else device)
     return DecodedFrame(f.layer_id, f.range_bits, f.lmax_log2, values, f.n_tokens, f.n_words)
 
 
 def decode_message(words: torch.Tensor | np.ndarray, expected_sizes: list[int] | None = None,
-                   device: torch.device | str | None = None) -> list[DecodedFrame]:
+                   device: torch.device | str | None = None,
+                   method: str = "auto") -> list[DecodedFrame]:
     """Decode concatenated frames (one per layer, in parameter order), checking the frame count
-    against `expected_sizes` like codec.zrle.decode_message."""
-    if isinstance(words, torch.Tensor):
-        device = words.device if device is None else device
-        host = frame_to_numpy(words)
-    else:
-        host = np.asarray(words)
-        if host.dtype == np.int32:
-            host = host.view(np.uint32)
-    frames = zrle.decode_message(host, expected_sizes)
-    dev = "cpu" if device is None else device
-    return [DecodedFrame(f.layer_id, f.range_bits, f.lmax_log2, torch.from_numpy(f.values).to(dev),
-                         f.n_tokens, f.n_words) for f in frames]
+    against `expected_sizes` as codec.zrle.decode_message does (the same walk and errors)."""
+    words, _, _ = _check_args(words, None, 0)
+    total = words.numel() if isinstance(words, torch.Tensor) else words.size
+    frames, at = [], 0
+    while at < total:
+        i = len(frames)
+        exp = None
+        if expected_sizes is not None:
+            if i >= len(expected_sizes):
+                raise E.SizeMismatchError(f"message has more than {len(expected_sizes)} frames", at)
+            exp = expected_sizes[i]
+        frames.append(decode_frame(words, exp, at, device=device, method=method))
+        at += frames[-1].n_words
+    if expected_sizes is not None and len(frames) != len(expected_sizes):
+        raise E.SizeMismatchError(f"message has {len(frames)} frames, expected {len(expected_sizes)}")
+    return frames

@@ -139,17 +139,20 @@ class NumpyFamilyBackend:
 
 
 class TorchBackend:
-    """Tensors on one device (CPU unless told); frames are int32 tensors (uint32 bit patterns)."""
+    """Tensors on one device (CPU unless told); frames are int32 tensors (uint32 bit patterns).
+    `decode`: "auto" (validate on the device off the CPU, with the reference on CPU tensors),
+    "device" or "host" (codec.zrle_torch.decode_frame)."""
 
     name = "torch"
 
-    def __init__(self, device: str = "cpu"):
+    def __init__(self, device: str = "cpu", decode: str = "auto"):
         import torch
 
         from gradblock import torchstep
         from gradblock.codec import zrle_torch
         self._torch, self._step, self._codec = torch, torchstep, zrle_torch
         self.device = torch.device(device)
+        self.decode = decode
 
     def asarray(self, a: np.ndarray):
         a = np.array(a, order="C")
@@ -173,14 +176,15 @@ class TorchBackend:
         return self._codec.encode_frame(payload, layer_id, R, lmax_log2)
 
     def decode_frame(self, words, expected_n=None, start=0) -> DecodedFrame:
-        f = self._codec.decode_frame(words, expected_n, start)
+        f = self._codec.decode_frame(words, expected_n, start, method=self.decode)
         return _decoded(f, f.values)
 
     def decode_message(self, words, expected_sizes=None) -> list[DecodedFrame]:
-        return [_decoded(f, f.values) for f in self._codec.decode_message(words, expected_sizes)]
+        return [_decoded(f, f.values) for f in
+                self._codec.decode_message(words, expected_sizes, method=self.decode)]
 
     def __repr__(self) -> str:
-        return f"<gradblock backend torch on {self.device}>"
+        return f"<gradblock backend torch on {self.device}, decode {self.decode}>"
 
 
 def _numpy_backend() -> NumpyFamilyBackend:

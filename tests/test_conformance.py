@@ -1,5 +1,5 @@
 """One conformance suite for every backend (gradblock.backends): numpy (the reference), numba and
-torch (CPU; CUDA when present) must give the reference's bits AND its errors -- the same class,
+torch (CPU with the host and the on-device frame decoder; CUDA when present) must give the reference's bits AND its errors -- the same class,
 and for inputs with several faults the same first-reported one (the same validation order).
 
 Each case runs an operation on the reference and on the backend under test from the same host
@@ -26,6 +26,8 @@ def _backend_params():
         reason = UNAVAILABLE[name]
         params.append(pytest.param(name, id=name, marks=pytest.mark.skipif(
             reason is not None, reason=reason or "")))
+    params.append(pytest.param("torch-device", id="torch-device", marks=pytest.mark.skipif(
+        UNAVAILABLE["torch"] is not None, reason=UNAVAILABLE["torch"] or "")))
     cuda_reason = UNAVAILABLE["torch"]
     if cuda_reason is None:
         import torch
@@ -40,6 +42,8 @@ def _backend_params():
 def backend(request):
     if request.param == "torch-cuda":
         return get_backend("torch", device="cuda")
+    if request.param == "torch-device":      # the on-device frame decoder, run on the CPU
+        return get_backend("torch", decode="device")
     return get_backend(request.param)
 
 

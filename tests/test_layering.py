@@ -21,6 +21,9 @@ PACKAGES = {"codec": "gradblock.codec", "refmodel": "gradblock.refmodel", "hw": 
             "torchstep": "gradblock.torchstep", "gradblock": "gradblock"}
 SUBPACKAGES = {ns for ns in PACKAGES.values() if ns != "gradblock"}
 CLI = "gradblock (the CLI package)"
+# modules of the gradblock package that are shared utilities, not the CLI: every layer may use
+# them, so they may import only the wire-format layer (checked below)
+SHARED = {"gradblock.fileio": "gradblock/fileio.py"}
 
 # what each layered package may import of the project (besides itself)
 ALLOWED = {
@@ -41,6 +44,8 @@ def _layer_of(name: str) -> str | None:
     for ns in SUBPACKAGES:
         if name == ns or name.startswith(ns + "."):
             return ns
+    if name in SHARED:
+        return name
     return CLI
 
 
@@ -80,7 +85,7 @@ def _relative(path: Path) -> str:
 @pytest.mark.parametrize("folder", sorted(ALLOWED))
 def test_layer_imports_only_what_it_may(folder):
     own = PACKAGES[folder]
-    allowed = ALLOWED[folder] | {own}
+    allowed = ALLOWED[folder] | {own} | set(SHARED)
     bad = []
     for path in _modules(folder):
         for line, name in _imports(path, own):
@@ -88,6 +93,15 @@ def test_layer_imports_only_what_it_may(folder):
             if layer is not None and layer not in allowed:
                 bad.append(f"{_relative(path)}:{line} imports {name} ({layer})")
     assert not bad, f"{folder}/ may import only {sorted(allowed)}:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("module", sorted(SHARED))
+def test_shared_utilities_import_only_the_wire_format(module):
+    path = ROOT / SHARED[module]
+    bad = [f"{_relative(path)}:{line} imports {name}" for line, name in _imports(path, "gradblock")
+           if _layer_of(name) not in (None, "gradblock.codec")]
+    assert not bad, f"{module} is importable by every layer, so it may import only gradblock.codec:\n" \
+        + "\n".join(bad)
 
 
 @pytest.mark.parametrize("folder", sorted(PACKAGES) + ["tests"])

@@ -323,6 +323,91 @@ def test_decode_message_checks_sizes(device):
         zrle_torch.decode_message(msg, [2])
 
 
+# ------------------------------------------------------------------------------ device decoder
+
+from gradblock.codec import zrle_torch_decode  # noqa: E402
+
+
+def _full_outcome(fn):
+    """class, message and word of the error, or the decoded fields: the device decoder must
+    match the reference's exception text, not only its class."""
+    try:
+        f = fn()
+    except E.FrameError as e:
+        return type(e), str(e), e.word
+    values = f.values.cpu().numpy() if hasattr(f.values, "cpu") else f.values
+    return "ok", values.tolist(), f.layer_id, f.range_bits, f.lmax_log2, f.n_tokens, f.n_words
+
+
+@given(payload=run_payloads(), lmax_log2=st.sampled_from([1, 2, 8]), pos=st.integers(0, 10**6),
+       word=st.sampled_from([0, 1, 2, 3, 255, 256, 257]) | words32,
+       how=st.sampled_from(["none", "replace", "replace+crc", "truncate", "extend"]),
+       window=st.sampled_from([5, 8, 13, 4096]), expect=st.booleans())
+def test_device_decoder_equals_reference(device, payload, lmax_log2, pos, word, how, window,
+                                         expect):
+    """Valid and mutated frames, tiny windows too (so the window doubling runs): the same
+    values, or the same error class, message and word index as codec.zrle."""
+    bad = zrle.encode_frame(payload, 3, 10.0, lmax_log2)
+    if how.startswith("replace"):
+        bad[pos % bad.size] = word
+    elif how == "truncate":
+        bad = bad[:pos % bad.size]
+    elif how == "extend":
+        bad = np.append(bad, np.uint32(word))
+    if how.endswith("+crc"):
+        bad[-1] = zlib.crc32(bad[:-1].astype("<u4").tobytes())
+    n = payload.size if expect else None
+    want = _full_outcome(lambda: zrle.decode_frame(bad, n))
+    first_window = zrle_torch_decode._FIRST_WINDOW
+    zrle_torch_decode._FIRST_WINDOW = window
+    try:
+        got = _full_outcome(lambda: zrle_torch.decode_frame(t(bad.view(np.int32), device), n,
+                                                            method="device"))
+    finally:
+        zrle_torch_decode._FIRST_WINDOW = first_window
+    assert got == want
+
+
+def test_device_decoder_message_and_start(device, monkeypatch):
+    monkeypatch.setattr(zrle_torch_decode, "_FIRST_WINDOW", 8)
+    rng = np.random.default_rng(1)
+    layers = [rng.integers(-3, 4, n).astype(np.int32) for n in (0, 1, 700, 33, 5000)]
+    msg = np.concatenate([zrle.encode_frame(p, j, 1.0, 3) for j, p in enumerate(layers)])
+    frames = zrle_torch.decode_message(t(msg.view(np.int32), device), [p.size for p in layers],
+                                       method="device")
+    for f, p, j in zip(frames, layers, range(len(layers))):
+        assert f.values.device.type == device.type and f.layer_id == j
+        np.testing.assert_array_equal(f.values.cpu().numpy(), p)
+    with pytest.raises(E.SizeMismatchError):
+        zrle_torch.decode_message(t(msg.view(np.int32), device), [p.size for p in layers][:-1],
+                                  method="device")
+
+
+def test_device_decoder_never_sizes_memory_by_the_header(device):
+    """A 9-word frame claiming n = 2**32 - 1 (one zero-run token, a wrong CRC): refused, and
+    nothing of n elements is allocated on the way (the walk's window is bounded by the words
+    present; the values only once the frame is valid)."""
+    words = np.array([zrle.MAGIC, zrle.VERSION | (8 << 8), 0, 2**32 - 1, 0x41200000,
+                      2**32 - 1, 0, 1, 0], dtype=np.uint32)
+    words[-1] = zlib.crc32(words[:-1].astype("<u4").tobytes()) ^ 1
+    want = _full_outcome(lambda: zrle.decode_frame(words))
+    assert want[0] is not E.FrameError and want[0] != "ok"
+    got = _full_outcome(lambda: zrle_torch.decode_frame(t(words.view(np.int32), device),
+                                                        method="device"))
+    assert got == want
+
+
+def test_device_decoder_argument_errors(device):
+    good = t(zrle.encode_frame(np.zeros(3, np.int32)).view(np.int32), device)
+    for words, kw in [(good.to(torch.int64), {}), (good.reshape(1, -1), {}),
+                      (good, {"expected_n": 5.5}), (good, {"expected_n": -1}),
+                      (good, {"start": -1})]:
+        with pytest.raises(E.DecodeArgumentError):
+            zrle_torch.decode_frame(words, method="device", **kw)
+    with pytest.raises(ValueError, match="decode method"):
+        zrle_torch.decode_frame(good, method="gpu")
+
+
 # ------------------------------------------------------------------------------ bad input
 
 def test_bad_inputs_are_named(device):
