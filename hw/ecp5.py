@@ -98,7 +98,7 @@ def critical_path(log: str) -> str:
     if i < 0:
         return ""
     block = log[i:].split("\n\n")[0].splitlines()
-    return "\n".join(block[:3] + block[-6:])
+    return "\n".join(block if len(block) <= 9 else block[:3] + block[-6:])
 
 
 def run_ecp5(run: Ecp5Run, freq_mhz: float = DEFAULT_FREQ_MHZ, seed: int = 1,

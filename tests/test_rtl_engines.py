@@ -181,7 +181,8 @@ def test_engine_resnet_layer_verilator(tmp_path_factory, tmp_path):
     and residual memory exact, cycles within n + 2 k_eff B + O(k), >= 0.95 elements/cycle."""
     need("verilator")
     out = tmp_path_factory.mktemp("engine") / "resnet"
-    write_golden(out, {"generator": "tests/test_rtl_engines.py resnet layer", "seed": 2024},
+    write_golden(out, {"generator": "gradblock tests/test_rtl_engines.py (512x512x3x3 layer)",
+                      "seed": 2024},
                  [resnet_layer_case()])
     res, _, recs = run_engine("verilator", [out], tmp_path, 32, testcase="throughput",
                               env={"TB_TRAFFIC": "0:0", "TB_THROUGHPUT_CASES": 1},
