@@ -60,6 +60,16 @@ def check_output_file(path: str | Path, option: str) -> Path:
     return p
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# mkstemp creates files 0600; outputs get the permissions an ordinary open() would give
+FILE_MODE = 0o666 & ~_umask()
+
+
 def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
     """Call `write(tmp_path)` on a temporary file in `path`'s directory, then rename it onto
     `path`; the temporary file is removed if writing fails."""
@@ -69,6 +79,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
     os.close(fd)
     try:
         write(Path(tmp))
+        os.chmod(tmp, FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

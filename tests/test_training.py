@@ -345,3 +345,15 @@ def test_validate_refuses_unwritable_out_before_training(tmp_path, monkeypatch, 
     (tmp_path / "f").write_text("x")
     assert V.validate_main(["--data", "digits", "--no-progress", "--out", str(tmp_path / "f")]) == 2
     _one_line_error(capsys, "OutputPathError")
+
+
+def test_outputs_get_ordinary_file_permissions(tmp_path):
+    import os
+    import stat
+    out = tmp_path / "run"
+    run_training(TrainConfig(**dict(BASE, epochs=1, max_steps=1), out=str(out),
+                             checkpoint=str(tmp_path / "ck.pt")))
+    mask = os.umask(0)
+    os.umask(mask)
+    for f in (out / "result.json", out / "model.pt", tmp_path / "ck.pt"):
+        assert stat.S_IMODE(f.stat().st_mode) == 0o666 & ~mask, f
