@@ -510,8 +510,10 @@ def decode_group(compressor: Compressor, layers: Sequence[LayerInfo],
     per_layer: list[list] = [[] for _ in layers]
     for rank, msg in zip(ranks, messages):
         at = 0
-        # frames are validated on the host: convert each message once, not once per frame
-        host = zrle_torch.frame_to_numpy(msg) if compressor.name == "coarse" else None
+        # CPU: the reference decoder validates; convert each message once, not once per frame.
+        # Off the CPU the frames are validated on the device (codec/zrle_torch_decode.py).
+        host = zrle_torch.frame_to_numpy(msg) if compressor.name == "coarse" \
+            and msg.device.type == "cpu" else None
         for j, layer in enumerate(layers):
             try:
                 contribution, used = compressor.decode(layer, msg, at, host)
