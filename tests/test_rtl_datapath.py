@@ -197,10 +197,9 @@ def test_topk_select(sim, k_max, golden_quick, edge_vectors, tmp_path):
 
 
 # ------------------------------------------------------------------ compress_top
-def top_params(n_max: int, k_max: int, lmax_log2_max: int = 8):
-    """compress_top's build parameters, and the testbench environment they need: none, since
-    the runner hands the parameters to the testbench itself."""
-    return {"N_MAX": n_max, "K_MAX": k_max, "LMAX_LOG2_MAX": lmax_log2_max}, {}
+def top_params(n_max: int, k_max: int, lmax_log2_max: int = 8) -> dict:
+    """compress_top's build parameters (the runner hands them to the testbench itself)."""
+    return {"N_MAX": n_max, "K_MAX": k_max, "LMAX_LOG2_MAX": lmax_log2_max}
 
 
 def refused(verdicts: dict) -> set[str]:
@@ -213,10 +212,10 @@ def test_compress_top_quick(golden_quick, edge_vectors, tmp_path):
     layer; cases with k_eff > 16 refused with err_code 5; config errors, n = 0, a misplaced
     tlast, resets in both passes, full-rate input and residual."""
     need("icarus")
-    params, env = top_params(4096, 16)
+    params = top_params(4096, 16)
     dirs = (golden_quick, edge_vectors)
     verdicts, recs = run_block("compress_top", "icarus", dirs, tmp_path, parameters=params,
-                               env=env, quick=True)
+                               quick=True)
     cases = manifest_cases(*dirs)
     expect_verdicts(verdicts, cases, "top", QUICK_MAX_N)
     assert refused(verdicts) == {c["name"] for c in cases if c["name"] in verdicts
@@ -230,10 +229,10 @@ def test_compress_top_verilator(golden_quick, edge_vectors, layer_vectors, tmp_p
     end with every test of the testbench; then a 64x64x3x3 layer (36864 elements) once under
     backpressure and once at full rate (2n + a few cycles)."""
     need("verilator")
-    params, env = top_params(65536, 32)
+    params = top_params(65536, 32)
     dirs = (golden_quick, edge_vectors)
     verdicts, recs = run_block("compress_top", "verilator", dirs, tmp_path, parameters=params,
-                               env=env, run_name="cases")
+                               run_name="cases")
     cases = manifest_cases(*dirs)
     expect_verdicts(verdicts, cases, "top", None)
     assert refused(verdicts) == {c["name"] for c in cases if "top" in c["stages"]
@@ -241,7 +240,7 @@ def test_compress_top_verilator(golden_quick, edge_vectors, layer_vectors, tmp_p
     full_rate(recs, "compress_top", {"in (pass 1)", "residual (pass 2)"})
 
     verdicts, recs = run_block("compress_top", "verilator", (layer_vectors,), tmp_path,
-                               parameters=params, env={**env, "TB_TRAFFIC": "0.3:0.3"},
+                               parameters=params, env={"TB_TRAFFIC": "0.3:0.3"},
                                testcase="golden_cases,throughput", run_name="layer")
     assert {n: v["status"] for n, v in verdicts.items()} == {"dp_conv64": "pass"}
     full_rate(recs, "compress_top", {"in (pass 1)", "residual (pass 2)"})
@@ -254,10 +253,10 @@ def test_compress_top_icarus_large_k(golden_quick, edge_vectors, tmp_path):
     """Icarus, K_MAX 128: no golden case is refused, so every one (k_eff up to 80) goes through
     the whole datapath under all four traffic profiles."""
     need("icarus")
-    params, env = top_params(2048, 128)
+    params = top_params(2048, 128)
     dirs = (golden_quick, edge_vectors)
     verdicts, _ = run_block("compress_top", "icarus", dirs, tmp_path, parameters=params,
-                            env={**env, "TB_TRAFFIC": FULL_TRAFFIC}, testcase="golden_cases")
+                            env={"TB_TRAFFIC": FULL_TRAFFIC}, testcase="golden_cases")
     cases = manifest_cases(*dirs)
     expect_verdicts(verdicts, cases, "top", None)
     assert not refused(verdicts)
@@ -271,10 +270,10 @@ def test_compress_top_verilator_k_max_128(golden_quick, edge_vectors, tmp_path):
     none refused (k_eff <= 80)."""
     need("verilator")
     from gradblock.sim.harness import build_dir_for, verilator_pch_make_args
-    params, env = top_params(4096, 128)
+    params = top_params(4096, 128)
     dirs = (golden_quick, edge_vectors)
     verdicts, _ = run_block("compress_top", "verilator", dirs, tmp_path, parameters=params,
-                            env={**env, "TB_TRAFFIC": "0.3:0.3"}, testcase="golden_cases")
+                            env={"TB_TRAFFIC": "0.3:0.3"}, testcase="golden_cases")
     expect_verdicts(verdicts, manifest_cases(*dirs), "top", None)
     assert not refused(verdicts)
     build = build_dir_for("compress_top", "verilator", params, False)
@@ -289,11 +288,11 @@ def test_lmax_above_build_is_refused(golden_quick, tmp_path):
     """A build with LMAX_LOG2_MAX 3 refuses the lmax_log2 8 layers (err_code 6) and still
     compresses the lmax_log2 2 and 3 ones exactly."""
     need("icarus")
-    params, env = top_params(2048, 16, lmax_log2_max=3)
+    params = top_params(2048, 16, lmax_log2_max=3)
     names = ["lmax2_runs", "lmax3_runs", "one_element", "special_floats"]
     verdicts, _ = run_block("compress_top", "icarus", (golden_quick,), tmp_path,
                             parameters=params, testcase="golden_cases",
-                            env={**env, "TB_CASES": ",".join(names), "TB_TRAFFIC": "0.3:0.3"})
+                            env={"TB_CASES": ",".join(names), "TB_TRAFFIC": "0.3:0.3"})
     assert set(verdicts) == set(names)
     assert refused(verdicts) == {"one_element", "special_floats"}
     assert all("err_code 6" in verdicts[n]["detail"] for n in refused(verdicts))
