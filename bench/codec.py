@@ -92,6 +92,35 @@ class ZrleNumba(_ZrleMessage):
         return self.out
 
 
+class ZrleNumbaMessage(_ZrleMessage):
+    """The whole message in one call each way (encode_message_into / decode_message_into):
+    the payload is one flat buffer, as the compress step leaves it; decode allocates its
+    output each time, as the others do."""
+    label = "ZRLE numba, one call per message"
+
+    def __init__(self, prep: Prepared, R: float):
+        super().__init__(prep, R)
+        zn = optional_module("gradblock.codec.zrle_numba")
+        self.enc, self.dec, words = require(zn, "encode_message_into", "decode_message_into",
+                                            "message_words")
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
+        self.buf = np.empty(words(self.offsets), dtype=np.uint32)
+
+    def encode(self):
+        self.used = self.enc(self.payload, self.offsets, self.buf, None, self.R)
+
+    @property
+    def size(self) -> int:
+        return 4 * self.used
+
+    def decode(self):
+        self.out = np.empty(self.payload.size, dtype=np.int32)
+        self.dec(self.buf[:self.used], self.out, self.offsets)
+
+    def decoded(self):
+        return self.out
+
+
 class ZrleTorch(_ZrleMessage):
     label = "ZRLE torch"
 
@@ -164,6 +193,7 @@ class Blosc2(_Bytes):
 def _codecs(R: float):
     return [("ZRLE numpy reference", lambda p: ZrleReference(p, R)),
             ("ZRLE numba", lambda p: ZrleNumba(p, R)),
+            ("ZRLE numba, one call per message", lambda p: ZrleNumbaMessage(p, R)),
             ("ZRLE torch", lambda p: ZrleTorch(p, R)),
             ("zstd level 1", lambda p: Zstd(p, 1)),
             ("zstd level 3", lambda p: Zstd(p, 3)),

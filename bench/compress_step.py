@@ -137,6 +137,38 @@ class NumbaLayers(_NumbaInPlace):
         return [self.message[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
+class NumbaMessage(Impl):
+    """compress_message: the model's gradient and residual each in one flat buffer (as a DDP
+    bucket holds them), the whole step in one jitted call (with several threads, the layers
+    on the thread pool of compress_layers). The flat gradient is built once, untimed."""
+    label = "numba compress_message (one call per message)"
+
+    def __init__(self, prep: Prepared):
+        fast = optional_module("gradblock.refmodel.fast")
+        plan_of, self.compress = require(fast, "message_plan", "compress_message")
+        grads = prep.workload.grads
+        self.plan = plan_of([g.shape for g in grads], k=prep.k)
+        self.grad = np.concatenate([g.reshape(-1) for g in grads])
+        self.initial = np.concatenate([r.reshape(-1) for r in prep.residuals])
+        self.residual = self.initial.copy()
+        self.expected = np.concatenate([s.residual_out.reshape(-1) for s in prep.steps])
+        self.out = np.empty(self.plan.max_words, dtype=np.uint32)
+        self.cfg = prep.cfg
+
+    def setup(self):
+        np.copyto(self.residual, self.initial)
+
+    def fn(self):
+        self.message, self.info = self.compress(self.grad, self.residual, self.plan, self.cfg,
+                                                self.out, n_threads=numba.get_num_threads())
+
+    def frames(self):
+        if not np.array_equal(self.residual, self.expected):
+            raise AssertionError("compress_message: residual differs from the reference")
+        bounds = np.concatenate([[0], np.cumsum(self.info.n_words)])
+        return [self.message[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
 class TorchLayer(Impl):
     label = "torch compress_layer"
 
@@ -153,7 +185,7 @@ class TorchLayer(Impl):
                      for g, r, i in self.work]
 
 
-IMPLEMENTATIONS = [Reference, NumbaLayer, NumbaStep, NumbaLayers, TorchLayer]
+IMPLEMENTATIONS = [Reference, NumbaLayer, NumbaStep, NumbaLayers, NumbaMessage, TorchLayer]
 
 
 def _bandwidth_rows(words: np.ndarray, ctx: BenchContext):

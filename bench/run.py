@@ -1,8 +1,12 @@
 """`gradblock bench`: measure every table, print them as markdown, write docs/benchmarks.md.
 
     gradblock bench                 # full run: ResNet-20 and ResNet-50, RTL included (many minutes)
-    gradblock bench --quick         # ResNet-20, 1 thread, 3 repetitions, no RTL (under a minute)
-    gradblock bench --tables 2,3 --workloads resnet50 --threads 1
+    gradblock bench --quick         # ResNet-20, 1 thread, 3 repetitions, no RTL; prints only
+    gradblock bench --tables 2,3 --workloads resnet50 --threads 1 --json run.json
+    gradblock bench --compare old.json new.json --threshold 0.1   # flag rows >10 % slower
+
+Only a full run writes docs/benchmarks.md by default; a partial or --quick run prints, or
+writes where --out says.
 
 Each table's rows are measured in one process, back to back with the rows they are compared
 with; each row is the median of several repetitions after warm-up (numba compilation excluded).
@@ -15,7 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-from . import codec, compress_step, report, rtl, selection, targets, training
+from gradblock.refmodel.validation import parse_k
+
+from . import codec, compress_step, report, results, rtl, selection, targets, training
 from .context import BenchContext
 from .gradients import make_workload
 from .machine import header_lines, usable_cores
@@ -39,26 +45,22 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
-def _k(text: str) -> float | int:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"k must be a number, got {text!r}") from None
-    if v >= 1 and v.is_integer():
-        return int(v)
-    if not 0 < v < 1:
-        raise argparse.ArgumentTypeError(f"k must be a fraction in (0, 1) or a count >= 1, got {text}")
-    return v
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gradblock bench", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true",
                    help="ResNet-20 only, 1 thread, 3 repetitions, no RTL: a smoke run in under a minute")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT,
+    p.add_argument("--out", type=Path, default=None,
                    help="markdown file to write; its generated block is replaced, the rest kept "
-                        "(default: docs/benchmarks.md)")
+                        "(default: docs/benchmarks.md for a full run of every table; a --quick "
+                        "or partial run only prints unless --out is given)")
+    p.add_argument("--json", type=Path, default=None, metavar="FILE",
+                   help="also write every measured row of every table run as JSON")
+    p.add_argument("--compare", type=Path, nargs=2, metavar=("OLD", "NEW"), default=None,
+                   help="compare two --json files and list rows slower by more than "
+                        "--threshold (exit 1 if any); measures nothing")
+    p.add_argument("--threshold", type=float, default=0.1,
+                   help="relative slow-down --compare flags (default 0.1 = 10%%)")
     p.add_argument("--no-write", action="store_true", help="print only, write no file")
     p.add_argument("--tables", type=_int_list, default=None,
                    help="comma-separated table numbers 1-5 (default: all)")
@@ -71,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="timed repetitions per row, median reported (default 7; --quick 3)")
     p.add_argument("--warmup", type=int, default=None,
                    help="untimed runs before timing (default 2; --quick 1)")
-    p.add_argument("--k", type=_k, default=0.01,
+    p.add_argument("--k", type=parse_k, default=0.01,
                    help="blocks kept per layer: a fraction of its blocks or a count (default 0.01)")
     p.add_argument("--range", dest="R", type=float, default=10.0, help="quantiser range R")
     p.add_argument("--gradients", choices=("auto", "real", "synthetic"), default="auto",
@@ -114,9 +116,23 @@ def make_context(args) -> BenchContext:
     return ctx
 
 
+def report_path(args, quick: bool) -> Path | None:
+    """Where the markdown goes: --out if given; else docs/benchmarks.md for a full run of
+    every table and workload only (a smoke or partial run never replaces the committed
+    report); None with --no-write."""
+    if args.no_write:
+        return None
+    if args.out is not None:
+        return args.out
+    full = not quick and args.tables is None and args.workloads is None
+    return DEFAULT_OUT if full else None
+
+
 def bench_main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    if args.compare:
+        return results.compare_main(*args.compare, args.threshold)
     load_start = os.getloadavg()
     ctx = make_context(args)
     numbers = args.tables or sorted(TABLES)
@@ -124,12 +140,13 @@ def bench_main(argv: list[str] | None = None) -> int:
         if n not in TABLES:
             raise SystemExit(f"gradblock bench: no table {n} (tables are 1-5)")
     t_start = time.perf_counter()
-    tables = {}
+    tables, by_number = {}, {}
     for n in numbers:
         key, module = TABLES[n]
         t0 = time.perf_counter()
         produced = module.run(ctx)
-        for table in produced if isinstance(produced, list) else [produced]:
+        by_number[n] = produced if isinstance(produced, list) else [produced]
+        for table in by_number[n]:
             tables[table.key] = table
         ctx.log(f"table {n} ({key}) done in {time.perf_counter() - t0:.1f} s")
     mode = "quick" if ctx.quick else "full"
@@ -148,9 +165,13 @@ def bench_main(argv: list[str] | None = None) -> int:
     text = report.render(header, [t.to_markdown() for t in tables.values()],
                          targets.evaluate(tables), command)
     print(text)
-    if not args.no_write:
-        report.write(args.out, text)
-        ctx.log(f"wrote {args.out}")
+    if args.json is not None:
+        results.write_json(args.json, by_number, header)
+        ctx.log(f"wrote {args.json}")
+    out = report_path(args, ctx.quick)
+    if out is not None:
+        report.write(out, text)
+        ctx.log(f"wrote {out}")
     if ctx.failures:
         print(f"gradblock bench: {len(ctx.failures)} row(s) failed:", file=sys.stderr)
         for f in ctx.failures:

@@ -44,11 +44,13 @@ class Table:
     columns: list[str]
     rows: list[list[str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)      # printed under the table
+    records: list[dict] = field(default_factory=list)   # the rows unformatted, for --json
 
     def add(self, *cells: object) -> None:
         if len(cells) != len(self.columns):
             raise ValueError(f"{self.key}: row of {len(cells)} cells for {len(self.columns)} columns")
         self.rows.append([c if isinstance(c, str) else fmt(c) for c in cells])
+        self.records.append(dict(zip(self.columns, cells)))
 
     def skip(self, label_cells: list[str], reason: str) -> None:
         """A row that cannot be measured here: the labels, then the reason, then blanks."""
@@ -58,6 +60,7 @@ class Table:
         """A row without numbers: the labels, then `cell` (see not_available / failed)."""
         rest = len(self.columns) - len(label_cells)
         self.rows.append(list(label_cells) + [cell] + [""] * (rest - 1))
+        self.records.append({**dict(zip(self.columns, label_cells)), "status": cell})
 
     def to_markdown(self) -> str:
         out = [f"## {self.title}", "", "| " + " | ".join(self.columns) + " |",

@@ -59,14 +59,23 @@ def evaluate(tables: dict[str, Table]) -> list[str]:
     lines.append(f"- numba compress step ≥ {TOPK_TARGET:g}× faster than torch.topk selection at the "
                  f"same density: " + ("; ".join(parts) if parts else "not measured"))
 
-    codec_rows = [r for r in _rows(tables.get("codec")) if r["codec"] == "ZRLE numba"
-                  and NOT_AVAILABLE not in r["ratio"]]
+    # the better numba row (per layer, or one call per message) by its weaker direction
+    best_codec: dict[tuple, dict] = {}
+    for r in _rows(tables.get("codec")):
+        if not r["codec"].startswith("ZRLE numba") or NOT_AVAILABLE in r["ratio"]:
+            continue
+        score = min(_num(r["encode vs zstd-1"]) or 0, _num(r["decode vs zstd-1"]) or 0)
+        key = (r["workload"], r["threads"])
+        if key not in best_codec or score > best_codec[key][0]:
+            best_codec[key] = (score, r)
+    codec_rows = [r for _, (_, r) in sorted(best_codec.items())]
     parts = []
     for r in codec_rows:
         enc, dec = _num(r["encode vs zstd-1"]), _num(r["decode vs zstd-1"])
         ok = "met" if enc is not None and dec is not None and min(enc, dec) >= ZSTD_TARGET else (
             "not measured" if enc is None or dec is None else "missed")
-        parts.append(f"{r['workload']} ×{r['threads']}: encode {enc:.3g}×, decode {dec:.3g}× — {ok}"
+        parts.append(f"{r['workload']} ×{r['threads']}: encode {enc:.3g}×, decode {dec:.3g}× "
+                     f"({r['codec']}) — {ok}"
                      if enc is not None and dec is not None else f"{r['workload']}: not measured")
     lines.append(f"- ZRLE encode and decode ≥ {ZSTD_TARGET:g}× zstd-1 (numba): "
                  + ("; ".join(parts) if parts else "not measured"))

@@ -219,17 +219,18 @@ def _close(a: float, b: float, rel: float = 0.01) -> bool:
 def quick_report(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "benchmarks.md"
     t0 = time.monotonic()
+    rows = out.with_name("rows.json")
     proc = subprocess.run([sys.executable, "-m", "gradblock.cli", "bench", "--quick", "--quiet",
-                           "--out", str(out)], cwd=REPO, capture_output=True, text=True,
-                          timeout=600)
+                           "--out", str(out), "--json", str(rows)], cwd=REPO, capture_output=True,
+                          text=True, timeout=600)
     elapsed = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return out.read_text(), proc.stdout, elapsed
+    return out.read_text(), proc.stdout, elapsed, json.loads(rows.read_text())
 
 
 @pytest.mark.torch
 def test_quick_run_writes_every_table(quick_report):
-    text, stdout, _ = quick_report
+    text, stdout, _, _ = quick_report
     assert report.BEGIN in text and report.END in text
     assert text.split(report.BEGIN)[1].split(report.END)[0].strip() == stdout.strip()
     for needle in ("- machine:", "- threads measured:", "numpy ", "numba ", "torch ",
@@ -315,3 +316,106 @@ def test_quick_run_ratios_agree_with_times(quick_report):
         assert _close(_num(r["words/cycle"]), _num(r["words"]) / _num(r["cycles"])), r
         assert _close(_num(r["words/cycle"]) * _num(r["cycles/word"]), 1.0), r
         assert _close(_num(r["of ideal"]), _num(r["ideal cycles"]) / _num(r["cycles"])), r
+
+
+@pytest.mark.torch
+def test_quick_run_json_holds_every_row_of_the_report(quick_report):
+    text, _, _, doc = quick_report
+    tables = parse_markdown_tables(text)
+    rows = doc["rows"]
+    by_title = {}
+    for r in rows:
+        by_title.setdefault(TITLES[r["key"]], []).append(r)
+    for title, md_rows in tables.items():
+        if title in TITLES.values():
+            assert len(by_title.get(title, [])) == len(md_rows), title
+    comp = [r for r in rows if r["key"] == "compress" and "status" not in r]
+    assert comp and all(r["table"] == 2 and r["threads"] == 1 and r["workload"] == "ResNet-20"
+                        for r in comp)
+    for r in comp:                      # the markdown cells are the JSON numbers, rounded
+        md = next(m for m in tables[TITLES["compress"]] if m["implementation"] == r["implementation"])
+        assert _close(_num(md["time (ms)"]), r["time_ms"]) and _close(_num(md["GB/s"]), r["gbps"])
+        assert _close(_num(md["of copy"]), r["of_copy"])
+    assert any(r["implementation"].startswith("numba compress_message") for r in comp)
+    codec_rows = [r for r in rows if r["key"] == "codec" and "status" not in r]
+    assert all("encode GB/s" in r["metrics"] and "decode GB/s" in r["metrics"] for r in codec_rows)
+
+
+# ------------------------------------------------------------------ benchmarks as data
+
+def _rows_file(path, rows):
+    path.write_text(json.dumps({"rows": rows}))
+    return path
+
+
+def _row(impl, time_ms=None, **metrics):
+    return {"table": 2, "key": "compress", "workload": "ResNet-50", "threads": 1,
+            "implementation": impl, "time_ms": time_ms, "gbps": None, "of_copy": None,
+            "labels": {"workload": "ResNet-50", "threads": "1", "implementation": impl},
+            "metrics": metrics}
+
+
+def test_compare_flags_rows_slower_than_the_threshold(tmp_path):
+    from gradblock.bench import results
+    old = _rows_file(tmp_path / "old.json", [_row("a", 10.0), _row("b", 10.0), _row("c", 10.0),
+                                            _row("zrle", **{"encode GB/s": 4.0, "decode GB/s": 8.0}),
+                                            _row("gone", 1.0)])
+    new = _rows_file(tmp_path / "new.json", [_row("a", 10.9), _row("b", 11.5), _row("c", 5.0),
+                                            _row("zrle", **{"encode GB/s": 4.1, "decode GB/s": 6.0}),
+                                            _row("added", 1.0)])
+    changes, compared = results.compare(results.load_rows(old), results.load_rows(new), 0.1)
+    assert compared == 4
+    assert sorted((dict(c.key[1])["implementation"], c.metric) for c in changes) == [
+        ("b", "time_ms"), ("zrle", "decode GB/s")]
+    lines = []
+    assert results.compare_main(old, new, 0.1, out=lines.append) == 1
+    assert sum(line.startswith("REGRESSION") for line in lines) == 2
+    assert results.compare_main(old, new, 1.0, out=lines.append) == 0
+
+
+def test_compare_refuses_files_that_are_not_bench_results(tmp_path):
+    from gradblock.bench import results
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    good = _rows_file(tmp_path / "good.json", [_row("a", 1.0)])
+    lines = []
+    assert results.compare_main(bad, good, 0.1, out=lines.append) == 2
+    assert results.compare_main(tmp_path / "missing.json", good, 0.1, out=lines.append) == 2
+    assert "gradblock bench --json" in lines[0]
+    with pytest.raises(results.CompareError):
+        results.compare([], [], -1)
+
+
+def test_compare_through_the_cli(tmp_path):
+    from gradblock.bench.run import bench_main
+    old = _rows_file(tmp_path / "old.json", [_row("a", 10.0)])
+    new = _rows_file(tmp_path / "new.json", [_row("a", 12.0)])
+    argv = ["--compare", str(old), str(new), "--threshold"]
+    assert bench_main(argv + ["0.1"]) == 1 and bench_main(argv + ["0.5"]) == 0
+
+
+def test_table_json_rows_keep_numbers_and_skips(tmp_path):
+    from gradblock.bench import results
+    t = Table("codec", "3. x", ["workload", "threads", "codec", "encode GB/s", "decode GB/s",
+                                "encode vs zstd-1"])
+    t.add("ResNet-20", "1", "ZRLE numba", 5.123456, 9.0, "no zstd")
+    t.skip(["ResNet-20", "1", "ZRLE torch"], "torch missing")
+    rows = results.table_rows(3, t)
+    assert rows[0]["metrics"] == {"encode GB/s": 5.123456, "decode GB/s": 9.0}
+    assert rows[0]["gbps"] == 5.123456 and rows[0]["implementation"] == "ZRLE numba"
+    assert rows[0]["threads"] == 1 and rows[0]["table"] == 3
+    assert rows[1]["status"].startswith(NOT_AVAILABLE) and rows[1]["metrics"] == {}
+    path = tmp_path / "r.json"
+    results.write_json(path, {3: [t]}, ["- header"])
+    assert json.loads(path.read_text())["rows"] == json.loads(json.dumps(rows))
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]          # no temp file left
+
+
+@pytest.mark.parametrize("argv, writes", [
+    (["--quick"], None), (["--tables", "2"], None), (["--workloads", "resnet20"], None),
+    ([], "default"), (["--quick", "--out", "X"], "X"), (["--no-write"], None)])
+def test_only_a_full_run_replaces_the_committed_report(argv, writes):
+    from gradblock.bench.run import DEFAULT_OUT, build_parser, report_path
+    args = build_parser().parse_args(argv)
+    got = report_path(args, quick=args.quick)
+    assert got == (DEFAULT_OUT if writes == "default" else None if writes is None else Path(writes))
