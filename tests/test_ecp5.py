@@ -48,7 +48,7 @@ def test_critical_path_is_the_last_report_block():
            "Info: Critical path report for clock 'clk' (posedge -> posedge):\nInfo: a\nInfo: b\n"
            "\nInfo: after")
     assert ecp5.critical_path(log).splitlines() == [
-        "Info: Critical path report for clock 'clk' (posedge -> posedge):", "Info: a", "Info: b"]
+        "Critical path report for clock 'clk' (posedge -> posedge):", "Info: a", "Info: b"]
     assert ecp5.critical_path("no timing here") == ""
 
 
