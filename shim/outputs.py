@@ -45,14 +45,19 @@ def check_output_dir(path: str | Path, option: str) -> Path:
     return p
 
 
-def check_output_file(path: str | Path, option: str) -> Path:
-    """A file gradblock may create or replace (its directory created if needed)."""
+def check_output_file(path: str | Path, option: str,
+                      ours: Callable[[Path], bool] | None = None) -> Path:
+    """A file gradblock may create or replace (its directory created if needed). With `ours`,
+    an existing file is only replaced if `ours(path)` recognises it as gradblock's own."""
     p = Path(path)
     what = f"{option} {path}"
     if p.is_dir():
         raise OutputPathError(f"{what}: is a directory; give a file name such as {p / 'ckpt.pt'}")
     if p.exists() and not p.is_file():
         raise OutputPathError(f"{what}: exists and is not a regular file")
+    if ours is not None and p.exists() and not ours(p):
+        raise OutputPathError(f"{what}: exists and was not written by gradblock; refusing to "
+                              f"replace it")
     anc = _existing_ancestor(p.parent)
     if not anc.is_dir():
         raise OutputPathError(f"{what}: {anc} is a file, not a directory")

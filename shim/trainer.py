@@ -29,8 +29,8 @@ from .exchange import Exchange, StepOutcome, make_exchange
 from .optim import GlobalMomentumSGD
 from .outputs import atomic_write, atomic_write_text, check_output_dir, check_output_file
 from .problem import build_problem, epoch_shards, evaluate
-from .state import (CheckpointExpectation, check_checkpoint, compressor_state, load_checkpoint,
-                    rng_state, save_checkpoint, set_rng_state)
+from .state import (CheckpointExpectation, check_checkpoint, compressor_state, is_checkpoint,
+                    load_checkpoint, rng_state, save_checkpoint, set_rng_state)
 from .workers import StepTimes
 
 PHASES = tuple(f.name for f in fields(StepTimes))
@@ -51,6 +51,24 @@ class History:
 HISTORY_FIELDS = tuple(f.name for f in fields(History))
 
 
+def _is_state_dict(path: Path) -> bool:
+    """An existing model file gradblock wrote: a torch state dict of tensors."""
+    try:
+        sd = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # noqa: BLE001 - any unreadable file is not ours
+        return False
+    return isinstance(sd, dict) and all(isinstance(v, torch.Tensor) for v in sd.values())
+
+
+def _is_result(path: Path) -> bool:
+    """An existing result.json gradblock wrote."""
+    try:
+        r = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(r, dict) and {"compressor_config", "mode", "curves"} <= set(r)
+
+
 class Trainer:
     def __init__(self, cfg: TrainConfig, dataset=None, exchange: Exchange | None = None):
         cfg.check()
@@ -69,7 +87,10 @@ class Trainer:
     def _setup(self, cfg: TrainConfig, dataset) -> None:
         ex = self.exchange
         if cfg.checkpoint:
-            check_output_file(ex.checkpoint_path(cfg.checkpoint), "--checkpoint")
+            check_output_file(ex.checkpoint_path(cfg.checkpoint), "--checkpoint", is_checkpoint)
+        if cfg.out:
+            for name, ours in ((ex.model_file(), _is_state_dict), ("result.json", _is_result)):
+                check_output_file(Path(cfg.out) / name, "--out", ours)
         cfg.workers = self.n = ex.n_workers
         self.device, self.rank = ex.device, ex.rank
         self.problem = build_problem(cfg, self.n, self.device, dataset)

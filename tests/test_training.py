@@ -357,3 +357,25 @@ def test_outputs_get_ordinary_file_permissions(tmp_path):
     os.umask(mask)
     for f in (out / "result.json", out / "model.pt", tmp_path / "ck.pt"):
         assert stat.S_IMODE(f.stat().st_mode) == 0o666 & ~mask, f
+
+
+def test_files_gradblock_did_not_write_are_not_replaced(tmp_path, monkeypatch, capsys):
+    _no_training(monkeypatch)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine\n")
+    assert train_main(["--data", "digits", "--no-progress", "--checkpoint", str(notes)]) == 2
+    _one_line_error(capsys, "OutputPathError", "not written by gradblock")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "result.json").write_text('{"my": "data"}')
+    assert train_main(["--data", "digits", "--no-progress", "--out", str(out)]) == 2
+    _one_line_error(capsys, "OutputPathError", "result.json")
+    assert notes.read_text() == "mine\n" and (out / "result.json").read_text() == '{"my": "data"}'
+
+
+def test_rerun_replaces_its_own_outputs(tmp_path):
+    cfg = dict(BASE, epochs=1, max_steps=1, eval_every=0)
+    kw = dict(out=str(tmp_path / "run"), checkpoint=str(tmp_path / "ck.pt"))
+    run_training(TrainConfig(**cfg, **kw))
+    again = run_training(TrainConfig(**cfg, **kw))
+    assert again["steps"] == 1
