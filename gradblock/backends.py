@@ -73,6 +73,12 @@ class Backend(Protocol):
     def quantise(self, x: Any, R: Any = 10.0, where: str = "") -> tuple[Any, int]:
         """§1: float32 -> (int32 codes, saturation count)."""
 
+    def dequantise(self, v: Any, R: Any = 10.0) -> Any:
+        """§1.3: int codes -> float32."""
+
+    def average(self, s: Any, n_workers: Any, R: Any = 10.0) -> Any:
+        """§5: the exact integer sum of N workers' codes -> float32 mean."""
+
     def compress_layer(self, grad: Any, residual: Any = None, *, R: Any = 10.0, k: Any = 1,
                        block_size: Any = None, layer_id: Any = 0, lmax_log2: Any = 8,
                        where: str = "") -> LayerResult:
@@ -103,7 +109,9 @@ class NumpyFamilyBackend:
     and the frames (the reference pair, or the numba pair)."""
 
     def __init__(self, name: str, quantise: Callable, compress_layer: Callable, codec):
+        from gradblock.refmodel import quantiser
         self.name = name
+        self._quantiser = quantiser              # §1.3 / §5 float steps: the reference's own
         self._quantise = quantise
         self._compress_layer = compress_layer
         self._codec = codec
@@ -120,6 +128,12 @@ class NumpyFamilyBackend:
     def quantise(self, x, R=10.0, where: str = ""):
         r = self._quantise(x, R, where=where)
         return r.q, r.saturated
+
+    def dequantise(self, v, R=10.0):
+        return self._quantiser.dequantise(v, R)
+
+    def average(self, s, n_workers, R=10.0):
+        return self._quantiser.average(s, n_workers, R)
 
     def compress_layer(self, grad, residual=None, **kw) -> LayerResult:
         return _layer_result(self._compress_layer(grad, residual, **kw))
@@ -168,6 +182,12 @@ class TorchBackend:
 
     def quantise(self, x, R=10.0, where: str = ""):
         return self._step.quantise(x, R, where=where)
+
+    def dequantise(self, v, R=10.0):
+        return self._step.dequantise(v, R)
+
+    def average(self, s, n_workers, R=10.0):
+        return self._step.average(s, n_workers, R)
 
     def compress_layer(self, grad, residual=None, **kw) -> LayerResult:
         return _layer_result(self._step.compress_layer(grad, residual, **kw))

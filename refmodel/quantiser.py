@@ -6,6 +6,7 @@ torch and RTL implementations can agree with it bit for bit.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,7 +42,10 @@ class QuantConfig:
 
     @classmethod
     def from_range(cls, R: float = DEFAULT_RANGE) -> "QuantConfig":
-        r32 = np.float32(R)
+        if isinstance(R, bool) or not isinstance(R, numbers.Real):   # "10", True: not a range
+            raise RangeError(f"range R must be a finite float32 > 0, got {R!r}")
+        with np.errstate(over="ignore"):                             # 1e39 -> inf: refused below
+            r32 = np.float32(R)
         if not np.isfinite(r32) or r32 <= 0:
             raise RangeError(f"range R must be a finite float32 > 0, got {R!r}")
         M, k = multiplier(float(r32))

@@ -147,6 +147,35 @@ def test_quantise_errors(backend, g, R, dtype):
     assert_conforms(backend, lambda b: b.quantise(b.asarray(x), R))
 
 
+@SETTINGS
+@given(v=st.lists(st.integers(-(2**31) + 1, 2**31 - 1), max_size=40), R=ranges | bad_ranges,
+       n=st.integers(-1, 64) | st.sampled_from([0.5, 2.5, 1e9]),
+       dtype=st.sampled_from([np.int32, np.int64]))
+def test_dequantise_and_average(backend, v, R, n, dtype):
+    """§1.3 and §5: the float32 results bit for bit; bad R (first) and N named alike."""
+    codes = np.array(v, dtype=dtype)
+    assert_conforms(backend, lambda b: b.dequantise(b.asarray(codes), R))
+    sums = codes.astype(np.int64) * 3
+    assert_conforms(backend, lambda b: b.average(b.asarray(sums.astype(dtype)), n, R))
+
+
+BAD_R = [float("nan"), float("inf"), -1.0, 0.0, -0.0, 1e39, 1e-46, "10", None, True, [10.0]]
+
+
+@pytest.mark.parametrize("R", BAD_R, ids=repr)
+@pytest.mark.parametrize("op", ["quantise", "dequantise", "average", "compress_layer",
+                                "encode_frame"])
+def test_bad_range_is_a_range_error_everywhere(backend, op, R):
+    """Every entry point that takes R refuses a bad one with RangeError (issue 8)."""
+    g = np.ones(4, np.float32)
+    ops = {"quantise": lambda b: b.quantise(b.asarray(g), R),
+           "dequantise": lambda b: b.dequantise(b.asarray(np.ones(4, np.int32)), R),
+           "average": lambda b: b.average(b.asarray(np.ones(4, np.int64)), 2, R),
+           "compress_layer": lambda b: b.compress_layer(b.asarray(g), None, R=R),
+           "encode_frame": lambda b: b.encode_frame(b.asarray(np.ones(4, np.int32)), 0, R)}
+    assert assert_conforms(backend, ops[op]) == ("error", E.RangeError)
+
+
 # ------------------------------------------------------------------------------ §4 compress step
 
 steps_k = st.one_of(st.integers(1, 6), st.sampled_from([0.01, 0.25, 0.5, 0.999, 1.0, 3.0]))

@@ -105,11 +105,12 @@ def dequantise(v: torch.Tensor, cfg: QuantConfig | float = DEFAULT_RANGE) -> tor
 
 
 def average(s: torch.Tensor, n_workers: int, cfg: QuantConfig | float = DEFAULT_RANGE) -> torch.Tensor:
-    """int64 sum over N workers -> float32 mean: float32(float64(s) * R / (QMAX * N))."""
+    """Exact integer sum over N workers -> float32 mean: float32(float64(s) * R / (QMAX * N)).
+    Checks in the reference's order: R, then N."""
     cfg = quant_config(cfg)
-    if int(n_workers) < 1:
+    if n_workers < 1:
         raise ValueError(f"n_workers must be >= 1, got {n_workers}")
     c = float(np.float64(cfg.range) / (np.float64(QMAX) * np.float64(n_workers)))
-    if s.dtype != torch.int64:
-        raise TypeError(f"average expects the int64 sum, got {s.dtype}")
-    return (s.to(torch.float64) * c).to(torch.float32)
+    if s.dtype.is_floating_point or s.dtype.is_complex or s.dtype == torch.bool:
+        raise TypeError(f"average expects the integer sum, got {s.dtype}")
+    return (s.to(torch.int64).to(torch.float64) * c).to(torch.float32)
