@@ -282,6 +282,6 @@ def run(ctx: BenchContext) -> Table:
     table.notes.append("ZRLE: one frame per layer (the wire format); numba encodes into one "
                        "preallocated buffer and decodes into a fresh one each time (the others' "
                        "Python APIs allocate their outputs too); torch decode validates on the host with the "
-                       "reference decoder (codec/zrle_torch.py). zstd and lz4 are "
+                       "reference decoder on CPU tensors (codec/zrle_torch.py). zstd and lz4 are "
                        "single-threaded; blosc2 uses the row's thread count")
     return table
