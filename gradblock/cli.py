@@ -66,8 +66,12 @@ def is_named_error(exc: BaseException) -> bool:
     return False
 
 
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split()) or "(no message)"
+def _one_line(text: str, prefix: str = "") -> str:
+    """The message on one line, without a `gradblock NAME:` prefix it already carries."""
+    line = " ".join(str(text).split()) or "(no message)"
+    while prefix and line.startswith(prefix):
+        line = line[len(prefix):].lstrip() or "(no message)"
+    return line
 
 
 def run_guarded(name: str, body: Callable[..., object], *args) -> int:
@@ -81,7 +85,7 @@ def run_guarded(name: str, body: Callable[..., object], *args) -> int:
     except SystemExit as e:                  # argparse and library code that still exits
         if e.code is None or isinstance(e.code, int):
             return int(e.code or 0)
-        print(f"{prefix} {_one_line(e.code)}", file=sys.stderr)
+        print(f"{prefix} {_one_line(e.code, prefix)}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as e:                   # noqa: BLE001 - the policy's whole point
         if os.environ.get(DEBUG_ENV) == "1":
@@ -91,7 +95,7 @@ def run_guarded(name: str, body: Callable[..., object], *args) -> int:
                   f"(pip install 'gradblock[all]')", file=sys.stderr)
             return EXIT_USAGE
         if is_named_error(e):
-            print(f"{prefix} {_one_line(e)}", file=sys.stderr)
+            print(f"{prefix} {_one_line(e, prefix)}", file=sys.stderr)
             return EXIT_USAGE
         hint = "" if os.environ.get(DEBUG_ENV) == "1" else f" (a bug: rerun with {DEBUG_ENV}=1 for the traceback)"
         print(f"{prefix} internal error: {type(e).__name__}: {_one_line(e)}{hint}", file=sys.stderr)

@@ -389,3 +389,10 @@ def test_frame_from_a_pipe_is_read_with_the_same_bound(tmp_path, capsys):
             np.testing.assert_array_equal(np.load(tmp_path / "d.npy"), np.arange(1, 101))
         else:
             assert "longer than the longest frame of 10 elements" in named_error(rc, err, "decode")
+
+
+def test_a_message_that_already_names_the_command_is_not_prefixed_twice(capsys):
+    def exits():
+        raise SystemExit("gradblock thing: no table 99")
+    assert cli.run_guarded("thing", exits) == 2
+    assert capsys.readouterr().err == "gradblock thing: no table 99\n"
