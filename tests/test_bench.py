@@ -419,3 +419,19 @@ def test_only_a_full_run_replaces_the_committed_report(argv, writes):
     args = build_parser().parse_args(argv)
     got = report_path(args, quick=args.quick)
     assert got == (DEFAULT_OUT if writes == "default" else None if writes is None else Path(writes))
+
+
+def test_cpu_clock_leaves_out_sleep_and_needs_one_thread():
+    from gradblock.bench import timing
+    from gradblock.bench.run import bench_main
+    try:
+        timing.set_clock("cpu")
+        assert timing.measure(lambda: time.sleep(0.02), reps=3, warmup=0).median < 0.01
+        timing.set_clock("wall")
+        assert timing.measure(lambda: time.sleep(0.02), reps=3, warmup=0).median >= 0.02
+        with pytest.raises(ValueError, match="clock"):
+            timing.set_clock("sundial")
+    finally:
+        timing.set_clock("wall")
+    with pytest.raises(SystemExit, match="--threads 1"):
+        bench_main(["--clock", "cpu", "--threads", "1,2", "--tables", "2", "--no-write"])
