@@ -41,8 +41,10 @@ def check_output_path(path: str | os.PathLike) -> Path:
     given = Path(os.fspath(path))
     if not os.fspath(path):
         raise OutputError("output path is empty")
-    target = Path(os.path.realpath(given))          # follow a symlink to what it names
+    if "\0" in os.fspath(path):
+        raise OutputError(f"{str(given)!r}: a path cannot contain a NUL character")
     try:
+        target = Path(os.path.realpath(given))      # follow a symlink to what it names
         st = os.stat(target)
     except FileNotFoundError:
         st = None

@@ -27,6 +27,8 @@ class InputError(GradblockError):
 
 
 def _open(path: str):
+    if "\0" in str(path):
+        raise InputError(f"{str(path)!r}: a path cannot contain a NUL character")
     try:
         f = open(path, "rb")
     except FileNotFoundError:

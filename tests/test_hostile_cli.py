@@ -396,3 +396,12 @@ def test_a_message_that_already_names_the_command_is_not_prefixed_twice(capsys):
         raise SystemExit("gradblock thing: no table 99")
     assert cli.run_guarded("thing", exits) == 2
     assert capsys.readouterr().err == "gradblock thing: no table 99\n"
+
+
+def test_paths_with_a_nul_character_are_named_errors(tmp_path, capsys):
+    np.save(tmp_path / "g.npy", np.ones(3, np.float32))
+    rc, _, err = run(capsys, "quantise", f"{tmp_path}/g\0.npy", tmp_path / "q.npy")
+    assert "NUL" in named_error(rc, err, "quantise")
+    rc, _, err = run(capsys, "quantise", tmp_path / "g.npy", f"{tmp_path}/q\0.npy")
+    assert "NUL" in named_error(rc, err, "quantise")
+    assert listing(tmp_path) == ["g.npy"]
