@@ -13,7 +13,7 @@ import numpy as np
 
 from gradblock.refmodel.selection import block_norms, select_blocks
 
-from .compress_step import NumbaLayers, NumbaStep
+from .compress_step import NumbaLayers, NumbaMessage, NumbaStep
 from .compress_step import check_frames as _check_step_frames
 from .context import BenchContext, Prepared, optional_module, require
 from .tables import Table, not_available
@@ -111,7 +111,8 @@ def _methods(devices: list[str]):
                 (BASELINE, dev, _checked(lambda p, d=dev: _fine_torch_topk(p, d), _check_fine))]
     out += [("fine: numpy argpartition", "cpu", _checked(_fine_numpy_argpartition, _check_fine)),
             ("whole step: numba compress_step", "cpu", _whole_step(NumbaStep)),
-            ("whole step: numba compress_layers", "cpu", _whole_step(NumbaLayers))]
+            ("whole step: numba compress_layers", "cpu", _whole_step(NumbaLayers)),
+            ("whole step: numba compress_message", "cpu", _whole_step(NumbaMessage))]
     return out
 
 
