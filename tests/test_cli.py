@@ -401,3 +401,13 @@ def test_subprocess_round_trip(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert dec.returncode == 2
     assert dec.stderr.strip().startswith("gradblock decode: CRC_MISMATCH at word 12: ")
+
+
+def test_one_parser_for_k():
+    """gradblock step, train, validate and bench read --k with refmodel.validation.parse_k."""
+    from gradblock.refmodel import validation
+    assert parse_k is validation.parse_k
+    assert parse_k("4") == 4 and parse_k("3.0") == 3 and parse_k("0.25") == 0.25
+    for bad in ("0", "-1", "1.5", "nan", "inf", "abc", "1e400"):
+        with pytest.raises(validation.KError):
+            parse_k(bad)
