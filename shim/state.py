@@ -24,8 +24,10 @@ import torch
 from .compressors import Compressor, LayerInfo, StepStats, WorkerState
 from .errors import CheckpointError
 from .outputs import atomic_write
+from .workers import StepTimes
 
 FORMAT = "gradblock-train-checkpoint-v1"
+CURVE_KEYS = ("step", "epoch", "train_loss", "test_loss", "test_acc")
 FIELDS = ("format", "run_config", "epoch", "step_in_epoch", "global_step", "model", "optimizer",
           "compressor", "rng", "history")
 
@@ -111,6 +113,9 @@ def check_compressor_state(compressor: Compressor, layers: Sequence[LayerInfo], 
         raise _fail(f"{field}.workers", f"holds worker(s) {extra} that this run does not have "
                                         f"(it has {sorted(worker_ids)})")
     compressed = {lay.index: lay for lay in layers if not compressor.sends_dense(lay)}
+    # layers with per-worker tensors: the compressed ones, and with momentum correction also
+    # the dense ones (their velocity)
+    stateful = {lay.index: lay for lay in layers if compressor.state_spec(lay)}
     for w in worker_ids:
         at = f"{field}.workers.{w}"
         ws = _mapping(workers[w], at)
@@ -118,7 +123,7 @@ def check_compressor_state(compressor: Compressor, layers: Sequence[LayerInfo], 
         per_layer = _mapping(ws["layers"], f"{at}.layers")
         steps = _mapping(ws["steps"], f"{at}.steps")
         for i, tensors in per_layer.items():
-            lay = compressed.get(i)
+            lay = stateful.get(i)
             if lay is None:
                 raise _fail(f"{at}.layers", f"state for layer {i!r}, which this run does not "
                                             f"compress (compressed: {sorted(compressed)})")
@@ -214,10 +219,13 @@ def _check_optimizer(saved: Any, optimizer: torch.optim.Optimizer) -> None:
         if not isinstance(g["params"], list) or len(g["params"]) != len(own["params"]):
             raise _fail(f"optimizer.param_groups.{j}.params",
                         f"expected {len(own['params'])} parameter ids")
-        for key in ("lr", "momentum"):
+        for key, lowest, below in (("lr", 0.0, math.inf), ("momentum", 0.0, 1.0)):
             v = g[key]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise _fail(f"optimizer.param_groups.{j}.{key}", f"expected a finite number, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                    or not (lowest <= v < below) or (key == "lr" and v == 0):
+                raise _fail(f"optimizer.param_groups.{j}.{key}",
+                            f"expected a finite number in {'(0, inf)' if key == 'lr' else '[0, 1)'}, "
+                            f"got {v!r}")
         ids += g["params"]
     if sorted(ids) != list(range(len(params))):
         raise _fail("optimizer.param_groups", f"parameter ids {ids}, expected 0..{len(params) - 1}")
@@ -236,8 +244,15 @@ def _check_optimizer(saved: Any, optimizer: torch.optim.Optimizer) -> None:
 def _check_history(saved: Any, slots: int, names: Sequence[str]) -> None:
     saved = _mapping(saved, "history")
     _keys(saved, "history", tuple(names))
-    if not isinstance(saved["curves"], list) or not all(isinstance(c, dict) for c in saved["curves"]):
+    if not isinstance(saved["curves"], list):
         raise _fail("history.curves", "expected a list of curve points")
+    for j, point in enumerate(saved["curves"]):
+        point = _mapping(point, f"history.curves.{j}")
+        _keys(point, f"history.curves.{j}", CURVE_KEYS)
+        _integer(point["step"], f"history.curves.{j}.step")
+        for key in CURVE_KEYS[1:]:
+            if isinstance(point[key], bool) or not isinstance(point[key], (int, float)):
+                raise _fail(f"history.curves.{j}.{key}", f"expected a number, got {point[key]!r}")
     for key in ("loss_sums", "loss_counts"):
         v = saved[key]
         if not isinstance(v, list) or len(v) != slots:
@@ -253,10 +268,13 @@ def _check_history(saved: Any, slots: int, names: Sequence[str]) -> None:
     for k, v in totals.items():
         _integer(v, f"history.totals.{k}")
     times = _mapping(saved["times"], "history.times")
+    _keys(times, "history.times", tuple(f.name for f in fields(StepTimes)))
     for k, v in times.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise _fail(f"history.times.{k}", f"expected a number, got {v!r}")
     _integer(saved["padded_bytes"], "history.padded_bytes")
+    if isinstance(saved["step_s"], bool) or not isinstance(saved["step_s"], (int, float)):
+        raise _fail("history.step_s", f"expected a number, got {saved['step_s']!r}")
 
 
 def check_checkpoint(ckpt: dict, expect: CheckpointExpectation, where: str | Path = "") -> None:
