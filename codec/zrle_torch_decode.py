@@ -2,7 +2,8 @@
 
 The reference decoder walks the tokens one by one: token t+1 starts at pos(t) + 2 + L(t). Here
 that walk is a linked list over word indices, next(i) = i + 2 + word[i+1], whose chain from the
-first token is found by pointer doubling (log2 rounds of gather/scatter, no host sync). Every
+first token is found by pointer doubling (log2 rounds of gathers; a scalar read every few rounds
+stops it early). Every
 token's checks are then evaluated at once, in the reference's order, and the first failing token
 -- or the token where the elements are complete -- is the only thing read back to the host (a
 handful of scalars). Runs are expanded with repeat_interleave; the CRC runs on the device.
@@ -42,19 +43,21 @@ def _header(words: torch.Tensor, start: int, avail: int, expected_n):
 
 def _chain(u: torch.Tensor, W: int) -> torch.Tensor:
     """Token positions of the walk within a window of W frame words (u: the words as int64,
-    uint32 values): indices reachable from HEADER_WORDS by next(i) = min(i + 2 + u[i+1], W), W
-    itself (the sink) included when reached. Sorted ascending (next(i) > i)."""
+    uint32 values), in walk order: c0 = HEADER_WORDS, c(t+1) = min(c(t) + 2 + u[c(t)+1], W).
+    W is the sink, kept once at the end. Pointer doubling, gathers only: with J = next^(2^r),
+    the first 2^r chain nodes C give the next 2^r as J[C]."""
     dev = u.device
     nxt = torch.full((W + 1,), W, dtype=torch.int64, device=dev)
     if W >= 2:
         nxt[:W - 1] = torch.clamp(torch.arange(W - 1, device=dev) + 2 + u[1:W], max=W)
-    mark = torch.zeros(W + 1, dtype=torch.uint8, device=dev)
-    mark[min(zrle.HEADER_WORDS, W)] = 1
-    # after round r the first 2**(r+1) chain nodes are marked; a chain has at most W/2 + 2
-    for _ in range(max(1, (W + 1).bit_length())):
-        mark = mark.scatter_reduce(0, nxt, mark, reduce="amax")
-        nxt = nxt[nxt]
-    return torch.nonzero(mark).reshape(-1)
+    chain = torch.full((1,), min(zrle.HEADER_WORDS, W), dtype=torch.int64, device=dev)
+    for r in range((W // 2 + 2).bit_length()):              # 2**rounds > the longest chain
+        if r % 4 == 3 and int(chain[-1]) == W:               # a few syncs: stop once at the sink
+            break
+        chain = torch.cat([chain, nxt.index_select(0, chain)])
+        nxt = nxt.index_select(0, nxt)
+    inside = int((chain < W).sum())                          # the tokens, then one sink
+    return chain[:inside + 1]
 
 
 def _walk(u: torch.Tensor, W: int, avail: int, n: int, lmax: int):
@@ -63,11 +66,11 @@ def _walk(u: torch.Tensor, W: int, avail: int, n: int, lmax: int):
     it) of the first token that fails a check or completes the n elements."""
     dev = u.device
     P = _chain(u, W)
-    C = P.numel()
     head_in = P + 1 < W                                      # both header words in the window
     Pc = torch.where(head_in, P, torch.zeros_like(P))
-    z = torch.where(head_in, u[Pc], torch.zeros_like(P))
-    L = torch.where(head_in, u[torch.clamp(Pc + 1, max=W - 1)], torch.zeros_like(P))
+    zero = torch.zeros_like(P)
+    z = torch.where(head_in, u.index_select(0, Pc), zero)
+    L = torch.where(head_in, u.index_select(0, Pc + head_in), zero)
     cum_after = torch.cumsum(z + L, 0)
     produced = cum_after - (z + L)
     remaining = n - produced
@@ -78,10 +81,10 @@ def _walk(u: torch.Tensor, W: int, avail: int, n: int, lmax: int):
                        torch.cumsum((u == 0).to(torch.int64), 0)])
     lo = torch.clamp(P + 2, max=W)
     hi = torch.clamp(lit_end, max=W)
-    has_zero_lit = (zeros[hi] - zeros[lo]) > 0
+    has_zero_lit = (zeros.index_select(0, hi) - zeros.index_select(0, lo)) > 0
 
-    code = torch.full((C,), _OK, dtype=torch.int64, device=dev)
-    # assign in reverse priority so the reference's first check wins
+    code = torch.full_like(P, _OK)
+    # assigned in reverse priority, so the reference's first check wins
     code = torch.where(has_zero_lit & (L > 0), _ZERO_LIT, code)
     code = torch.where(lit_end > W, _UNKNOWN, code)         # literals past the window: look further
     code = torch.where(lit_end > avail, _TRUNC_LITS, code)
@@ -94,8 +97,8 @@ def _walk(u: torch.Tensor, W: int, avail: int, n: int, lmax: int):
     event = (code != _OK) | (cum_after >= n)
     e = torch.argmax(event.to(torch.uint8))     # the chain ends at the sink, always an event
     lits = torch.cumsum(L, 0)[e]
-    return e, [int(v) for v in torch.stack([e, code[e], P[e], z[e], L[e], produced[e], lits])
-               .tolist()], P, z, L, produced
+    summary = torch.stack([e, code[e], P[e], z[e], L[e], produced[e], lits]).tolist()
+    return [int(v) for v in summary], P, z, L, produced
 
 
 def _raise_token_error(code: int, t: int, pos: int, z: int, L: int, produced: int, n: int,
@@ -137,10 +140,11 @@ def decode_frame_on_device(words: torch.Tensor, expected_n: int | None, start: i
         T, pos, lit_total = 0, zrle.HEADER_WORDS, 0
         P = z = L = produced = None
     else:
-        W = min(avail, _FIRST_WINDOW)
+        # a dense frame is about n words; a sparse one is far shorter, so start well below n
+        W = min(avail, max(_FIRST_WINDOW, n // 8))
         while True:
             u = words[start:start + W].to(torch.int64) & _MASK32
-            e, (t, code, pos, z_e, L_e, prod_e, lit_total), P, z, L, produced = \
+            (t, code, pos, z_e, L_e, prod_e, lit_total), P, z, L, produced = \
                 _walk(u, W, avail, n, lmax)
             if code != _UNKNOWN:
                 break
@@ -169,5 +173,6 @@ def decode_frame_on_device(words: torch.Tensor, expected_n: int | None, start: i
         tok = torch.repeat_interleave(torch.arange(Tk, device=dev), Lk, output_size=lit_total)
         off = torch.arange(lit_total, device=dev) - torch.repeat_interleave(
             torch.cumsum(Lk, 0) - Lk, Lk, output_size=lit_total)
-        values[dst0[tok] + off] = words[start + Pk[tok] + 2 + off]
+        src = words.index_select(0, start + Pk.index_select(0, tok) + 2 + off)
+        values.scatter_(0, dst0.index_select(0, tok) + off, src)
     return hdr, values, T, pos + zrle.TRAILER_WORDS
