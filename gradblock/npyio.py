@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import stat
+import warnings
 
 import numpy as np
 
@@ -88,13 +89,14 @@ def read_npy(path: str, dtype, what: str, max_elements: int = DEFAULT_MAX_ELEMEN
                 raise InputError(f"{path}: holds an archive (.npz), expected one .npy array")
             f.seek(0)
             version = np.lib.format.read_magic(f)
-            if version == (1, 0):
-                shape, fortran, dt = np.lib.format.read_array_header_1_0(f, MAX_NPY_HEADER)
-            elif version == (2, 0):
-                shape, fortran, dt = np.lib.format.read_array_header_2_0(f, MAX_NPY_HEADER)
-            else:
+            if version not in ((1, 0), (2, 0)):
                 raise InputError(f"{path}: .npy format version {version[0]}.{version[1]} is not "
                                  f"read here (1.0 and 2.0 are)")
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            with warnings.catch_warnings():      # a Python-2 header reads fine: no stderr noise
+                warnings.simplefilter("ignore", UserWarning)
+                shape, fortran, dt = read_header(f, MAX_NPY_HEADER)
         except InputError:
             raise
         except Exception as e:       # noqa: BLE001 - numpy parses untrusted text here: its

@@ -405,3 +405,23 @@ def test_paths_with_a_nul_character_are_named_errors(tmp_path, capsys):
     rc, _, err = run(capsys, "quantise", tmp_path / "g.npy", f"{tmp_path}/q\0.npy")
     assert "NUL" in named_error(rc, err, "quantise")
     assert listing(tmp_path) == ["g.npy"]
+
+
+def test_python2_npy_header_reads_without_stderr_noise(tmp_path, capsys):
+    header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (3L,), }"
+    header += b" " * (64 - (11 + len(header)) % 64) + b"\n"
+    x = np.array([0.5, -1.0, 2.0], "<f4")
+    (tmp_path / "g.npy").write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little")
+                                     + header + x.tobytes())
+    rc, _, err = run(capsys, "quantise", tmp_path / "g.npy", tmp_path / "q.npy")
+    assert rc == 0 and err == ""
+    from gradblock.refmodel.quantiser import quantise
+    np.testing.assert_array_equal(np.load(tmp_path / "q.npy"), quantise(x, 10.0).q)
+
+
+def test_npy_format_version_3_is_named(tmp_path, capsys):
+    data = bytearray(npy_bytes("<f4", (1,), b"\0" * 4))
+    data[6] = 3
+    (tmp_path / "g.npy").write_bytes(bytes(data))
+    rc, _, err = run(capsys, "quantise", tmp_path / "g.npy", tmp_path / "q.npy")
+    assert "format version 3.0" in named_error(rc, err, "quantise")
