@@ -97,6 +97,16 @@ def test_encoder_synthetic(sim, lmax_max, tmp_path):
     assert rec["all_zero"]["cycles_per_in_word"] == 1.0
 
 
+def test_encoder_default_parameter_read_from_dut(tmp_path):
+    """No parameters given: the testbench reads LMAX_LOG2_MAX (8) from the DUT handle
+    (tb_util.hdl_parameter's fallback) and checks the clamp against it."""
+    need("icarus")
+    res = run_rtl("zrle_encoder", None, "gradblock.sim.tb_zrle_encoder", "icarus",
+                  testcase="config_clamp", run_name="default-params-config_clamp")
+    check(res)
+    assert base_names(res) == {"config_clamp"}
+
+
 # ------------------------------------------------------------------ decoder
 @pytest.mark.parametrize("sim,queue_aw", DECODER_BUILDS)
 def test_decoder(sim, queue_aw, tmp_path):
