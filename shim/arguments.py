@@ -21,7 +21,7 @@ except ImportError:
     from gradblock.commands import parse_k
 
 __all__ = ["parse_k", "parse_density", "positive_int", "nonneg_int", "positive_float",
-           "nonneg_float", "momentum_value", "lmax_log2_value", "add_common_arguments",
+           "nonneg_float", "momentum_value", "fraction_value", "lmax_log2_value", "add_common_arguments",
            "build_parser", "config_from_args"]
 
 
@@ -82,6 +82,13 @@ def momentum_value(text: str) -> float:
     return v
 
 
+def fraction_value(text: str) -> float:
+    v = _number(text)
+    if not (0.0 < v <= 1.0):
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1], got {text!r}")
+    return v
+
+
 def lmax_log2_value(text: str) -> int:
     try:
         v = int(text)
@@ -110,6 +117,18 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=positive_float, default=d.lr)
     p.add_argument("--momentum", type=momentum_value, default=d.momentum,
                    help="global momentum, [0, 1)")
+    p.add_argument("--local-momentum", type=momentum_value, default=d.local_momentum, metavar="M",
+                   help="momentum correction: each worker keeps a velocity u = m*u + g per layer "
+                        "and compresses u (docs/spec.md §7); needs --momentum 0")
+    p.add_argument("--no-momentum-mask", dest="momentum_mask", action="store_false",
+                   help="with --local-momentum: keep the velocity on the blocks / elements that "
+                        "were sent (no factor masking)")
+    p.add_argument("--sparsity-warmup-steps", type=nonneg_int, default=d.sparsity_warmup_steps,
+                   metavar="N", help="compressed layers send a decaying larger share during their "
+                                     "first N compressed steps (DGC's exponential warm-up)")
+    p.add_argument("--sparsity-warmup-fraction", type=fraction_value,
+                   default=d.sparsity_warmup_fraction, metavar="F",
+                   help="the share of blocks / elements sent at the warm-up's first step")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--dense-below", type=nonneg_int, default=0, metavar="N",
                    help="send layers with fewer than N elements dense (0: none)")

@@ -21,6 +21,20 @@ Packet formats (all 32-bit words, so one int32 collective carries every method):
 Byte counts are the packet lengths: headers, trailers, counts and indices included.
 
 Layers with fewer than `dense_below` elements are sent dense by every method (no residual).
+
+Momentum correction (Deep Gradient Compression's local momentum; docs/spec.md §7), option
+`local_momentum=m`: each worker keeps a velocity u per layer and compresses u instead of the
+gradient; factor masking (on unless `momentum_mask=False`) zeroes u where the layer was sent.
+* coarse: u is int32 in the quantised domain, exactly §7 (torchstep.compress_group, bit-exact
+  with refmodel.momentum.momentum_layer); m is rounded once to Q0.16.
+* topk / dlgs (the float variant, so the comparison is fair): u = float32(m * u) + g in float32
+  with the same Q0.16 m, accumulated into the float32 residual; masked on the sent elements.
+* layers sent dense (dense_below, the dense compressor): u = float32(m * u) + g is sent,
+  ordinary momentum carried by the worker.
+The global optimiser must then run without momentum (the trainer refuses both).
+
+Sparsity warm-up (`warmup=Warmup(steps, start_fraction)`, shim/warmup.py): topk / dlgs / coarse
+send more blocks / elements during their first compressed steps, decaying to the target.
 """
 from __future__ import annotations
 
@@ -35,8 +49,11 @@ from gradblock.codec import errors as frame_errors
 from gradblock import torchstep as tc
 from gradblock.codec import zrle_torch
 from gradblock.codec.zrle import DEFAULT_LMAX_LOG2
+from gradblock.refmodel.momentum import MomentumConfig
 from gradblock.refmodel.quantiser import DEFAULT_RANGE, NonFiniteError, QuantConfig
 from gradblock.refmodel.selection import block_layout, resolve_k
+
+from .warmup import Warmup
 
 COMPRESSORS = ("dense", "topk", "dlgs", "coarse")
 
@@ -76,12 +93,14 @@ class StepStats:
     elements_sent: int = 0       # nonzero payload elements / floats sent
     sat_quant: int = 0
     sat_feedback: int = 0
+    sat_momentum: int = 0        # coarse with momentum correction: |mul(m, u) + Q(g)| > QMAX
 
     def add(self, other: "StepStats") -> None:
         self.bytes_sent += other.bytes_sent
         self.elements_sent += other.elements_sent
         self.sat_quant += other.sat_quant
         self.sat_feedback += other.sat_feedback
+        self.sat_momentum += other.sat_momentum
 
 
 @dataclass
@@ -128,7 +147,9 @@ class Compressor:
 
     name = "base"
 
-    def __init__(self, layers: Sequence[LayerInfo], n_workers: int, *, dense_below: int = 0):
+    def __init__(self, layers: Sequence[LayerInfo], n_workers: int, *, dense_below: int = 0,
+                 local_momentum: float = 0.0, momentum_mask: bool = True,
+                 warmup: Warmup | None = None):
         if int(n_workers) < 1:
             raise ValueError(f"n_workers must be >= 1, got {n_workers}")
         if int(dense_below) < 0:
@@ -136,10 +157,22 @@ class Compressor:
         self.layers = list(layers)
         self.n_workers = int(n_workers)
         self.dense_below = int(dense_below)
+        # momentum correction: m rounded once to Q0.16 (MomentumError if not in [0, 1))
+        m = MomentumConfig.from_float(local_momentum)
+        self.momentum = m if m.m_fix > 0 else None
+        self.m_float = float(np.float32(m.value))       # exact: 16 fraction bits
+        self.momentum_mask = bool(momentum_mask)
+        self.warmup = warmup if warmup is not None else Warmup()
 
     # -- configuration, recorded in checkpoints so a resume with other settings is refused
     def config(self) -> dict:
-        return {"name": self.name, "n_workers": self.n_workers, "dense_below": self.dense_below}
+        c = {"name": self.name, "n_workers": self.n_workers, "dense_below": self.dense_below}
+        if self.momentum is not None:         # keys only when used: older checkpoints still match
+            c |= {"local_momentum_fix": self.momentum.m_fix, "momentum_mask": self.momentum_mask}
+        if self.warmup.active:
+            c |= {"warmup_steps": self.warmup.steps,
+                  "warmup_start_fraction": self.warmup.start_fraction}
+        return c
 
     def sends_dense(self, layer: LayerInfo) -> bool:
         return layer.numel < self.dense_below
@@ -148,9 +181,28 @@ class Compressor:
         return WorkerState()
 
     def state_spec(self, layer: LayerInfo) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
-        """What a worker keeps per compressed layer: tensor name -> (dtype, shape). Checkpoints
-        are validated against it; a method with more per-layer state adds its entries."""
+        """What a worker keeps per layer: tensor name -> (dtype, shape). Checkpoints are
+        validated against it. A layer sent dense keeps only its float32 velocity (with
+        momentum correction); a compressed layer what the method keeps (`_state_spec`)."""
+        if self.sends_dense(layer):
+            return {"velocity": (torch.float32, layer.shape)} if self.momentum else {}
+        return self._state_spec(layer)
+
+    def _state_spec(self, layer: LayerInfo) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
         return {}
+
+    def compressed_step(self, layer: LayerInfo, ws: WorkerState) -> int:
+        """How many times this worker has compressed `layer`: the warm-up schedule's step."""
+        return ws.steps.get(layer.index, 0)
+
+    def _float_velocity(self, layer: LayerInfo, grad: torch.Tensor, st: dict | None
+                        ) -> torch.Tensor:
+        """u = float32(m * u) + g, two float32 roundings (no fused multiply-add)."""
+        u = None if st is None else st.get("velocity")
+        if u is None:
+            u = torch.zeros(layer.shape, dtype=torch.float32, device=grad.device)
+        u = u * self.m_float
+        return u + grad.reshape(layer.shape)
 
     # -- per layer
     def encode(self, layer: LayerInfo, grad: torch.Tensor, ws: WorkerState):
@@ -163,9 +215,14 @@ class Compressor:
         only if every layer encodes (a NaN gradient leaves the state as it was)."""
         out: list = [None] * len(layers)
         compressed = []
+        velocities = {}                 # dense layers' new velocities, kept once all succeed
         for j, (layer, g) in enumerate(zip(layers, grads, strict=True)):
             if self.sends_dense(layer):
                 _check_grad(layer, g)
+                g = g.detach()
+                if self.momentum is not None:       # ordinary momentum, carried locally
+                    g = velocities[layer.index] = self._float_velocity(
+                        layer, g, ws.layers.get(layer.index))
                 words = _float_bits(g).clone()
                 out[j] = (words, StepStats(4 * words.numel(), layer.numel))
             else:
@@ -177,6 +234,8 @@ class Compressor:
                 out[j] = r
             for layer in sub:
                 ws.steps[layer.index] = ws.steps.get(layer.index, 0) + 1
+        for i, u in velocities.items():
+            ws.layers[i] = {"velocity": u}
         return out
 
     def _encode_layers(self, layers, grads, ws):
@@ -289,8 +348,8 @@ class _SparseFeedback(Compressor):
     """Shared by topk and dlgs: float32 error feedback, sparse packets, float64 sums."""
 
     def __init__(self, layers, n_workers, *, density: float | str = 0.01, match_k: int | float = 1,
-                 block_size: int | None = None, dense_below: int = 0):
-        super().__init__(layers, n_workers, dense_below=dense_below)
+                 block_size: int | None = None, dense_below: int = 0, **kw):
+        super().__init__(layers, n_workers, dense_below=dense_below, **kw)
         self.density = density
         self.match_k = match_k
         self.block_size = block_size
@@ -306,23 +365,30 @@ class _SparseFeedback(Compressor):
         return {**super().config(), "density": self.density, "match_k": self.match_k,
                 "block_size": self.block_size}
 
-    def state_spec(self, layer: LayerInfo) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
-        return {"residual": (torch.float32, layer.shape)}
+    def _state_spec(self, layer: LayerInfo) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+        spec = {"residual": (torch.float32, layer.shape)}
+        if self.momentum is not None:
+            spec["velocity"] = (torch.float32, layer.shape)
+        return spec
 
-    def k_elements(self, layer: LayerInfo) -> int:
-        """Elements kept per step: a density fraction, or, with density 'match', the element
-        count coarse selection with k = match_k sends for this layer."""
+    def k_elements(self, layer: LayerInfo, step: int = 0) -> int:
+        """Elements kept at compressed step `step`: a density fraction, or, with density
+        'match', the element count coarse selection with k = match_k sends for this layer
+        (both raised during the sparsity warm-up, in blocks for 'match')."""
         n = layer.numel
         if self.density == "match":
             lay = block_layout(layer.shape, self.block_size)
-            return min(n, resolve_k(self.match_k, lay.n_blocks) * lay.block_size)
-        return min(n, max(1, math.ceil(self.density * n)))
+            blocks = self.warmup.count(step, lay.n_blocks, resolve_k(self.match_k, lay.n_blocks))
+            return min(n, blocks * lay.block_size)
+        return self.warmup.count(step, n, min(n, max(1, math.ceil(self.density * n))))
 
     def _accumulate(self, layer, grad, ws):
         st = ws.layers.get(layer.index)
         if st is None:
             st = {"residual": torch.zeros(layer.shape, dtype=torch.float32, device=grad.device)}
         st = dict(st)                          # a new entry: the caller commits it on success
+        if self.momentum is not None:          # the float variant of §7: u replaces g
+            grad = st["velocity"] = self._float_velocity(layer, grad, st)
         return st, (st["residual"] + grad).reshape(-1)
 
     def _finish(self, layer, ws, st, acc, idx):
@@ -331,6 +397,10 @@ class _SparseFeedback(Compressor):
         residual = acc.clone()
         residual[idx] = 0.0
         st["residual"] = residual.reshape(layer.shape)
+        if self.momentum is not None and self.momentum_mask and idx.numel() < layer.numel:
+            u = st["velocity"].reshape(-1).clone()      # factor masking on the sent elements
+            u[idx] = 0.0
+            st["velocity"] = u.reshape(layer.shape)
         ws.layers[layer.index] = st
         packet = _sparse_packet(idx, values)
         return packet, StepStats(4 * packet.numel(), idx.numel())
@@ -353,7 +423,8 @@ class TopKCompressor(_SparseFeedback):
 
     def _encode(self, layer, grad, ws):
         st, acc = self._accumulate(layer, grad, ws)
-        idx = torch.topk(acc.abs(), self.k_elements(layer), sorted=False).indices
+        idx = torch.topk(acc.abs(), self.k_elements(layer, self.compressed_step(layer, ws)),
+                         sorted=False).indices
         return self._finish(layer, ws, st, acc, idx)
 
 
@@ -372,14 +443,15 @@ class DlgsCompressor(_SparseFeedback):
     def config(self) -> dict:
         return {**super().config(), "interval": self.interval}
 
-    def state_spec(self, layer: LayerInfo) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
-        return {**super().state_spec(layer), "threshold": (torch.float32, ())}
+    def _state_spec(self, layer: LayerInfo) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+        return {**super()._state_spec(layer), "threshold": (torch.float32, ())}
 
     def _encode(self, layer, grad, ws):
         st, acc = self._accumulate(layer, grad, ws)
         mag = acc.abs()
-        if ws.steps.get(layer.index, 0) % self.interval == 0:
-            top = torch.topk(mag, self.k_elements(layer), sorted=True)
+        step = self.compressed_step(layer, ws)
+        if step % self.interval == 0:
+            top = torch.topk(mag, self.k_elements(layer, step), sorted=True)
             st["threshold"] = top.values[-1].reshape(())
             idx = top.indices
         else:
@@ -396,8 +468,8 @@ class CoarseCompressor(Compressor):
 
     def __init__(self, layers, n_workers, *, k: int | float = 1, R: float = DEFAULT_RANGE,
                  block_size: int | None = None, lmax_log2: int = DEFAULT_LMAX_LOG2,
-                 dense_below: int = 0):
-        super().__init__(layers, n_workers, dense_below=dense_below)
+                 dense_below: int = 0, **kw):
+        super().__init__(layers, n_workers, dense_below=dense_below, **kw)
         self.cfg = QuantConfig.from_range(R)
         resolve_k(k, 1)                                          # validates k
         if block_size is not None and int(block_size) < 1:
@@ -410,14 +482,30 @@ class CoarseCompressor(Compressor):
         return {**super().config(), "k": self.k, "R": self.cfg.range, "block_size": self.block_size,
                 "lmax_log2": self.lmax_log2}
 
-    def state_spec(self, layer: LayerInfo) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
-        return {"residual": (torch.int32, layer.shape)}
+    def _state_spec(self, layer: LayerInfo) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+        spec = {"residual": (torch.int32, layer.shape)}
+        if self.momentum is not None:
+            spec["velocity"] = (torch.int32, layer.shape)
+        return spec
 
-    def _plan(self, layers: Sequence[LayerInfo], device: torch.device) -> tc.GroupPlan:
-        key = (tuple(lay.index for lay in layers), str(device))
+    def _ks(self, layers: Sequence[LayerInfo], step: int):
+        """k per layer at compressed step `step`: the configured k, or the warm-up's count."""
+        if not self.warmup.active or step >= self.warmup.steps:
+            return self.k
+        ks = []
+        for lay in layers:
+            nb = block_layout(lay.shape, self.block_size).n_blocks
+            ks.append(self.warmup.count(step, nb, resolve_k(self.k, nb)))
+        return ks
+
+    def _plan(self, layers: Sequence[LayerInfo], device: torch.device, ks) -> tc.GroupPlan:
+        key = (tuple(lay.index for lay in layers), str(device),
+               tuple(ks) if isinstance(ks, list) else ks)
         plan = self._plans.get(key)
         if plan is None:
-            plan = tc.plan_group([lay.shape for lay in layers], k=self.k, block_size=self.block_size,
+            if isinstance(ks, list):        # warm-up plans change every few steps: keep one
+                self._plans = {k: v for k, v in self._plans.items() if not isinstance(k[2], tuple)}
+            plan = tc.plan_group([lay.shape for lay in layers], k=ks, block_size=self.block_size,
                                  layer_ids=[lay.index for lay in layers], R=self.cfg,
                                  lmax_log2=self.lmax_log2, device=device)
             self._plans[key] = plan
@@ -425,17 +513,26 @@ class CoarseCompressor(Compressor):
 
     def _encode_layers(self, layers, grads, ws):
         """All the group's layers in one pass of the torch codec (torchstep.compress_group),
-        frames bit-identical to compress_layer's."""
-        plan = self._plan(layers, grads[0].device)
-        residuals = [ws.layers[lay.index]["residual"] if lay.index in ws.layers else None
-                     for lay in layers]
-        step = tc.compress_group(plan, list(grads), residuals, R=self.cfg, lmax_log2=self.lmax_log2,
-                                 names=[lay.name for lay in layers])
+        frames bit-identical to compress_layer's (momentum_layer's with momentum correction)."""
+        plan = self._plan(layers, grads[0].device,
+                          self._ks(layers, self.compressed_step(layers[0], ws)))
+        state = [ws.layers.get(lay.index, {}) for lay in layers]
+        kw = {}
+        if self.momentum is not None:
+            kw = dict(velocities=[st.get("velocity") for st in state], m_fix=self.momentum.m_fix,
+                      mask=self.momentum_mask)
+        step = tc.compress_group(plan, list(grads), [st.get("residual") for st in state],
+                                 R=self.cfg, lmax_log2=self.lmax_log2,
+                                 names=[lay.name for lay in layers], **kw)
         frames = torch.split(step.message, step.frame_words)
-        for lay, r in zip(layers, step.residuals):
+        sat_m = step.sat_momentum or [0] * len(layers)
+        for j, (lay, r) in enumerate(zip(layers, step.residuals)):
             ws.layers[lay.index] = {"residual": r}
-        return [(f, StepStats(4 * w, nz, sq, sf)) for f, w, nz, sq, sf in
-                zip(frames, step.frame_words, step.nonzeros, step.sat_quant, step.sat_feedback)]
+            if step.velocities is not None:
+                ws.layers[lay.index]["velocity"] = step.velocities[j]
+        return [(f, StepStats(4 * w, nz, sq, sf, sm)) for f, w, nz, sq, sf, sm in
+                zip(frames, step.frame_words, step.nonzeros, step.sat_quant, step.sat_feedback,
+                    sat_m)]
 
     def _decode(self, layer, words, start, host=None):
         f = zrle_torch.decode_frame(words if host is None else host, expected_n=layer.numel, start=start,
@@ -456,19 +553,23 @@ class CoarseCompressor(Compressor):
 def build_compressor(name: str, layers: Sequence[LayerInfo], n_workers: int, *,
                      k: int | float = 1, density: float | str = "match", interval: int = 10,
                      R: float = DEFAULT_RANGE, block_size: int | None = None,
-                     lmax_log2: int = DEFAULT_LMAX_LOG2, dense_below: int = 0) -> Compressor:
+                     lmax_log2: int = DEFAULT_LMAX_LOG2, dense_below: int = 0,
+                     local_momentum: float = 0.0, momentum_mask: bool = True,
+                     warmup: Warmup | None = None) -> Compressor:
     """A compressor by name. For topk / dlgs, density 'match' keeps per layer as many elements
     as coarse selection with the same k would send."""
+    common = dict(dense_below=dense_below, local_momentum=local_momentum,
+                  momentum_mask=momentum_mask, warmup=warmup)
     if name == "dense":
-        return DenseCompressor(layers, n_workers, dense_below=dense_below)
+        return DenseCompressor(layers, n_workers, **common)
     if name in ("topk", "dlgs"):
-        kw = dict(density=density, match_k=k, block_size=block_size, dense_below=dense_below)
+        kw = dict(density=density, match_k=k, block_size=block_size, **common)
         if name == "topk":
             return TopKCompressor(layers, n_workers, **kw)
         return DlgsCompressor(layers, n_workers, interval=interval, **kw)
     if name == "coarse":
         return CoarseCompressor(layers, n_workers, k=k, R=R, block_size=block_size,
-                                lmax_log2=lmax_log2, dense_below=dense_below)
+                                lmax_log2=lmax_log2, **common)
     raise ValueError(f"unknown compressor {name!r}; choose one of {', '.join(COMPRESSORS)}")
 
 

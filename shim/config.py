@@ -9,6 +9,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from gradblock.codec.zrle import LMAX_LOG2_MAX, LMAX_LOG2_MIN
+from gradblock.refmodel.momentum import MomentumConfig, check_momentum_pair
 from gradblock.refmodel.selection import resolve_k
 
 from .errors import ConfigError
@@ -35,7 +36,11 @@ class TrainConfig:
     epochs: int = 3
     batch_size: int = 32                # per worker
     lr: float = 0.05
-    momentum: float = 0.9
+    momentum: float = 0.9               # global momentum (the optimiser's)
+    local_momentum: float = 0.0         # momentum correction (docs/spec.md §7); needs momentum 0
+    momentum_mask: bool = True          # factor masking of the local velocity
+    sparsity_warmup_steps: int = 0      # DGC's exponential sparsity warm-up (shim/warmup.py)
+    sparsity_warmup_fraction: float = 0.25
     seed: int = 0
     train_subset: int | None = None
     test_subset: int | None = None
@@ -56,7 +61,8 @@ class TrainConfig:
     BIT_KEYS = ("data", "model", "compressor", "k", "density", "dlgs_interval", "dense_below",
                 "warmup_epochs", "lr_warmup_epochs",
                 "range", "block_size", "lmax_log2", "workers", "batch_size", "lr",
-                "momentum", "seed", "train_subset", "test_subset", "ddp")
+                "momentum", "local_momentum", "momentum_mask", "sparsity_warmup_steps",
+                "sparsity_warmup_fraction", "seed", "train_subset", "test_subset", "ddp")
 
     def run_config(self) -> dict:
         d = asdict(self)
@@ -98,6 +104,19 @@ class TrainConfig:
                  "a finite number > 0")
         need(isinstance(self.momentum, (int, float)) and 0 <= self.momentum < 1, "momentum",
              "in [0, 1)")
+        need(isinstance(self.local_momentum, (int, float)) and 0 <= self.local_momentum < 1,
+             "local_momentum", "in [0, 1)")
+        try:
+            MomentumConfig.from_float(self.local_momentum)
+            check_momentum_pair(self.local_momentum, self.momentum)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        need(isinstance(self.momentum_mask, bool), "momentum_mask", "a bool")
+        need(is_int(self.sparsity_warmup_steps) and self.sparsity_warmup_steps >= 0,
+             "sparsity_warmup_steps", "an integer >= 0")
+        f = self.sparsity_warmup_fraction
+        need(isinstance(f, (int, float)) and not isinstance(f, bool) and 0 < f <= 1,
+             "sparsity_warmup_fraction", "in (0, 1]")
         need(isinstance(self.lr_warmup_epochs, (int, float)) and math.isfinite(self.lr_warmup_epochs)
              and self.lr_warmup_epochs >= 0, "lr_warmup_epochs", "a finite number >= 0")
         return self

@@ -51,6 +51,19 @@ def _fail(field: str, problem: str) -> CheckpointError:
     return CheckpointError(f"field {field!r}: {problem}")
 
 
+def _plain(value: Any) -> bool:
+    """None, bool, int, float or str: what settings are made of (a tensor in their place would
+    make `==` elementwise)."""
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def _same_plain(saved: Any, expected: dict) -> bool:
+    """`saved == expected` for a settings dict, False (not an exception) for anything that is
+    not a dict of plain values."""
+    return (isinstance(saved, dict) and all(isinstance(k, str) and _plain(v) for k, v in saved.items())
+            and saved == expected)
+
+
 def _mapping(value: Any, field: str) -> dict:
     if not isinstance(value, dict):
         raise _fail(field, f"expected a mapping, got {type(value).__name__}")
@@ -101,8 +114,10 @@ def check_compressor_state(compressor: Compressor, layers: Sequence[LayerInfo], 
     without its layers would silently drop error feedback)."""
     saved = _mapping(saved, field)
     _keys(saved, field, ("config", "workers"))
-    if saved["config"] != compressor.config():
-        raise CheckpointError(f"checkpoint compressor {saved['config']} differs from this run's "
+    if not _same_plain(saved["config"], compressor.config()):
+        shown = saved["config"] if _same_plain(saved["config"], saved["config"]) \
+            else f"<malformed {type(saved['config']).__name__}>"
+        raise CheckpointError(f"checkpoint compressor {shown} differs from this run's "
                               f"{compressor.config()}")
     workers = _mapping(saved["workers"], f"{field}.workers")
     missing = [w for w in worker_ids if w not in workers]
@@ -204,7 +219,7 @@ def _check_model(saved: Any, model: torch.nn.Module) -> None:
         _tensor(saved[name], f"model.{name}", ref.dtype, tuple(ref.shape))
 
 
-def _check_optimizer(saved: Any, optimizer: torch.optim.Optimizer) -> None:
+def _check_optimizer(saved: Any, optimizer: torch.optim.Optimizer, steps_taken: int) -> None:
     saved = _mapping(saved, "optimizer")
     _keys(saved, "optimizer", ("state", "param_groups"))
     groups = saved["param_groups"]
@@ -239,6 +254,11 @@ def _check_optimizer(saved: Any, optimizer: torch.optim.Optimizer) -> None:
         p = by_id[pid]
         _tensor(entry["momentum_buffer"], f"optimizer.state.{pid}.momentum_buffer", p.dtype,
                 tuple(p.shape))
+    # every step updates every parameter's momentum: after one, a missing buffer is lost state
+    missing = [pid for pid in ids if pid not in state]
+    if steps_taken > 0 and missing:
+        raise _fail("optimizer.state", f"no momentum buffer for parameter id(s) {missing} after "
+                                       f"{steps_taken} steps")
 
 
 def _check_history(saved: Any, slots: int, names: Sequence[str]) -> None:
@@ -292,7 +312,7 @@ def check_checkpoint(ckpt: dict, expect: CheckpointExpectation, where: str | Pat
                                        f"{expect.steps_per_epoch} is step "
                                        f"{epoch * expect.steps_per_epoch + step}")
         _check_model(ckpt["model"], expect.model)
-        _check_optimizer(ckpt["optimizer"], expect.optimizer)
+        _check_optimizer(ckpt["optimizer"], expect.optimizer, global_step)
         warm_steps = min(global_step, expect.warmup_epochs * expect.steps_per_epoch)
         check_compressor_state(expect.compressor, expect.layers, ckpt["compressor"],
                                expect.worker_ids, global_step - warm_steps)
@@ -327,11 +347,13 @@ def load_checkpoint(path: str | Path, run_config: dict | None = None) -> dict[st
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises several unrelated types for a bad file
         raise CheckpointError(f"checkpoint {path} is unreadable: {type(e).__name__}: {e}") from None
-    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
+    fmt = ckpt.get("format") if isinstance(ckpt, dict) else None
+    if not isinstance(fmt, str) or fmt != FORMAT:
         raise CheckpointError(f"{path} is not a {FORMAT} file")
-    if run_config is not None and ckpt.get("run_config") != run_config:
+    if run_config is not None and not _same_plain(ckpt.get("run_config"), run_config):
         saved = ckpt.get("run_config")
-        saved = saved if isinstance(saved, dict) else {}
+        saved = ({k: v for k, v in saved.items() if isinstance(k, str) and _plain(v)}
+                 if isinstance(saved, dict) else {})
         diff = sorted(k for k in set(saved) | set(run_config) if saved.get(k) != run_config.get(k))
         raise CheckpointError(f"checkpoint {path} was written by a run with different settings: "
                               + ", ".join(f"{k}={saved.get(k)!r} (now {run_config.get(k)!r})"

@@ -29,7 +29,8 @@ EXIT_USER_ERROR = 2
 
 
 def report_error(command: str, err: BaseException) -> int:
-    print(f"gradblock {command}: {type(err).__name__}: {err}", file=sys.stderr)
+    one_line = " ".join(str(err).split())        # a message quoting data stays one line
+    print(f"gradblock {command}: {type(err).__name__}: {one_line}", file=sys.stderr)
     return EXIT_USER_ERROR
 
 

@@ -29,6 +29,7 @@ from .exchange import Exchange, StepOutcome, make_exchange
 from .optim import GlobalMomentumSGD
 from .outputs import atomic_write, atomic_write_text, check_output_dir, check_output_file
 from .problem import build_problem, epoch_shards, evaluate
+from .warmup import Warmup
 from .state import (CheckpointExpectation, check_checkpoint, compressor_state, is_checkpoint,
                     load_checkpoint, rng_state, save_checkpoint, set_rng_state)
 from .workers import StepTimes
@@ -100,13 +101,16 @@ class Trainer:
         self.compressor = build_compressor(
             cfg.compressor, self.layers, self.n, k=cfg.k, density=cfg.density,
             interval=cfg.dlgs_interval, R=cfg.range, block_size=cfg.block_size,
-            lmax_log2=cfg.lmax_log2, dense_below=cfg.dense_below)
+            lmax_log2=cfg.lmax_log2, dense_below=cfg.dense_below,
+            local_momentum=cfg.local_momentum, momentum_mask=cfg.momentum_mask,
+            warmup=Warmup(cfg.sparsity_warmup_steps, cfg.sparsity_warmup_fraction))
         self.optimizer = GlobalMomentumSGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
         slots = len(ex.worker_ids)                   # loss sums this process holds
         self.history = History(loss_sums=[0.0] * slots, loss_counts=[0] * slots)
         self.epoch, self.step_in_epoch, self.global_step = 0, 0, 0
         # dense warm-up epochs: a stateless dense compressor stands in for the real one
-        self.warm = DenseCompressor(self.layers, self.n) if cfg.warmup_epochs else None
+        self.warm = DenseCompressor(self.layers, self.n, local_momentum=cfg.local_momentum) \
+            if cfg.warmup_epochs else None
         if cfg.resume:
             # per-rank files under DDP: every rank learns whether all of them could resume
             try:
@@ -294,6 +298,7 @@ class Trainer:
             "elements_sent": totals["elements_sent"],
             "sat_quant": totals["sat_quant"],
             "sat_feedback": totals["sat_feedback"],
+            "sat_momentum": totals["sat_momentum"],
             "ms_per_step": self._ms_per_step(),
             "wall_s": wall,
         }

@@ -1,9 +1,19 @@
-"""`gradblock validate`: dense vs topk vs dlgs vs coarse, side by side.
+"""`gradblock validate`: dense vs topk vs dlgs vs coarse, side by side, over seeds.
 
-Every run shares the dataset, model, seed, epochs, workers, batch size and optimiser; only
-the compressor differs. The matrix: dense; topk and dlgs keeping per layer as many elements
-as coarse k=1 sends; coarse k=1; coarse at a larger k. Prints a markdown table and writes
-validate.json, validate.md and validate.png (accuracy / loss curves) to --out.
+Every run shares the dataset, model, epochs, workers, batch size and optimiser; only the
+compressor differs. The matrix: dense; topk and dlgs keeping per layer as many elements as
+coarse k=1 sends; coarse k=1; coarse at a larger k. Each row runs once per `--seeds` seed
+(seed = data order and initial weights). Prints a markdown table per run and one of the rows
+(mean ± sample std over the seeds, and each seed's accuracy), and writes validate.json
+(`{"rows": [{"name", "setting", "accs", "acc_mean", "acc_std", "compression", ...}], ...}`),
+validate.md, validate.png (accuracy / loss curves) and validate_acc_compression.png (accuracy
+against compression with error bars) to --out.
+
+With `--local-momentum M` (momentum correction, docs/spec.md §7) the compressed rows carry a
+local velocity and the optimiser runs without momentum (`--momentum 0`); the dense row then
+uses global momentum M instead: for float32 sums, averaging every worker's u = m*u + g is the
+global momentum update up to rounding, so this is the same algorithm and the ordinary baseline.
+`--uncorrected` adds coarse rows without correction (global momentum M) for comparison.
 
 A row that fails (a diverged run's NaN gradient, say) is reported by name and the others
 still run; the table holds the rows that finished, validate.json lists the failures, and
@@ -20,12 +30,14 @@ from .arguments import add_common_arguments, parse_k
 from .config import TrainConfig
 from .data import DatasetError
 from .outputs import atomic_write_text, check_output_dir
-from .report import describe_run, format_table, plot_curves, write_json
+from .report import (describe_run, format_row_table, format_table, plot_acc_compression,
+                     plot_curves, summarise_rows, write_json)
 from .train import USER_ERRORS, report_error
 from .trainer import run_training
 
 QUICK = {"epochs": 2, "train_subset": 6000, "test_subset": 2000}
 ROWS = ("dense", "topk", "dlgs", "coarse1", "coarseK")
+PLAIN_ROWS = ("coarse1_plain", "coarseK_plain")     # with --local-momentum: no correction
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,23 +45,52 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_common_arguments(p)
     p.add_argument("--k-large", type=parse_k, default=4, help="the larger coarse k")
-    p.add_argument("--compressors", nargs="+", default=None, choices=list(ROWS),
-                   help="run only these rows (None: all five)")
+    p.add_argument("--compressors", nargs="+", default=None, choices=list(ROWS + PLAIN_ROWS),
+                   help="run only these rows (None: all five); coarse1_plain / coarseK_plain: "
+                        "coarse without correction, global momentum = --local-momentum")
     p.add_argument("--quick", action="store_true",
                    help=f"short run: {QUICK['epochs']} epochs on a {QUICK['train_subset']}-sample "
                         f"training subset, {QUICK['test_subset']} test samples (explicit options win)")
+    p.add_argument("--seeds", type=int, nargs="+", default=None, metavar="S",
+                   help="run every row once per seed (None: --seed only)")
+    p.add_argument("--uncorrected", action="store_true",
+                   help="with --local-momentum: also run coarse k=1 and the larger k without "
+                        "correction (global momentum M) as rows coarse1_plain / coarseK_plain")
     p.add_argument("--out", default="validate_out", help="output directory")
     p.set_defaults(epochs=None)
     return p
 
 
-def matrix(base: TrainConfig, k_large, rows: list[str] | None) -> list[tuple[str, TrainConfig]]:
-    runs = [("dense", replace(base, compressor="dense")),
+def matrix(base: TrainConfig, k_large, rows: list[str] | None, uncorrected: bool = False
+           ) -> list[tuple[str, TrainConfig]]:
+    """(row name, config) pairs. With local momentum the dense row runs global momentum M
+    (the same algorithm for float sums) and, with `uncorrected`, coarse rows without it."""
+    m = base.local_momentum
+    dense = replace(base, compressor="dense")
+    if m > 0:
+        dense = replace(dense, momentum=m, local_momentum=0.0)
+    runs = [("dense", dense),
             ("topk", replace(base, compressor="topk", k=1, density="match")),
             ("dlgs", replace(base, compressor="dlgs", k=1, density="match")),
             ("coarse1", replace(base, compressor="coarse", k=1)),
             ("coarseK", replace(base, compressor="coarse", k=k_large))]
-    return [(name, cfg) for name, cfg in runs if rows is None or name in rows]
+    if m > 0:
+        for name, k in (("coarse1", 1), ("coarseK", k_large)):
+            runs.append((f"{name}_plain", replace(base, compressor="coarse", k=k, momentum=m,
+                                                  local_momentum=0.0)))
+
+    def wanted(name: str) -> bool:
+        if not name.endswith("_plain"):
+            return rows is None or name in rows
+        return (rows is not None and name in rows) or (
+            uncorrected and (rows is None or name.removesuffix("_plain") in rows))
+    return [(name, cfg) for name, cfg in runs if wanted(name)]
+
+
+def with_seeds(runs: list[tuple[str, TrainConfig]], seeds: list[int]
+               ) -> list[tuple[str, TrainConfig]]:
+    """Every row once per seed, row by row."""
+    return [(name, replace(cfg, seed=s)) for name, cfg in runs for s in seeds]
 
 
 def run_matrix(runs: list[tuple[str, TrainConfig]], dataset, bar=None
@@ -59,12 +100,13 @@ def run_matrix(runs: list[tuple[str, TrainConfig]], dataset, bar=None
     results, failures = [], []
     for name, cfg in runs:
         if bar is not None:
-            bar.set_description(name)
+            bar.set_description(f"{name} seed {cfg.seed}")
         try:
-            results.append(run_training(replace(cfg, progress=False), progress=bar,
-                                        dataset=dataset))
+            result = run_training(replace(cfg, progress=False), progress=bar, dataset=dataset)
+            results.append(result | {"row": name})
         except USER_ERRORS as e:
-            failures.append({"row": name, "error": type(e).__name__, "message": str(e)})
+            failures.append({"row": name, "seed": cfg.seed, "error": type(e).__name__,
+                             "message": str(e)})
             print(f"gradblock validate: {name}: {type(e).__name__}: {e}", file=sys.stderr)
     return results, failures
 
@@ -87,7 +129,9 @@ def validate_main(argv: list[str]) -> int:
 
     from .data import load_dataset
     out = Path(args.out)
-    runs = matrix(base, args.k_large, args.compressors)
+    seeds = list(dict.fromkeys(args.seeds)) if args.seeds else [base.seed]
+    rows = matrix(base, args.k_large, args.compressors, args.uncorrected)
+    runs = with_seeds(rows, seeds)
     try:
         for _, cfg in runs:
             cfg.check()
@@ -103,17 +147,22 @@ def validate_main(argv: list[str]) -> int:
     finally:
         bar.close()
 
-    header = describe_run(results) if results else "no row finished"
+    header = describe_run(results, seeds) if results else "no row finished"
     table = format_table(results) if results else ""
-    print(f"\n{header}\n\n{table}\n")
+    row_stats = summarise_rows(rows, results)
+    seed_table = format_row_table(row_stats) if row_stats else ""
+    print(f"\n{header}\n\n{seed_table}\n\nper run:\n\n{table}\n")
     if failures:
         print("failed rows: " + "; ".join(f"{f['row']} ({f['error']})" for f in failures))
-    write_json(out / "validate.json", {"description": header, "runs": results,
-                                       "failures": failures})
-    atomic_write_text(out / "validate.md", f"{header}\n\n{table}\n" + "".join(
-        f"\nfailed: {f['row']}: {f['error']}: {f['message']}\n" for f in failures))
+    write_json(out / "validate.json", {"description": header, "seeds": seeds, "rows": row_stats,
+                                       "runs": results, "failures": failures})
+    atomic_write_text(out / "validate.md", f"{header}\n\n{seed_table}\n\nper run:\n\n{table}\n"
+                      + "".join(f"\nfailed: {f['row']}: {f['error']}: {f['message']}\n"
+                                for f in failures))
     written = [out / "validate.json", out / "validate.md"]
     if results:
         written.append(plot_curves(results, out / "validate.png", title=header))
+        written.append(plot_acc_compression(row_stats, out / "validate_acc_compression.png",
+                                            title=header))
     print("wrote " + ", ".join(str(p) for p in written))
     return 2 if failures else 0

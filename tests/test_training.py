@@ -33,6 +33,11 @@ def exit_status(main, argv) -> int:
     ("topk", (13,), {}),
     # dense warm-up epoch, then coarse; the lr ramp spans the stops
     ("coarse", (5, 14), {"warmup_epochs": 1, "lr_warmup_epochs": 1.5}),
+    # momentum correction (the int32 velocity) with the sparsity warm-up spanning the stop
+    ("coarse", (6,), {"local_momentum": 0.9, "momentum": 0.0, "sparsity_warmup_steps": 10}),
+    # the float variant, unmasked, through a dlgs threshold recomputation
+    ("dlgs", (8,), {"local_momentum": 0.8, "momentum": 0.0, "momentum_mask": False}),
+    ("topk", (9,), {"local_momentum": 0.9, "momentum": 0.0, "dense_below": 100}),
 ])
 def test_stopped_and_resumed_run_is_bit_identical(tmp_path, compressor, stops, extra):
     """Stop at the given steps (mid-epoch, and across an epoch boundary), resume from the
@@ -146,7 +151,9 @@ def test_validate_matrix_writes_table_json_and_png(tmp_path, capsys):
                           "--k-large", "3", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     rows = [line for line in printed.splitlines() if line.startswith("| ") and "---" not in line]
-    assert len(rows) == 6                        # header + dense, topk, dlgs, coarse k=1, k=3
+    assert len(rows) == 12      # two tables (rows over seeds, runs): header + 5 rows each
+    assert [r["name"] for r in json.loads((out / "validate.json").read_text())["rows"]] == \
+        ["dense", "topk", "dlgs", "coarse1", "coarseK"]
     assert "| coarse | k=3 |" in printed and "| dlgs | as coarse k=1, every 10 steps |" in printed
     data = json.loads((out / "validate.json").read_text())
     assert [r["compressor_config"]["name"] for r in data["runs"]] == \
@@ -260,6 +267,8 @@ CORRUPTIONS = {
                           r"'model': missing key"),
     "momentum shape": (lambda ck: ck["optimizer"]["state"][0].update(momentum_buffer=torch.zeros(2)),
                        r"'optimizer\.state\.0\.momentum_buffer': shape"),
+    "momentum dropped": (lambda ck: ck["optimizer"].update(state={}),
+                         r"'optimizer\.state': no momentum buffer for parameter id\(s\) \[0, 1"),
     "worker without layers": (lambda ck: ck["compressor"]["workers"][2].update(layers={}, steps={}),
                               r"'compressor\.workers\.2\.steps\.\d+': .* compressed 0 times, the run "
                               r"took 14 compressed steps"),
