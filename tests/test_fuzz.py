@@ -630,6 +630,45 @@ def fuzz_checkpoints(small_checkpoint, tmp_path, capsys, n_cases: int, seed: int
     return outcomes
 
 
+def _targeted_edits():
+    """The checkpoint edits issue 9 names, plus tensors where plain values belong (a crafted
+    file may hold any of them)."""
+    import torch
+
+    def edit(path, value=None, delete=False):
+        def apply(c):
+            node = c
+            for key in path[:-1]:
+                node = node[key]
+            if delete:
+                del node[path[-1]]
+            else:
+                node[path[-1]] = value
+        return "/".join(map(str, path)) + ("" if not delete else " (deleted)"), apply
+    return [edit(["global_step"], -5), edit(["global_step"], 2**70),
+            edit(["compressor", "workers", 0], {}),
+            edit(["compressor", "workers", 0, "layers"], delete=True),
+            edit(["model"], delete=True),
+            edit(["run_config", "warmup_epochs"], torch.zeros(0)),
+            edit(["run_config", "k"], torch.ones(2)),
+            edit(["epoch"], torch.tensor(0)),
+            edit(["optimizer", "param_groups", 0, "lr"], float("nan"))]
+
+
+@pytest.mark.parametrize("index", range(9))
+def test_cli_checkpoint_targeted_edits(small_checkpoint, tmp_path, capsys, index):
+    import copy
+
+    import torch
+    what, apply = _targeted_edits()[index]
+    ckpt = copy.deepcopy(torch.load(small_checkpoint, weights_only=True))
+    apply(ckpt)
+    torch.save(ckpt, tmp_path / "m.pt")
+    rc, _, err = cli_outcome(capsys, ["train", *TRAIN_ARGS, "--max-steps", "3", "--resume",
+                                      tmp_path / "m.pt", "--out", tmp_path / "run"])
+    assert rc == 2, (what, err)                             # none of these may resume
+
+
 def test_cli_fuzz_checkpoints_quick(small_checkpoint, tmp_path, capsys):
     outcomes = fuzz_checkpoints(small_checkpoint, tmp_path, capsys, 6, seed=51)
     assert outcomes[2] >= 1, outcomes
