@@ -45,6 +45,8 @@ def label_of(result: dict) -> str:
     return f"{result['compressor_config']['name']} {setting_of(result)}"
 
 
+PNG_SOFTWARE = "gradblock validate"        # marks the plots gradblock wrote (PNG tEXt chunk)
+
 TABLE_HEADER = ("| compressor | setting | test acc | Δ vs dense (pts) | compression | sent MB (all workers) "
                 "| KB/worker/step | compress ms/step | compute / compress / exchange ms/step "
                 "| sat quant / feedback |")
@@ -171,12 +173,14 @@ def plot_acc_compression(rows: list[dict], path: str | Path, title: str = "") ->
     ax.set_xlabel("compression (dense bytes / bytes sent)")
     ax.set_ylabel("final test accuracy (mean ± std over seeds; dots: seeds)")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7, loc="best")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="best")
     if title:
         ax.set_title(title, fontsize=8, wrap=True)
     fig.tight_layout()
     try:
-        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png",
+                                                   metadata={"Software": PNG_SOFTWARE}))
     finally:
         plt.close(fig)
     return Path(path)
@@ -207,7 +211,33 @@ def plot_curves(results: list[dict], path: str | Path, title: str = "") -> Path:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     try:
-        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png",
+                                                   metadata={"Software": PNG_SOFTWARE}))
     finally:
         plt.close(fig)
     return Path(path)
+
+
+def is_own_output(path: str | Path) -> bool:
+    """Whether an existing validate.json / validate.md / validate.png is one gradblock wrote
+    (so a rerun may replace it)."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    if path.suffix == ".json":
+        try:
+            d = json.loads(data)
+        except ValueError:
+            return False
+        return isinstance(d, dict) and {"description", "runs"} <= set(d)
+    if path.suffix == ".md":
+        text = data.decode("utf-8", "replace")
+        return TABLE_HEADER in text or NO_ROWS in text
+    if path.suffix == ".png":
+        return data.startswith(b"\x89PNG") and PNG_SOFTWARE.encode() in data[:4096]
+    return False
+
+
+NO_ROWS = "no row finished"

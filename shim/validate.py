@@ -37,6 +37,7 @@ from .trainer import run_training
 
 QUICK = {"epochs": 2, "train_subset": 6000, "test_subset": 2000}
 ROWS = ("dense", "topk", "dlgs", "coarse1", "coarseK")
+OUTPUTS = ("validate.json", "validate.md", "validate.png")
 PLAIN_ROWS = ("coarse1_plain", "coarseK_plain")     # with --local-momentum: no correction
 
 
@@ -136,6 +137,8 @@ def validate_main(argv: list[str]) -> int:
         for _, cfg in runs:
             cfg.check()
         check_output_dir(out, "--out")
+        for name in OUTPUTS:
+            check_output_file(out / name, "--out", is_own_output)
         dataset = load_dataset(base.data, base.data_dir)
     except (DatasetError, ValueError) as e:
         return report_error("validate", e)

@@ -388,3 +388,26 @@ def test_rerun_replaces_its_own_outputs(tmp_path):
     run_training(TrainConfig(**cfg, **kw))
     again = run_training(TrainConfig(**cfg, **kw))
     assert again["steps"] == 1
+
+
+def test_validate_replaces_only_its_own_outputs(tmp_path, monkeypatch, capsys):
+    import gradblock.shim.validate as V
+    monkeypatch.setattr(V, "run_training", lambda cfg, progress=None, dataset=None: fake_run_ok(cfg))
+    out = tmp_path / "val"
+    args = ["--data", "digits", "--epochs", "1", "--no-progress", "--compressors", "dense",
+            "coarse1", "--out", str(out)]
+    assert V.validate_main(args) == 0
+    assert V.validate_main(args) == 0                     # its own files: replaced
+    capsys.readouterr()
+    (out / "validate.png").write_bytes(b"\x89PNG\r\n\x1a\n a user's picture")
+    assert V.validate_main(args) == 2
+    _one_line_error(capsys, "OutputPathError", "validate.png", "not written by gradblock")
+    assert (out / "validate.png").read_bytes().endswith(b"a user's picture")
+
+
+def fake_run_ok(cfg):
+    r = fake_result(cfg.compressor, 0.8, 100, k=cfg.k, density="match", match_k=1, interval=10)
+    r["config"] = dict(vars(cfg))
+    r.update(curves=[{"epoch": 1.0, "test_acc": 0.8, "test_loss": 1.0, "train_loss": 1.0}],
+             mode="simulated", device="cpu")
+    return r
