@@ -517,7 +517,17 @@ def mutate_manifest(rng: np.random.Generator, manifest: dict) -> str:
     return json.dumps(m, indent=1, allow_nan=True)
 
 
-def fuzz_golden(small_golden, tmp_path, capsys, n_cases: int, seed: int) -> dict:
+def manifest_reads(d) -> bool:
+    from gradblock.refmodel.golden_format import GoldenError, read_manifest
+    try:
+        read_manifest(d)
+    except GoldenError:
+        return False
+    return True
+
+
+def fuzz_golden(small_golden, tmp_path, capsys, n_cases: int, seed: int,
+                verify_too: bool = False) -> dict:
     rng = np.random.default_rng(seed)
     manifest = json.loads((small_golden / "manifest.json").read_text())
     outcomes = {0: 0, 1: 0, 2: 0}
@@ -537,6 +547,10 @@ def fuzz_golden(small_golden, tmp_path, capsys, n_cases: int, seed: int) -> dict
         rc, out, err = cli_outcome(capsys, ["golden", "--check", d], allowed=(0, 1, 2))
         if rc == 1:                                            # a readable set that differs
             assert "FAIL " in out, (out, err)
+        if r < 0.6 and verify_too and not manifest_reads(d):
+            # a manifest the format refuses: verify must refuse it too, before any simulator
+            vrc, _, verr = cli_outcome(capsys, ["verify", "--vectors", d])
+            assert vrc == 2, verr
         assert tree_state(d) == before                         # a check writes nothing
         assert tree_state(tmp_path / "outside.npz") == outside
         outcomes[rc] += 1
@@ -545,14 +559,14 @@ def fuzz_golden(small_golden, tmp_path, capsys, n_cases: int, seed: int) -> dict
 
 
 def test_cli_fuzz_golden_check_quick(small_golden, tmp_path, capsys):
-    outcomes = fuzz_golden(small_golden, tmp_path, capsys, 60, seed=41)
+    outcomes = fuzz_golden(small_golden, tmp_path, capsys, 60, seed=41, verify_too=True)
     assert outcomes[2] >= 20 and outcomes[0] + outcomes[1] >= 5, outcomes
 
 
 @pytest.mark.slow
 def test_cli_fuzz_golden_check_many(small_golden, tmp_path, capsys):
     for seed in range(42, 45):
-        fuzz_golden(small_golden, tmp_path, capsys, 200, seed=seed)
+        fuzz_golden(small_golden, tmp_path, capsys, 200, seed=seed, verify_too=True)
 
 
 # ------------------------------------------------------------------ training checkpoints
