@@ -29,15 +29,15 @@ from pathlib import Path
 from .arguments import add_common_arguments, parse_k
 from .config import TrainConfig
 from .data import DatasetError
-from .outputs import atomic_write_text, check_output_dir
-from .report import (describe_run, format_row_table, format_table, plot_acc_compression,
-                     plot_curves, summarise_rows, write_json)
+from .outputs import atomic_write_text, check_output_dir, check_output_file
+from .report import (NO_ROWS, describe_run, format_row_table, format_table, is_own_output,
+                     plot_acc_compression, plot_curves, summarise_rows, write_json)
 from .train import USER_ERRORS, report_error
 from .trainer import run_training
 
 QUICK = {"epochs": 2, "train_subset": 6000, "test_subset": 2000}
 ROWS = ("dense", "topk", "dlgs", "coarse1", "coarseK")
-OUTPUTS = ("validate.json", "validate.md", "validate.png")
+OUTPUTS = ("validate.json", "validate.md", "validate.png", "validate_acc_compression.png")
 PLAIN_ROWS = ("coarse1_plain", "coarseK_plain")     # with --local-momentum: no correction
 
 
@@ -150,7 +150,7 @@ def validate_main(argv: list[str]) -> int:
     finally:
         bar.close()
 
-    header = describe_run(results, seeds) if results else "no row finished"
+    header = describe_run(results, seeds) if results else NO_ROWS
     table = format_table(results) if results else ""
     row_stats = summarise_rows(rows, results)
     seed_table = format_row_table(row_stats) if row_stats else ""
