@@ -4,11 +4,13 @@ tensor's own device.
 A frame is a 1-D `torch.int32` tensor holding the uint32 words' bit patterns, so it goes straight
 into `torch.distributed` collectives (gloo and NCCL both carry int32); on a little-endian host
 `frame.numpy().view('<u4')` is the wire format. Bit-exact with `codec/zrle.py` (the reference):
-same frames, and the decoder raises the same `codec.errors` class for the same first fault.
+same frames, and the decoder raises the same `codec.errors` class (and message) for the same
+first fault.
 
 Host syncs (documented, not hidden): the encoder needs one per frame for its data-dependent
 length; the device decoder (codec/zrle_torch_decode.py) reads back only the header and a few
-scalars per frame: the frame's words, the decoded values and the CRC stay on the device.
+scalars per frame (the walk's summary, the CRC value): the frame's words and the decoded values
+stay on the device, and the CRC is computed there.
 """
 from __future__ import annotations
 
