@@ -89,7 +89,8 @@ def quantise(x, R: float | QuantConfig = DEFAULT_RANGE, where: str = "") -> Quan
         raise TypeError(f"quantise expects float32, got {x.dtype}")
     gbits = _bits(x)
     q = np.empty(gbits.size, dtype=np.int32)
-    satq, nan = K.quantise_kernel(gbits, q, cfg.M, cfg.k, cfg.range_bits)
+    satq, nan = K.quantise_kernel(gbits, q, cfg.M, cfg.k, cfg.range_bits,
+                                  K.saturation_bits(cfg))
     if nan:
         raise nan_error(gbits, where)
     return QuantResult(q.reshape(x.shape), int(satq))
@@ -115,7 +116,7 @@ def compress_layer(grad, residual: np.ndarray | None = None, *,
     acc = np.empty(n, dtype=np.int32)
     norms = np.empty(layout.n_blocks, dtype=np.uint64)
     satq, satfb, nan = K.pass1_keep(gbits, r, q, acc, layout.block_size, norms.view(np.int64),
-                                    cfg.M, cfg.k, cfg.range_bits)
+                                    cfg.M, cfg.k, cfg.range_bits, K.saturation_bits(cfg))
     if nan:
         raise nan_error(gbits, where)
     selected = np.empty(plan.k_eff, dtype=np.int64)
@@ -171,7 +172,8 @@ def compress_step(grad: np.ndarray, residual: np.ndarray, cfg: QuantConfig | flo
     if nan is not None:
         raise nan
     n_words, satq, satfb = K.step_kernel(gbits, r, lay.block_size, lay.n_blocks, plan.k_eff,
-                                         cfg.M, cfg.k, cfg.range_bits, out_words, offset,
+                                         cfg.M, cfg.k, cfg.range_bits, K.saturation_bits(cfg),
+                                         out_words, offset,
                                          plan.layer_id, plan.lmax_log2)
     return StepInfo(int(n_words), plan.k_eff, lay.n_blocks, lay.block_size, int(satq), int(satfb))
 
@@ -252,7 +254,8 @@ def compress_layers(grads: Sequence[np.ndarray], residuals: Sequence[np.ndarray]
         for (gbits, r, p), off in zip(layers, offsets):
             lay = p.layout
             n_words, satq, satfb = K.step_kernel(gbits, r, lay.block_size, lay.n_blocks, p.k_eff,
-                                                 cfg.M, cfg.k, cfg.range_bits, scratch, off,
+                                                 cfg.M, cfg.k, cfg.range_bits,
+                                                 K.saturation_bits(cfg), scratch, off,
                                                  p.layer_id, p.lmax_log2)
             infos.append(StepInfo(int(n_words), p.k_eff, lay.n_blocks, lay.block_size,
                                   int(satq), int(satfb)))
@@ -320,7 +323,8 @@ def compress_message(grad: np.ndarray, residual: np.ndarray, plan: MessagePlan,
     else:
         bad, total = K.message_kernel(gbits, residual, plan.elem_offsets, plan.block_size,
                                       plan.n_blocks, plan.k_eff, plan.layer_id, plan.lmax_log2,
-                                      cfg.M, cfg.k, cfg.range_bits, out, 0, n_words, satq, satfb)
+                                      cfg.M, cfg.k, cfg.range_bits, K.saturation_bits(cfg),
+                                      out, 0, n_words, satq, satfb)
         if total < 0:
             lo, hi = plan.elem_offsets[bad], plan.elem_offsets[bad + 1]
             raise nan_error(gbits[lo:hi], f"layer {bad}")

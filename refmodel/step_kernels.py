@@ -12,12 +12,14 @@ through the ZRLE encoder of codec.zrle_numba, CRC included.
 """
 from __future__ import annotations
 
+import functools
+
 import numba as nb
 import numpy as np
 
 from gradblock.codec.zrle_numba import enc_begin, enc_end, enc_feed, enc_feed_zeros
 
-from .quantiser import QMAX
+from .quantiser import QMAX, QuantConfig, quantise
 
 ABS_MASK = 0x7FFFFFFF
 INF_BITS = 0x7F800000
@@ -27,20 +29,44 @@ INF_BITS = 0x7F800000
 # Element kernels
 # ---------------------------------------------------------------------------------------------
 
+def saturation_bits(cfg: QuantConfig) -> int:
+    """The smallest |x| bit pattern whose code is QMAX under `cfg` (Inf's 0x7F800000 at most).
+
+    Q is non-decreasing in |x| and float32 bit patterns of |x| are ordered like the values,
+    so one comparison of the bits against this threshold replaces the kernel's saturation
+    logic (a shift t <= 0, Inf, q > QMAX): below it, Q < QMAX and t >= 1. Found by bisection
+    with the numpy reference quantiser, once per configuration."""
+    return _saturation_bits(cfg.M, cfg.k, cfg.range_bits)
+
+
+@functools.lru_cache(maxsize=64)
+def _saturation_bits(M: int, k: int, range_bits: int) -> int:
+    cfg = QuantConfig.from_bits(range_bits)
+    assert (cfg.M, cfg.k) == (M, k)
+    lo, hi = 0, INF_BITS
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if quantise(np.array([mid], np.uint32).view(np.float32), cfg).q[0] == QMAX:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 @nb.njit(inline="always", nogil=True, cache=True)
-def quantise_bits(b, M, k):
-    """Q of the float32 with bits b (int64 holding a uint32), spec §1.2. NaN gives QMAX
-    (callers reject NaN separately). All values stay below 2**63, so int64 is exact.
-    Written branch-free so LLVM vectorises the loops that call it."""
-    e = (b >> 23) & 0xFF
+def quantise_bits(b, M, k, tsat):
+    """Q of the float32 with bits b (int64 holding a uint32), spec §1.2, where tsat is
+    saturation_bits(cfg). NaN gives QMAX (callers reject NaN separately). All values stay
+    below 2**63, so int64 is exact. Branch-free so LLVM vectorises the loops calling it."""
+    ab = b & ABS_MASK
+    e = ab >> 23
     m = (b & 0x7FFFFF) | (np.int64(e != 0) << 23)
     t = k - (max(e, 1) - 150)                     # t = k - E
     tc = min(max(t, 1), 60)                       # P < 2**56: any t >= 57 rounds to 0
     P = m * (M & 0xFFFFFFFF)                      # the mask lets LLVM use a 32x32->64 multiply
     # round half to even of P / 2**tc: add half - 1, plus 1 more when the quotient is odd
     q = (P + ((np.int64(1) << (tc - 1)) - 1) + ((P >> tc) & 1)) >> tc
-    saturate = ((t <= 0) & (m != 0)) | (e == 255)  # P * 2**-t >= 2**31, or +-Inf
-    mag = QMAX if saturate else min(q, QMAX)
+    mag = QMAX if ab >= tsat else q               # below tsat: t >= 1 and q < QMAX
     s = b >> 31
     return (mag ^ -s) + s                         # apply the sign
 
@@ -54,7 +80,7 @@ def nan_count(gbits):
 
 
 @nb.njit(nogil=True, cache=True)
-def quantise_kernel(gbits, q_out, M, k, rbits):
+def quantise_kernel(gbits, q_out, M, k, rbits, tsat):
     satq = 0
     nan = 0
     for i in range(gbits.size):
@@ -62,16 +88,18 @@ def quantise_kernel(gbits, q_out, M, k, rbits):
         ab = b & ABS_MASK
         satq += ab > rbits
         nan += ab > INF_BITS
-        q_out[i] = quantise_bits(b, M, k)
+        q_out[i] = quantise_bits(b, M, k, tsat)
     return satq, nan
 
 
 @nb.njit(inline="always", nogil=True, cache=True)
 def feedback(qv, r):
-    """a = clamp(r + q, -QMAX, QMAX) and whether it clamped (spec §2.1)."""
+    """(a, |a|, clamped?) for a = clamp(r + q, -QMAX, QMAX) (spec §2.1): the clamp on the
+    magnitude, which the block norm needs anyway."""
     a = qv + np.int64(r)
-    over = (a > QMAX) | (a < -QMAX)
-    return min(max(a, -QMAX), QMAX), over
+    mag = abs(a)
+    c = min(mag, QMAX)
+    return (c if a >= 0 else -c), c, mag > QMAX
 
 
 # ---------------------------------------------------------------------------------------------
@@ -82,7 +110,7 @@ def feedback(qv, r):
 # drops its wraparound test, and LLVM vectorises the loop (a ~10x difference).
 
 @nb.njit(nogil=True, cache=True)
-def pass1_keep(gbits, r, q_out, acc_out, B, norms, M, k, rbits):
+def pass1_keep(gbits, r, q_out, acc_out, B, norms, M, k, rbits, tsat):
     """Keeps q and a in their own arrays (r is read only). Returns (sat_q, sat_fb, nan)."""
     n = gbits.size
     satq = 0
@@ -98,18 +126,18 @@ def pass1_keep(gbits, r, q_out, acc_out, B, norms, M, k, rbits):
             ab = b & ABS_MASK
             satq += ab > rbits
             nan += ab > INF_BITS
-            qv = quantise_bits(b, M, k)
+            qv = quantise_bits(b, M, k, tsat)
             q_blk[i] = qv
-            a, over = feedback(qv, r_blk[i])
+            a, mag, over = feedback(qv, r_blk[i])
             satfb += over
             a_blk[i] = a
-            norm += abs(a)
+            norm += mag
         norms[j] = norm
     return satq, satfb, nan
 
 
 @nb.njit(inline="always", nogil=True, cache=True)
-def pass1_inplace_blocks(gbits, r, B, norms, M, k, rbits, jlo, jhi):
+def pass1_inplace_blocks(gbits, r, B, norms, M, k, rbits, tsat, jlo, jhi):
     """Blocks [jlo, jhi): r <- a in place, norms filled. Returns (sat_q, sat_fb)."""
     n = gbits.size
     satq = 0
@@ -119,10 +147,10 @@ def pass1_inplace_blocks(gbits, r, B, norms, M, k, rbits, jlo, jhi):
         for i in range(g_run.size):
             b = np.int64(g_run[i])
             satq += (b & ABS_MASK) > rbits
-            a, over = feedback(quantise_bits(b, M, k), r_run[i])
+            a, mag, over = feedback(quantise_bits(b, M, k, tsat), r_run[i])
             satfb += over
             r_run[i] = a
-            n_run[i] = abs(a)
+            n_run[i] = mag
         return satq, satfb
     for j in range(jlo, jhi):
         lo = j * B
@@ -132,18 +160,18 @@ def pass1_inplace_blocks(gbits, r, B, norms, M, k, rbits, jlo, jhi):
         for i in range(g_blk.size):
             b = np.int64(g_blk[i])
             satq += (b & ABS_MASK) > rbits
-            a, over = feedback(quantise_bits(b, M, k), r_blk[i])
+            a, mag, over = feedback(quantise_bits(b, M, k, tsat), r_blk[i])
             satfb += over
             r_blk[i] = a
-            norm += abs(a)
+            norm += mag
         norms[j] = norm
     return satq, satfb
 
 
 @nb.njit(nogil=True, cache=True)
-def pass1_range(gbits, r, B, norms, M, k, rbits, jlo, jhi):
+def pass1_range(gbits, r, B, norms, M, k, rbits, tsat, jlo, jhi):
     """Pass 1 over blocks [jlo, jhi) only: one task of a layer split across threads."""
-    return pass1_inplace_blocks(gbits, r, B, norms, M, k, rbits, jlo, jhi)
+    return pass1_inplace_blocks(gbits, r, B, norms, M, k, rbits, tsat, jlo, jhi)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,10 +304,11 @@ def pass2_inplace(r, B, mask, out, base, layer_id, rbits, lmax_log2):
 
 
 @nb.njit(nogil=True, cache=True)
-def step_kernel(gbits, r, B, n_blocks, k_eff, M, k, rbits, out, base, layer_id, lmax_log2):
+def step_kernel(gbits, r, B, n_blocks, k_eff, M, k, rbits, tsat, out, base, layer_id,
+                lmax_log2):
     """The whole lean step for one layer, GIL released. Returns (n_words, sat_q, sat_fb)."""
     norms = np.empty(n_blocks, dtype=np.int64)
-    satq, satfb = pass1_inplace_blocks(gbits, r, B, norms, M, k, rbits, 0, n_blocks)
+    satq, satfb = pass1_inplace_blocks(gbits, r, B, norms, M, k, rbits, tsat, 0, n_blocks)
     selected = np.empty(k_eff, dtype=np.int64)
     select_top_k(norms, k_eff, selected)
     mask = selected_mask(selected, n_blocks)
@@ -299,7 +328,7 @@ def step_tail(r, B, norms, k_eff, out, base, layer_id, rbits, lmax_log2):
 
 
 @nb.njit(nogil=True, cache=True)
-def message_kernel(gbits, r, g_off, block, n_blocks, k_eff, layer_id, lmax_log2, M, k, rbits,
+def message_kernel(gbits, r, g_off, block, n_blocks, k_eff, layer_id, lmax_log2, M, k, rbits, tsat,
                    out, base, n_words, satq, satfb):
     """Every layer of a message in one call: layer i is gbits/r[g_off[i]:g_off[i + 1]].
 
@@ -316,7 +345,7 @@ def message_kernel(gbits, r, g_off, block, n_blocks, k_eff, layer_id, lmax_log2,
         lo = g_off[i]
         hi = g_off[i + 1]
         nw, sq, sf = step_kernel(gbits[lo:hi], r[lo:hi], block[i], n_blocks[i], k_eff[i], M, k,
-                                 rbits, out, at, layer_id[i], lmax_log2[i])
+                                 rbits, tsat, out, at, layer_id[i], lmax_log2[i])
         n_words[i] = nw
         satq[i] = sq
         satfb[i] = sf

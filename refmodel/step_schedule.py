@@ -135,6 +135,7 @@ class Job:
             raise nan_error(layers[bad[0]][0], where_of(bad[0]))
 
         norms = {i: np.empty(lays[i].n_blocks, dtype=np.int64) for i in split}
+        tsat = K.saturation_bits(cfg)
         n_words, satq, satfb = [0] * count, [0] * count, [0] * count
 
         def pass1_task(t):
@@ -142,11 +143,11 @@ class Job:
             gbits, r, plan = layers[i]
             if i in norms:
                 sq, sf = K.pass1_range(gbits, r, plan.layout.block_size, norms[i], cfg.M, cfg.k,
-                                      cfg.range_bits, jlo, jhi)
+                                       cfg.range_bits, tsat, jlo, jhi)
                 return i, 0, int(sq), int(sf)
             nw, sq, sf = K.step_kernel(gbits, r, plan.layout.block_size, plan.layout.n_blocks,
-                                      plan.k_eff, cfg.M, cfg.k, cfg.range_bits, self.out,
-                                      self.offsets[i], plan.layer_id, plan.lmax_log2)
+                                       plan.k_eff, cfg.M, cfg.k, cfg.range_bits, tsat, self.out,
+                                       self.offsets[i], plan.layer_id, plan.lmax_log2)
             return i, int(nw), int(sq), int(sf)
 
         for i, nw, sq, sf in spread(pass1_task, chunks + whole_tasks, self._elems, self.CHUNK):

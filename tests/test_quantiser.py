@@ -287,3 +287,19 @@ def test_average_of_identical_codes_is_their_dequantised_value():
         assert np.all(np.abs(got - one) <= np.spacing(np.abs(one)))
     with pytest.raises(ValueError):
         Q.average(v, 0, 10.0)
+
+
+@given(st.floats(min_value=2.0**-149, max_value=float(np.finfo(np.float32).max), allow_nan=False,
+                 allow_infinity=False, width=32))
+def test_saturation_threshold_splits_the_codes(R):
+    """The numba kernels replace the saturation logic by one comparison of |x|'s bits
+    against step_kernels.saturation_bits(cfg): exactly the patterns coded QMAX."""
+    from gradblock.refmodel import step_kernels
+    cfg = QuantConfig.from_range(R)
+    t = step_kernels.saturation_bits(cfg)
+    assert t <= cfg.range_bits                       # R itself saturates
+    around = np.arange(max(t - 2, 0), min(t + 3, 0x7F800001), dtype=np.uint32)
+    x = np.concatenate([around, around | np.uint32(0x80000000)]).view(np.float32)
+    ref = Q.quantise(x, cfg).q
+    assert np.array_equal(np.abs(ref) == 2**31 - 1, np.concatenate([around, around]) >= t)
+    assert np.array_equal(fast.quantise(x, cfg).q, ref)
