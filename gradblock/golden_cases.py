@@ -12,8 +12,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gradblock.codec import zrle
-from gradblock.refmodel.golden_format import ALL_STAGES, QUANTISER_ONLY
+from gradblock.refmodel.golden_format import ALL_STAGES, MOMENTUM_STAGE, QUANTISER_ONLY
+from gradblock.refmodel.momentum import MomentumConfig
 from gradblock.refmodel.quantiser import QMAX
+
+# a momentum case streams through the velocity stage and everything after error feedback
+# (compress_top has no velocity input, the feedback stage adds Q(g), not u')
+MOMENTUM_STAGES = (MOMENTUM_STAGE, "norms", "select", "encode", "decode")
 
 
 @dataclass
@@ -35,6 +40,11 @@ class CaseSpec:
     source: dict = field(default_factory=dict)
     expect_selected: tuple[int, ...] = ()   # the selection's leading blocks, as described
     expect_k_eff: int | None = None
+    # momentum correction (docs/spec.md §7): m_fix set makes the case a momentum_layer step;
+    # residual_from then carries the velocity too
+    m_fix: int | None = None
+    velocity: np.ndarray | None = None      # None: zeros, or the residual_from case's output
+    momentum_mask: bool = True
 
     def grad_f32(self) -> np.ndarray:
         g = np.asarray(self.grad)
@@ -202,6 +212,55 @@ def synthetic_specs(seed: int) -> list[CaseSpec]:
                           "k = 8", rng.normal(0, 2, (64, 3, 3, 3)).astype(np.float32),
                           rng.integers(-2**28, 2**28, (64, 3, 3, 3)).astype(np.int32), k=8,
                           layer_id=1))
+    return specs
+
+
+def momentum_specs(seed: int) -> list[CaseSpec]:
+    """Momentum correction with factor masking: several carried steps, velocity and feedback
+    saturation, rounding ties of mul(m, u), masking off, a layer sent whole, m = 0."""
+    rng = np.random.default_rng(seed + 7)
+    m09 = MomentumConfig.from_float(0.9).m_fix
+    specs, prev = [], None
+    for s in range(4):
+        g = rng.normal(0, 1.0, (24, 8)).astype(np.float32)
+        specs.append(CaseSpec(
+            f"momentum_multistep_s{s}", f"momentum step {s} of 4, m = 0.9 (m_fix {m09}), k = 2 "
+            "of 24 blocks, residual and velocity carried; sent blocks' velocity zeroed"
+            if s else f"momentum step 0 of 4, m = 0.9 (m_fix {m09}), k = 2 of 24 blocks, zero "
+            "residual and velocity", g, k=2, layer_id=9, stages=MOMENTUM_STAGES,
+            residual_from=prev, m_fix=m09))
+        prev = f"momentum_multistep_s{s}"
+    # |mul(m, u) + Q(g)| and |r + u'| past QMAX in both directions; u = -2^31 scaled
+    g = rng.uniform(-10.0, 10.0, (8, 16)).astype(np.float32)
+    u = rng.integers(-1000, 1000, (8, 16)).astype(np.int64)
+    u[::2] += QMAX - 100_000_000
+    u[1::2] -= QMAX - 100_000_000
+    u[0, :3] = [-2**31, QMAX, -QMAX]
+    r = rng.integers(-2**30, 2**30, (8, 16)).astype(np.int64)
+    r[:, :4] = [QMAX, -QMAX, QMAX - 5, -QMAX + 5]
+    specs.append(CaseSpec("momentum_saturation", "m = 65535/65536, velocities within 1e8 of "
+                          "±QMAX (and -2^31) plus |g| up to R: the velocity and then r + u' "
+                          "leave the int32 range in both directions", g,
+                          np.clip(r, -2**31, QMAX).astype(np.int32), k=3, layer_id=2,
+                          stages=MOMENTUM_STAGES, m_fix=65535,
+                          velocity=u.clip(-2**31, QMAX).astype(np.int32)))
+    # exact half-way products: m = 1/2 on odd velocities rounds away from zero
+    u = (rng.integers(-2**20, 2**20, (6, 10)) * 2 + 1).astype(np.int32)
+    specs.append(CaseSpec("momentum_half_way", "m = 1/2 (m_fix 32768) on odd velocities: every "
+                          "product is a tie, rounded away from zero", rng.normal(0, 0.01, (6, 10))
+                          .astype(np.float32), k=2, stages=MOMENTUM_STAGES, m_fix=32768,
+                          velocity=u))
+    u = rng.integers(-2**26, 2**26, (16, 9)).astype(np.int32)
+    g = rng.normal(0, 0.5, (16, 9)).astype(np.float32)
+    specs.append(CaseSpec("momentum_unmasked", "factor masking off: the sent blocks keep their "
+                          "velocity", g, k=4, stages=MOMENTUM_STAGES, m_fix=m09, velocity=u,
+                          momentum_mask=False))
+    specs.append(CaseSpec("momentum_whole_layer", "k = every block: the layer is sent whole and "
+                          "keeps its velocity (ordinary momentum, nothing masked)", g, k=16,
+                          stages=MOMENTUM_STAGES, m_fix=m09, velocity=u))
+    specs.append(CaseSpec("momentum_m_zero", "m = 0: u' = Q(g), the step is plain error "
+                          "feedback with the velocity masked", g, k=4,
+                          stages=MOMENTUM_STAGES, m_fix=0, velocity=u))
     return specs
 
 

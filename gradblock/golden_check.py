@@ -11,13 +11,15 @@ import numpy as np
 from gradblock.codec import errors as frame_errors
 from gradblock.codec import zrle
 from gradblock.refmodel import compress as ref_compress
+from gradblock.refmodel import momentum as ref_momentum
 from gradblock.refmodel.golden_format import (ARRAY_DTYPES, HEX_DIGITS, MAX_FILE_BYTES,
-                                              QUANTISER_ONLY, GoldenCase, GoldenError,
-                                              arrays_for, hex_text, load_golden, read_case_file)
+                                              MOMENTUM_STAGE, QUANTISER_ONLY, GoldenCase,
+                                              GoldenError, arrays_for, hex_text, load_golden,
+                                              read_case_file)
 from gradblock.refmodel.quantiser import NonFiniteError, QuantConfig, quantise
 from gradblock.refmodel.selection import block_layout, resolve_k
 
-from .golden_compute import derive_flags, feedback_flags
+from .golden_compute import derive_flags, feedback_flags, momentum_flags
 
 
 @dataclass
@@ -53,6 +55,9 @@ def _reference_arrays(meta: dict, arrays: dict, problems: list[str]) -> tuple[di
         scalars.update(sat_quant=q.saturated, k_eff=None, sat_feedback=None, frame_words=None)
         return {"grad_bits": bits, "quantised": q.q, "quant_sat": sat, "quant_nan": nan}, scalars
     residual = arrays["residual_in"].reshape(shape)
+    if MOMENTUM_STAGE in meta["stages"]:
+        return _reference_momentum(meta, arrays, grad, residual, sat, nan, layout, scalars,
+                                   problems)
     st = ref_compress.compress_layer(grad, residual, R=cfg, k=meta["k_req"],
                                      block_size=meta["block_size"], layer_id=meta["layer_id"],
                                      lmax_log2=meta["lmax_log2"])
@@ -75,6 +80,36 @@ def _reference_arrays(meta: dict, arrays: dict, problems: list[str]) -> tuple[di
     return ref, scalars
 
 
+def _reference_momentum(meta, arrays, grad, residual, sat, nan, layout, scalars, problems):
+    """A momentum case recomputed with refmodel.momentum.momentum_layer."""
+    m_fix = meta["m_fix"]
+    velocity = arrays["velocity_in"].reshape(grad.shape)
+    st = ref_momentum.momentum_layer(grad, residual, velocity, ref_momentum.MomentumConfig(m_fix),
+                                     R=QuantConfig.from_bits(meta["range_bits"]), k=meta["k_req"],
+                                     block_size=meta["block_size"], layer_id=meta["layer_id"],
+                                     lmax_log2=meta["lmax_log2"], mask=meta["momentum_mask"])
+    fb = feedback_flags(residual.reshape(-1), st.velocity.reshape(-1))
+    ms = momentum_flags(velocity.reshape(-1), st.q.reshape(-1), m_fix)
+    for what, flags, count in (("quant_sat", sat, st.sat_quant), ("feedback_sat", fb,
+                                                                   st.sat_feedback),
+                               ("momentum_sat", ms, st.sat_momentum)):
+        if int(flags.sum()) != count:
+            problems.append(f"{what} flags sum to {int(flags.sum())}, reference counts {count}")
+    if st.k_eff != resolve_k(meta["k_req"], layout.n_blocks):
+        problems.append("k_eff disagrees with resolve_k")
+    scalars.update(k_eff=st.k_eff, sat_quant=st.sat_quant, sat_feedback=st.sat_feedback,
+                   frame_words=int(st.frame.size), sat_momentum=st.sat_momentum,
+                   masked=st.masked)
+    ref = {"grad_bits": arrays["grad_bits"], "residual_in": arrays["residual_in"],
+           "quantised": st.q.reshape(-1), "quant_sat": sat, "quant_nan": nan,
+           "accumulated": st.acc.reshape(-1), "feedback_sat": fb, "block_norms": st.norms,
+           "selected": st.selected, "payload": st.payload.reshape(-1),
+           "residual_out": st.residual_out.reshape(-1), "frame": st.frame,
+           "velocity_in": arrays["velocity_in"], "velocity": st.velocity.reshape(-1),
+           "momentum_sat": ms, "velocity_out": st.velocity_out.reshape(-1)}
+    return ref, scalars
+
+
 def _first_difference(a: np.ndarray, b: np.ndarray) -> str:
     if a.shape != b.shape:
         return f"shape {a.shape} != reference {b.shape}"
@@ -82,7 +117,9 @@ def _first_difference(a: np.ndarray, b: np.ndarray) -> str:
     return f"{int((a != b).sum())} element(s) differ, first at {i}: {a[i]} != reference {b[i]}"
 
 
-def check_case(golden_dir: Path, case: GoldenCase, residual_outs: dict) -> CheckResult:
+def check_case(golden_dir: Path, case: GoldenCase, residual_outs: dict,
+               velocity_outs: dict | None = None) -> CheckResult:
+    velocity_outs = {} if velocity_outs is None else velocity_outs
     meta, arrays, problems = case.meta, case.arrays, []
     # load_golden has validated the entry against the schema and the npz members against it
     stages = tuple(meta["stages"])
@@ -114,6 +151,9 @@ def check_case(golden_dir: Path, case: GoldenCase, residual_outs: dict) -> Check
             problems.append(f"residual_from {src!r} is not an earlier case")
         elif not np.array_equal(residual_outs[src], arrays["residual_in"]):
             problems.append(f"residual_in differs from {src}'s residual_out")
+        elif "velocity_in" in arrays and (src not in velocity_outs or not np.array_equal(
+                velocity_outs[src], arrays["velocity_in"])):
+            problems.append(f"velocity_in differs from {src}'s velocity_out")
     for key in expected:
         rel = meta["hex"][key]
         try:
@@ -145,15 +185,17 @@ def check_golden(golden_dir: str | Path) -> list[CheckResult]:
     """Recompute every case with the numpy reference and compare every array, the manifest's
     numbers and the hex files. One CheckResult per case, in manifest order."""
     golden_dir = Path(golden_dir)
-    results, residual_outs = [], {}
+    results, residual_outs, velocity_outs = [], {}, {}
     for case in load_golden(golden_dir):
         try:
-            results.append(check_case(golden_dir, case, residual_outs))
+            results.append(check_case(golden_dir, case, residual_outs, velocity_outs))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             results.append(CheckResult(case.name, [f"malformed manifest entry or arrays: "
                                                    f"{type(e).__name__}: {e}"]))
         if "residual_out" in case.arrays:
             residual_outs[case.name] = case.arrays["residual_out"]
+        if "velocity_out" in case.arrays:
+            velocity_outs[case.name] = case.arrays["velocity_out"]
     return results
 
 

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import numpy as np
 
+from gradblock.refmodel import momentum as ref_momentum
 from gradblock.refmodel.golden_format import ARRAY_DTYPES, QUANTISER_ONLY, write_golden
 from gradblock.refmodel.quantiser import QMAX, QuantConfig, quantise
 from gradblock.refmodel.selection import block_layout
 
-from .golden_cases import CaseSpec, real_specs, synthetic_specs
+from .golden_cases import CaseSpec, momentum_specs, real_specs, synthetic_specs
 
 
 def derive_flags(grad_bits: np.ndarray, range_bits: int):
@@ -27,8 +28,45 @@ def feedback_flags(residual_in: np.ndarray, quantised: np.ndarray) -> np.ndarray
     return (np.abs(s) > QMAX).astype(np.uint8)
 
 
-def compute_case(spec: CaseSpec, compress_layer, residual_override: np.ndarray | None = None
-                 ) -> tuple[dict, dict]:
+def momentum_flags(velocity_in: np.ndarray, quantised: np.ndarray, m_fix: int) -> np.ndarray:
+    v = ref_momentum.scale_velocity(velocity_in, m_fix) + quantised.astype(np.int64)
+    return (np.abs(v) > QMAX).astype(np.uint8)
+
+
+def compute_momentum_case(spec: CaseSpec, meta: dict, grad: np.ndarray, residual: np.ndarray,
+                          sat: np.ndarray, nan: np.ndarray, bits: np.ndarray,
+                          velocity_override: np.ndarray | None = None) -> tuple[dict, dict]:
+    """A momentum case (docs/spec.md §7) with the numpy reference momentum_layer."""
+    velocity = velocity_override if velocity_override is not None else spec.velocity
+    if velocity is None:
+        velocity = np.zeros(grad.shape, np.int32)
+    velocity = np.asarray(velocity, np.int32).reshape(grad.shape)
+    st = ref_momentum.momentum_layer(grad, residual, velocity, ref_momentum.MomentumConfig(
+        spec.m_fix), R=meta["range"], k=spec.k, block_size=spec.block_size,
+        layer_id=spec.layer_id, lmax_log2=spec.lmax_log2, mask=spec.momentum_mask,
+        where=spec.name)
+    fb = feedback_flags(residual.reshape(-1), st.velocity.reshape(-1))
+    ms = momentum_flags(velocity.reshape(-1), st.q.reshape(-1), spec.m_fix)
+    if (int(sat.sum()), int(fb.sum()), int(ms.sum())) != (st.sat_quant, st.sat_feedback,
+                                                          st.sat_momentum):
+        raise AssertionError(f"{spec.name}: flag sums disagree with the reference counts")
+    meta.update(k_eff=int(st.k_eff), sat_quant=int(st.sat_quant),
+                sat_feedback=int(st.sat_feedback), frame_words=int(st.frame.size),
+                m_fix=int(spec.m_fix), momentum_mask=bool(spec.momentum_mask),
+                masked=bool(st.masked), sat_momentum=int(st.sat_momentum))
+    arrays = {"grad_bits": bits, "residual_in": residual.reshape(-1).copy(),
+              "quantised": st.q.reshape(-1), "quant_sat": sat, "quant_nan": nan,
+              "accumulated": st.acc.reshape(-1), "feedback_sat": fb,
+              "block_norms": st.norms, "selected": st.selected,
+              "payload": st.payload.reshape(-1), "residual_out": st.residual_out.reshape(-1),
+              "frame": st.frame, "velocity_in": velocity.reshape(-1).copy(),
+              "velocity": st.velocity.reshape(-1), "momentum_sat": ms,
+              "velocity_out": st.velocity_out.reshape(-1)}
+    return meta, arrays
+
+
+def compute_case(spec: CaseSpec, compress_layer, residual_override: np.ndarray | None = None,
+                 velocity_override: np.ndarray | None = None) -> tuple[dict, dict]:
     """(manifest entry without file names, arrays) for one case."""
     grad = spec.grad_f32()
     cfg = QuantConfig.from_range(spec.R)
@@ -56,6 +94,12 @@ def compute_case(spec: CaseSpec, compress_layer, residual_override: np.ndarray |
     if residual is None:
         residual = np.zeros(grad.shape, np.int32)
     residual = np.asarray(residual, np.int32).reshape(grad.shape)
+    if spec.m_fix is not None:
+        meta, arrays = compute_momentum_case(spec, meta, grad, residual, sat, nan, bits,
+                                             velocity_override)
+        if spec.residual_from:
+            meta["residual_from"] = spec.residual_from
+        return meta, {k: np.ascontiguousarray(v, dtype=ARRAY_DTYPES[k]) for k, v in arrays.items()}
     st = compress_layer(grad, residual, R=cfg, k=spec.k, block_size=spec.block_size,
                         layer_id=spec.layer_id, lmax_log2=spec.lmax_log2, where=spec.name)
     fb = feedback_flags(residual.reshape(-1), st.q.reshape(-1))
@@ -93,7 +137,7 @@ def generate_golden(out_dir: str | Path, *, quick: bool = False, real_source: st
     from .commands import backend
 
     be = backend(backend_choice)
-    specs = synthetic_specs(seed)
+    specs = synthetic_specs(seed) + momentum_specs(seed)
     r_specs, real_info = real_specs(real_source, seed, quick, be.compress_layer, data_dir)
     specs += r_specs
     names = [s.name for s in specs]
@@ -101,9 +145,9 @@ def generate_golden(out_dir: str | Path, *, quick: bool = False, real_source: st
         raise AssertionError("duplicate golden case names")
 
     def computed():
-        outputs = {}
+        outputs, velocities = {}, {}
         for spec in tqdm(specs, desc="golden cases", unit="case", disable=not progress):
-            override = None
+            override = v_override = None
             if spec.residual_from:
                 prev = outputs[spec.residual_from]
                 if spec.residual is not None and not np.array_equal(
@@ -111,9 +155,12 @@ def generate_golden(out_dir: str | Path, *, quick: bool = False, real_source: st
                     raise AssertionError(f"{spec.name}: captured residual differs from "
                                          f"{spec.residual_from}'s residual_out")
                 override = prev
-            meta, arrays = compute_case(spec, be.compress_layer, override)
+                v_override = velocities.get(spec.residual_from)
+            meta, arrays = compute_case(spec, be.compress_layer, override, v_override)
             if "residual_out" in arrays:
                 outputs[spec.name] = arrays["residual_out"]
+            if "velocity_out" in arrays:
+                velocities[spec.name] = arrays["velocity_out"]
             yield meta, arrays
 
     fields = {"generator": f"gradblock golden ({be.name}; numpy {np.__version__}; "

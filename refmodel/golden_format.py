@@ -43,13 +43,25 @@ MANIFEST = "manifest.json"
 GENERATOR_PREFIX = "gradblock"         # a manifest whose generator starts so was written by us
 ALL_STAGES = ("quantiser", "feedback", "norms", "select", "encode", "decode", "top")
 QUANTISER_ONLY = ("quantiser",)
-ARRAY_DTYPES = {
+# momentum correction (docs/spec.md §7): a case listing this stage is a momentum_layer step;
+# "quantised" stays Q(g), "accumulated" / "feedback_sat" are sat(r + u') and its flags
+MOMENTUM_STAGE = "momentum"
+STAGES = ALL_STAGES + (MOMENTUM_STAGE,)
+BASE_ARRAY_DTYPES = {
     "grad_bits": np.uint32, "residual_in": np.int32, "quantised": np.int32,
     "quant_sat": np.uint8, "quant_nan": np.uint8, "accumulated": np.int32,
     "feedback_sat": np.uint8, "block_norms": np.uint64, "selected": np.int64,
     "payload": np.int32, "residual_out": np.int32, "frame": np.uint32,
 }
+MOMENTUM_ARRAY_DTYPES = {
+    "velocity_in": np.int32,      # u
+    "velocity": np.int32,         # u' = sat(mul(m, u) + Q(g)), before masking
+    "momentum_sat": np.uint8,     # |mul(m, u) + Q(g)| > QMAX
+    "velocity_out": np.int32,     # u' masked on the sent blocks (the next step's u)
+}
+ARRAY_DTYPES = BASE_ARRAY_DTYPES | MOMENTUM_ARRAY_DTYPES
 QUANTISER_ARRAYS = ("grad_bits", "quantised", "quant_sat", "quant_nan")
+M_FIX_MAX = 2**16 - 1
 HEX_DIGITS = {name: 16 if name == "block_norms" else 8 for name in ARRAY_DTYPES}
 
 # Limits on what a manifest may describe (documented in docs/golden.md).
@@ -82,8 +94,13 @@ class GoldenCase:
 
 
 def arrays_for(stages) -> tuple[str, ...]:
-    """Arrays a case carries: all of them, or the quantiser's four in a quantiser-only case."""
-    return QUANTISER_ARRAYS if tuple(stages) == QUANTISER_ONLY else tuple(ARRAY_DTYPES)
+    """Arrays a case carries: the quantiser's four in a quantiser-only case, the compress
+    step's twelve, plus the four velocity arrays in a momentum case."""
+    if tuple(stages) == QUANTISER_ONLY:
+        return QUANTISER_ARRAYS
+    if MOMENTUM_STAGE in stages:
+        return tuple(ARRAY_DTYPES)
+    return tuple(BASE_ARRAY_DTYPES)
 
 
 def npz_name(case: str) -> str:
@@ -263,10 +280,10 @@ def validate_entry(where: str, entry, index: int) -> dict:
     f.text("kind")
     f.text("description")
     stages = entry.get("stages")
-    if not isinstance(stages, list) or not stages or len(stages) > len(ALL_STAGES) or \
-            any(not isinstance(s, str) or s not in ALL_STAGES for s in stages) or \
+    if not isinstance(stages, list) or not stages or len(stages) > len(STAGES) or \
+            any(not isinstance(s, str) or s not in STAGES for s in stages) or \
             len(set(stages)) != len(stages):
-        f.fail("stages", f"not a list of distinct stages from {list(ALL_STAGES)}")
+        f.fail("stages", f"not a list of distinct stages from {list(STAGES)}")
     shape = entry.get("shape")
     if not isinstance(shape, list) or len(shape) > MAX_NDIM or \
             any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape):
@@ -292,6 +309,15 @@ def validate_entry(where: str, entry, index: int) -> dict:
     f.int("sat_quant", 0, n)
     f.int("sat_feedback", 0, n, nullable=quantiser_only)
     f.int("frame_words", 0, max_frame_words(n), nullable=quantiser_only)
+    if MOMENTUM_STAGE in stages:
+        if MOMENTUM_STAGE in stages and "top" in stages:
+            f.fail("stages", "a momentum case cannot list 'top' (compress_top has no velocity)")
+        f.int("m_fix", 0, M_FIX_MAX)
+        f.int("sat_momentum", 0, n)
+        for key in ("momentum_mask", "masked"):
+            f.present(key, optional=False)
+            if not isinstance(entry[key], bool):
+                f.fail(key, "not true or false")
     if entry.get("npz") != npz_name(name):
         f.fail("npz", f"not {npz_name(name)!r} (the golden layout)")
     hexes = entry.get("hex")

@@ -35,7 +35,7 @@ DEFAULT_TRAFFIC = "0:0,0.3:0,0:0.5,0.6:0.7"
 
 # RTL module -> the golden manifest's stage name
 STAGE_OF = {"quantiser": "quantiser", "ef_add": "feedback", "block_l1": "norms",
-            "topk_select": "select", "compress_top": "top"}
+            "topk_select": "select", "compress_top": "top", "momentum": "momentum"}
 
 
 @dataclass

@@ -8,6 +8,8 @@ configuration also changes between layers. TB_MOMENTUM_SEED picks the random wor
 """
 from __future__ import annotations
 
+import os
+
 import cocotb
 import numpy as np
 from cocotb.triggers import ClockCycles
@@ -83,6 +85,24 @@ async def vector_cases(dut, traffic):
 
 
 vector_cases = tb_util.traffic_test(vector_cases, tbc.DEFAULT_TRAFFIC)
+
+
+async def golden_cases(dut, traffic):
+    """Every golden case listing the momentum stage (`gradblock golden`; `gradblock verify`),
+    layer after layer, m_fix from each case's manifest entry."""
+    tb = Bench(dut)
+    await tbc.start(dut)
+    await tbc.golden_loop(dut, MODULE, tbc.load_cases(MODULE), tb.run_case, [tb.src], [tb.snk],
+                          traffic,
+                          skip=lambda c: None if c.meta["n"] else "empty layer: no beat to send")
+
+
+# only with golden vectors given (gradblock verify sets TB_GOLDEN_DIR); the built-in vectors
+# above need none
+if os.environ.get("TB_GOLDEN_DIR") or os.environ.get("TB_GOLDEN_DIRS"):
+    golden_cases = tb_util.traffic_test(golden_cases, tbc.DEFAULT_TRAFFIC)
+else:
+    del golden_cases
 
 
 @cocotb.test()

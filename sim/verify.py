@@ -63,6 +63,8 @@ REGISTRY: dict[str, RtlModule] = {m.name: m for m in [
               "quantiser", ("grad_bits", "quantised", "quant_sat", "quant_nan")),
     RtlModule("ef_add", "ef_add", "gradblock.sim.tb_ef_add", "golden_cases", "feedback",
               ("residual_in", "quantised", "accumulated", "feedback_sat")),
+    RtlModule("momentum", "momentum", "gradblock.sim.tb_momentum", "golden_cases", "momentum",
+              ("residual_in", "velocity_in", "quantised", "velocity", "momentum_sat")),
     RtlModule("block_l1", "block_l1", "gradblock.sim.tb_block_l1", "golden_cases", "norms",
               ("accumulated", "block_norms")),
     RtlModule("topk_select", "topk_select", "gradblock.sim.tb_topk_select", "golden_cases",

@@ -60,7 +60,7 @@ def test_manifest_schema(manifest):
     for c in manifest["cases"]:
         assert set(GF.META_KEYS) <= set(c), c["name"]
         assert c["kind"] in ("synthetic", "real")
-        assert c["stages"] and set(c["stages"]) <= set(GF.ALL_STAGES)
+        assert c["stages"] and set(c["stages"]) <= set(GF.STAGES)
         assert c["n"] == math.prod(c["shape"])
         assert c["n_blocks"] == -(-c["n"] // c["block_size"])
         assert 2**31 <= c["M"] < 2**32
@@ -69,6 +69,10 @@ def test_manifest_schema(manifest):
         assert c["hex"] == {a: f"{c['name']}/{a}.hex" for a in GF.arrays_for(c["stages"])}
         if c["stages"] == ["quantiser"]:
             assert c["k_eff"] is None and c["frame_words"] is None
+        elif "momentum" in c["stages"]:
+            assert c["stages"] == ["momentum", "norms", "select", "encode", "decode"]
+            assert 0 <= c["m_fix"] < 2**16 and isinstance(c["masked"], bool)
+            assert 1 <= c["k_eff"] <= c["n_blocks"]
         else:
             assert c["stages"] == list(GF.ALL_STAGES)
             assert 1 <= c["k_eff"] <= c["n_blocks"]
@@ -87,6 +91,34 @@ def test_array_shapes_and_dtypes(cases):
         assert int(a["quant_sat"].sum()) == m["sat_quant"]
         if "feedback_sat" in a:
             assert int(a["feedback_sat"].sum()) == m["sat_feedback"]
+        if "momentum_sat" in a:
+            assert int(a["momentum_sat"].sum()) == m["sat_momentum"]
+
+
+def test_momentum_cases_are_what_they_claim(cases):
+    """Velocity arrays and the m configuration (docs/spec.md §7): carried steps, saturation,
+    masking off, a layer sent whole, m = 0."""
+    mom = {n: c for n, c in cases.items() if "momentum" in c.meta["stages"]}
+    assert {"momentum_multistep_s3", "momentum_saturation", "momentum_half_way",
+            "momentum_unmasked", "momentum_whole_layer", "momentum_m_zero"} <= set(mom)
+    for s in (1, 2, 3):
+        a, prev = mom[f"momentum_multistep_s{s}"].arrays, mom[f"momentum_multistep_s{s - 1}"].arrays
+        assert np.array_equal(a["velocity_in"], prev["velocity_out"])
+        assert np.array_equal(a["residual_in"], prev["residual_out"])
+    sat = mom["momentum_saturation"].meta
+    assert sat["sat_momentum"] > 0 and sat["sat_feedback"] > 0 and sat["m_fix"] == 65535
+    un, whole = mom["momentum_unmasked"], mom["momentum_whole_layer"]
+    assert not un.meta["masked"] and np.array_equal(un.arrays["velocity_out"],
+                                                    un.arrays["velocity"])
+    assert not whole.meta["masked"] and whole.meta["k_eff"] == whole.meta["n_blocks"]
+    m0 = mom["momentum_m_zero"].arrays
+    assert np.array_equal(m0["velocity"], m0["quantised"])
+    ms = mom["momentum_multistep_s2"]
+    sent = np.zeros(ms.meta["n_blocks"], bool)
+    sent[ms.arrays["selected"]] = True
+    sent = np.repeat(sent, ms.meta["block_size"])[:ms.meta["n"]]
+    assert ms.meta["masked"] and not ms.arrays["velocity_out"][sent].any()
+    assert np.array_equal(ms.arrays["velocity_out"][~sent], ms.arrays["velocity"][~sent])
 
 
 def test_hex_files_parse_back_to_the_npz(quick_dir, cases):
