@@ -12,6 +12,8 @@ from gradblock.refmodel.golden_format import write_golden
 from gradblock.sim.harness import simulator_available
 from gradblock.sim.verify import REGISTRY, run_module
 
+pytestmark = pytest.mark.sim
+
 
 
 def momentum_golden(out):
