@@ -34,7 +34,7 @@ from gradblock.codec.zrle import DEFAULT_LMAX_LOG2
 from . import step_kernels as K
 from .compress import LayerStep
 from .plan import MessagePlan, StepPlan, max_step_words, message_plan, step_plan
-from .quantiser import DEFAULT_RANGE, QuantConfig, QuantResult
+from .quantiser import DEFAULT_RANGE, QuantConfig, QuantResult, saturation_bits
 from .selection import BlockLayout
 from .step_schedule import Job, StepInfo, nan_error, thread_count
 from .validation import ShapeError, check_gradient, check_range, check_residual, check_step
@@ -90,7 +90,7 @@ def quantise(x, R: float | QuantConfig = DEFAULT_RANGE, where: str = "") -> Quan
     gbits = _bits(x)
     q = np.empty(gbits.size, dtype=np.int32)
     satq, nan = K.quantise_kernel(gbits, q, cfg.M, cfg.k, cfg.range_bits,
-                                  K.saturation_bits(cfg))
+                                  saturation_bits(cfg))
     if nan:
         raise nan_error(gbits, where)
     return QuantResult(q.reshape(x.shape), int(satq))
@@ -116,7 +116,7 @@ def compress_layer(grad, residual: np.ndarray | None = None, *,
     acc = np.empty(n, dtype=np.int32)
     norms = np.empty(layout.n_blocks, dtype=np.uint64)
     satq, satfb, nan = K.pass1_keep(gbits, r, q, acc, layout.block_size, norms.view(np.int64),
-                                    cfg.M, cfg.k, cfg.range_bits, K.saturation_bits(cfg))
+                                    cfg.M, cfg.k, cfg.range_bits, saturation_bits(cfg))
     if nan:
         raise nan_error(gbits, where)
     selected = np.empty(plan.k_eff, dtype=np.int64)
@@ -172,7 +172,7 @@ def compress_step(grad: np.ndarray, residual: np.ndarray, cfg: QuantConfig | flo
     if nan is not None:
         raise nan
     n_words, satq, satfb = K.step_kernel(gbits, r, lay.block_size, lay.n_blocks, plan.k_eff,
-                                         cfg.M, cfg.k, cfg.range_bits, K.saturation_bits(cfg),
+                                         cfg.M, cfg.k, cfg.range_bits, saturation_bits(cfg),
                                          out_words, offset,
                                          plan.layer_id, plan.lmax_log2)
     return StepInfo(int(n_words), plan.k_eff, lay.n_blocks, lay.block_size, int(satq), int(satfb))
@@ -255,7 +255,7 @@ def compress_layers(grads: Sequence[np.ndarray], residuals: Sequence[np.ndarray]
             lay = p.layout
             n_words, satq, satfb = K.step_kernel(gbits, r, lay.block_size, lay.n_blocks, p.k_eff,
                                                  cfg.M, cfg.k, cfg.range_bits,
-                                                 K.saturation_bits(cfg), scratch, off,
+                                                 saturation_bits(cfg), scratch, off,
                                                  p.layer_id, p.lmax_log2)
             infos.append(StepInfo(int(n_words), p.k_eff, lay.n_blocks, lay.block_size,
                                   int(satq), int(satfb)))
@@ -323,7 +323,7 @@ def compress_message(grad: np.ndarray, residual: np.ndarray, plan: MessagePlan,
     else:
         bad, total = K.message_kernel(gbits, residual, plan.elem_offsets, plan.block_size,
                                       plan.n_blocks, plan.k_eff, plan.layer_id, plan.lmax_log2,
-                                      cfg.M, cfg.k, cfg.range_bits, K.saturation_bits(cfg),
+                                      cfg.M, cfg.k, cfg.range_bits, saturation_bits(cfg),
                                       out, 0, n_words, satq, satfb)
         if total < 0:
             lo, hi = plan.elem_offsets[bad], plan.elem_offsets[bad + 1]

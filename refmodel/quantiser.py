@@ -5,6 +5,7 @@ torch and RTL implementations can agree with it bit for bit.
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from dataclasses import dataclass
@@ -122,6 +123,25 @@ def quantise(x: np.ndarray, cfg: QuantConfig | float = DEFAULT_RANGE, where: str
     absbits = flat.view(np.uint32) & np.uint32(0x7FFFFFFF)
     saturated = int(np.count_nonzero(absbits > np.uint32(cfg.range_bits)))
     return QuantResult(codes.reshape(x.shape), saturated)
+
+
+@functools.lru_cache(maxsize=64)
+def saturation_bits(cfg: QuantConfig) -> int:
+    """The smallest |x| bit pattern (bits & 0x7FFFFFFF) whose code magnitude is QMAX.
+
+    Q is non-decreasing in |x| and the bit patterns of non-negative floats order like their
+    values, so exactly the elements at or above this threshold saturate (±Inf included, NaN
+    above it too); below it, Q < QMAX and the shift t = k - E is >= 1. The fast backends
+    use it to replace their saturation logic by one comparison. Found by bisection with
+    `quantise` above, once per configuration."""
+    lo, hi = 0, 0x7F800000                        # +Inf saturates
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if int(quantise(np.array([mid], np.uint32).view(np.float32), cfg).q[0]) == QMAX:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def dequantise(v: np.ndarray, cfg: QuantConfig | float = DEFAULT_RANGE) -> np.ndarray:

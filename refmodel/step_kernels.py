@@ -12,14 +12,12 @@ through the ZRLE encoder of codec.zrle_numba, CRC included.
 """
 from __future__ import annotations
 
-import functools
-
 import numba as nb
 import numpy as np
 
 from gradblock.codec.zrle_numba import enc_begin, enc_end, enc_feed, enc_feed_zeros
 
-from .quantiser import QMAX, QuantConfig, quantise
+from .quantiser import QMAX
 
 ABS_MASK = 0x7FFFFFFF
 INF_BITS = 0x7F800000
@@ -29,35 +27,12 @@ INF_BITS = 0x7F800000
 # Element kernels
 # ---------------------------------------------------------------------------------------------
 
-def saturation_bits(cfg: QuantConfig) -> int:
-    """The smallest |x| bit pattern whose code is QMAX under `cfg` (Inf's 0x7F800000 at most).
-
-    Q is non-decreasing in |x| and float32 bit patterns of |x| are ordered like the values,
-    so one comparison of the bits against this threshold replaces the kernel's saturation
-    logic (a shift t <= 0, Inf, q > QMAX): below it, Q < QMAX and t >= 1. Found by bisection
-    with the numpy reference quantiser, once per configuration."""
-    return _saturation_bits(cfg.M, cfg.k, cfg.range_bits)
-
-
-@functools.lru_cache(maxsize=64)
-def _saturation_bits(M: int, k: int, range_bits: int) -> int:
-    cfg = QuantConfig.from_bits(range_bits)
-    assert (cfg.M, cfg.k) == (M, k)
-    lo, hi = 0, INF_BITS
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if quantise(np.array([mid], np.uint32).view(np.float32), cfg).q[0] == QMAX:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
-
-
 @nb.njit(inline="always", nogil=True, cache=True)
 def quantise_bits(b, M, k, tsat):
     """Q of the float32 with bits b (int64 holding a uint32), spec §1.2, where tsat is
-    saturation_bits(cfg). NaN gives QMAX (callers reject NaN separately). All values stay
-    below 2**63, so int64 is exact. Branch-free so LLVM vectorises the loops calling it."""
+    refmodel.quantiser.saturation_bits(cfg). NaN gives QMAX (callers reject NaN
+    separately). All values stay below 2**63, so int64 is exact. Branch-free so LLVM
+    vectorises the loops calling it."""
     ab = b & ABS_MASK
     e = ab >> 23
     m = (b & 0x7FFFFF) | (np.int64(e != 0) << 23)

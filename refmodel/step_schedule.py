@@ -13,7 +13,7 @@ import numba as nb
 import numpy as np
 
 from . import step_kernels as K
-from .quantiser import NonFiniteError, QuantConfig
+from .quantiser import NonFiniteError, QuantConfig, saturation_bits
 
 
 def nan_error(gbits: np.ndarray, where: str) -> NonFiniteError | None:
@@ -135,7 +135,7 @@ class Job:
             raise nan_error(layers[bad[0]][0], where_of(bad[0]))
 
         norms = {i: np.empty(lays[i].n_blocks, dtype=np.int64) for i in split}
-        tsat = K.saturation_bits(cfg)
+        tsat = saturation_bits(cfg)
         n_words, satq, satfb = [0] * count, [0] * count, [0] * count
 
         def pass1_task(t):

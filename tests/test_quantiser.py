@@ -293,10 +293,9 @@ def test_average_of_identical_codes_is_their_dequantised_value():
                  allow_infinity=False, width=32))
 def test_saturation_threshold_splits_the_codes(R):
     """The numba kernels replace the saturation logic by one comparison of |x|'s bits
-    against step_kernels.saturation_bits(cfg): exactly the patterns coded QMAX."""
-    from gradblock.refmodel import step_kernels
+    against quantiser.saturation_bits(cfg): exactly the patterns coded QMAX."""
     cfg = QuantConfig.from_range(R)
-    t = step_kernels.saturation_bits(cfg)
+    t = Q.saturation_bits(cfg)
     assert t <= cfg.range_bits                       # R itself saturates
     around = np.arange(max(t - 2, 0), min(t + 3, 0x7F800001), dtype=np.uint32)
     x = np.concatenate([around, around | np.uint32(0x80000000)]).view(np.float32)
