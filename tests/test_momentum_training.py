@@ -148,3 +148,14 @@ def test_validate_seeds_rows_and_figure(tmp_path, capsys):
     assert rows["coarse1"]["compression"] > 10 and rows["dense"]["compression"] == 1.0
     assert {x["config"]["seed"] for x in c1} == {0, 1}
     assert (out / "validate_acc_compression.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_demo_validation_cycles_fc1_blocks():
+    """The demo's validation is long enough for k = 1 to send each of fc1's 120 rows more
+    than twice, with correction on, and its arguments parse."""
+    from gradblock.demo import VALIDATION_ARGS
+    from gradblock.shim.validate import build_parser
+    args = build_parser().parse_args(VALIDATION_ARGS)
+    steps = args.train_subset // (4 * args.batch_size) * args.epochs
+    assert steps >= 3 * 120 and args.local_momentum == 0.9 and args.momentum == 0.0
+    assert args.compressors == ["dense", "coarse1"]
