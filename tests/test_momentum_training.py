@@ -159,3 +159,37 @@ def test_demo_validation_cycles_fc1_blocks():
     steps = args.train_subset // (4 * args.batch_size) * args.epochs
     assert steps >= 3 * 120 and args.local_momentum == 0.9 and args.momentum == 0.0
     assert args.compressors == ["dense", "coarse1"]
+
+
+@pytest.mark.slow
+def test_ddp_with_correction_and_warmup_equals_simulation_and_resumes(tmp_path):
+    """`gradblock train --ddp` with --local-momentum and the sparsity warm-up under torchrun
+    (2 ranks, gloo): the parameters of the single-process simulation, bit for bit, also after
+    a stop and resume from per-rank checkpoints (velocities included)."""
+    from tests.test_ddp_hook import torchrun
+    from gradblock.shim.train import run_training
+
+    common = ["--data", "digits", "--compressor", "coarse", "--k", "1", "--epochs", "2",
+              "--local-momentum", "0.9", "--momentum", "0", "--sparsity-warmup-steps", "12",
+              "--batch-size", "32", "--threads", "1", "--no-progress", "--max-steps", "26"]
+    full = torchrun(["gradblock.cli", "train", "--ddp", *common, "--out", str(tmp_path / "full")])
+    assert full.returncode == 0, full.stderr
+    ckpt = tmp_path / "ck.pt"
+    part = torchrun(["gradblock.cli", "train", "--ddp", *common[:-1], "9", "--checkpoint",
+                     str(ckpt)])
+    assert part.returncode == 0, part.stderr
+    rest = torchrun(["gradblock.cli", "train", "--ddp", *common, "--resume", str(ckpt),
+                     "--out", str(tmp_path / "resumed")])
+    assert rest.returncode == 0, rest.stderr
+    sim = run_training(TrainConfig(data="digits", compressor="coarse", k=1, epochs=2,
+                                   local_momentum=0.9, momentum=0.0, sparsity_warmup_steps=12,
+                                   batch_size=32, workers=2, threads=1, max_steps=26,
+                                   progress=False, out=str(tmp_path / "sim")))
+    sim_params = torch.load(tmp_path / "sim" / "model.pt", weights_only=True)
+    for run in ("full", "resumed"):
+        for r in (0, 1):
+            state = torch.load(tmp_path / run / f"model.rank{r}.pt", weights_only=True)
+            for k, v in sim_params.items():
+                assert torch.equal(state[k], v), (run, r, k)
+    a = json.loads((tmp_path / "full" / "result.json").read_text())
+    assert a["bytes_sent"] == sim["bytes_sent"] and a["sat_momentum"] == sim["sat_momentum"]
