@@ -465,15 +465,24 @@ def decode_add(words, acc: np.ndarray, expected_n: int | None = None, start: int
     return _frame(res, None)
 
 
+VALIDATE_FIRST = 1 << 20    # decode_frame validates larger frames before it allocates their values
+
+
 def decode_frame(words, expected_n: int | None = None, start: int = 0) -> Frame:
     """Decode the frame that begins at words[start]. Raises a FrameError subclass naming the
     first problem, in the order of docs/spec.md §3.5. Never reads past the end of `words`.
-    The value array is allocated only once the header has been validated."""
+    The value array is allocated only once the header has been validated, and for a frame
+    of more than VALIDATE_FIRST elements only once the whole frame has (a header alone
+    cannot make it reserve more than that)."""
     w = as_words(words)
     has_exp, exp = _expected(expected_n)
     start = _start(start)
     res = _decode_kernel(w, start, has_exp, exp, _EMPTY_I32, _EMPTY_I64, WRITE, False)
-    if res[0] == NEED_BUFFER:                   # header is valid: now allocate n values
+    if res[0] == NEED_BUFFER and res[2] > VALIDATE_FIRST:
+        res = _decode_kernel(w, start, has_exp, exp, _EMPTY_I32, _EMPTY_I64, VALIDATE, False)
+        if res[0] == OK:
+            res = _result(NEED_BUFFER, 0, res[2], 0, 0, 0, 0, 0, 0, 0)
+    if res[0] == NEED_BUFFER:                   # valid so far: now allocate n values
         out = np.zeros(int(res[2]), dtype=np.int32)   # calloc: zero runs cost nothing
         res = _decode_kernel(w, start, has_exp, exp, out, _EMPTY_I64, WRITE, False)
     else:

@@ -477,3 +477,39 @@ def test_zrle_message_decode_raises_like_the_reference(seed, data):
     out = np.zeros(int(off[-1]), np.int32)
     zrle_numba.decode_message_into(mutated, out, off)
     assert np.array_equal(out, np.concatenate([f.values for f in want]) if want else out)
+
+
+def test_numba_decode_frame_allocates_nothing_for_a_hostile_header():
+    """Issue 9: an 8-word frame claiming n = 2**32 - 1 made the decoder reserve 16 GiB before
+    reading the body. Frames above VALIDATE_FIRST elements are now validated first."""
+    import tracemalloc
+    header = np.array([zrle.MAGIC, zrle.VERSION | (8 << 8), 0, 2**32 - 1,
+                       zrle.range_bits(10.0), 5, 0, 0], dtype=np.uint32)
+    with pytest.raises(FrameError):               # compile (and cache) the kernels untraced
+        zrle_numba.decode_frame(header)
+    tracemalloc.start()
+    try:
+        with pytest.raises(FrameError) as got:
+            zrle_numba.decode_frame(header)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    with pytest.raises(type(got.value)) as want:
+        zrle.decode_frame(header)
+    assert str(got.value) == str(want.value) and peak < 1 << 20
+    big = np.zeros(zrle_numba.VALIDATE_FIRST + 5, np.int32)
+    big[[0, -1]] = 3
+    frame = zrle.encode_frame(big)
+    assert np.array_equal(zrle_numba.decode_frame(frame).values, big)
+    for cut in (frame[:-1], np.concatenate([frame[:-2], [frame[-2] + 1, frame[-1]]])):
+        with pytest.raises(type(_error_of(zrle.decode_frame, cut))) as e:
+            zrle_numba.decode_frame(cut)
+        assert str(e.value) == str(_error_of(zrle.decode_frame, cut))
+
+
+def _error_of(fn, *args):
+    try:
+        fn(*args)
+    except FrameError as e:
+        return e
+    raise AssertionError("no error")
