@@ -15,10 +15,7 @@ from .compressors import COMPRESSORS
 from .config import DATASETS, TrainConfig
 from .models import ALIASES as MODEL_ALIASES
 
-try:                                    # the one k parser shared by every command
-    from gradblock.refmodel.selection import parse_k
-except ImportError:
-    from gradblock.commands import parse_k
+from gradblock.refmodel.validation import parse_k   # the one k parser shared by every command
 
 __all__ = ["parse_k", "parse_density", "positive_int", "nonneg_int", "positive_float",
            "nonneg_float", "momentum_value", "fraction_value", "lmax_log2_value", "add_common_arguments",
