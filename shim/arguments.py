@@ -10,12 +10,12 @@ import argparse
 import math
 
 from gradblock.codec.zrle import LMAX_LOG2_MAX, LMAX_LOG2_MIN
+from gradblock.refmodel.validation import parse_k   # the one k parser shared by every command
 
 from .compressors import COMPRESSORS
 from .config import DATASETS, TrainConfig
 from .models import ALIASES as MODEL_ALIASES
 
-from gradblock.refmodel.validation import parse_k   # the one k parser shared by every command
 
 __all__ = ["parse_k", "parse_density", "positive_int", "nonneg_int", "positive_float",
            "nonneg_float", "momentum_value", "fraction_value", "lmax_log2_value", "add_common_arguments",
