@@ -80,6 +80,7 @@ def test_ef_add_through_the_flow(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.signoff
 def test_compress_engine_through_the_flow():
     need_tools()
     run = next(r for r in ecp5.RUNS if r.top == "compress_engine")

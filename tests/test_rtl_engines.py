@@ -176,6 +176,7 @@ def resnet_layer_case(seed: int = 2024):
 
 
 @pytest.mark.slow
+@pytest.mark.signoff
 def test_engine_resnet_layer_verilator(tmp_path_factory, tmp_path):
     """2,359,296 elements through the engine on Verilator, memory one beat per cycle: frame
     and residual memory exact, cycles within n + 2 k_eff B + O(k), >= 0.95 elements/cycle."""
