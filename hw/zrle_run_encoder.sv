@@ -1,9 +1,30 @@
-// ZRLE v1 streaming encoder that takes zero runs as counts (docs/spec.md §3), for
-// compress_engine's pass 2: a beat is either one literal word (s_tdata != 0) or a run of
-// s_tcount zero words (s_tdata == 0, s_tcount >= 1), so a zero run costs one cycle however long.
-// Beats cover exactly cfg_n words; the frame is word for word codec.zrle.encode_frame's.
-// Otherwise this is hw/zrle_encoder.sv (same fill/drain structure, literal ring, token queue,
-// CRC unit and registered output); see that file for the design notes.
+// ZRLE v1 streaming encoder (docs/spec.md §3) that also takes zero runs as counts: a beat is
+// either one literal word (s_tdata != 0) or a run of s_tcount zero words (s_tdata == 0,
+// s_tcount >= 1), so a zero run costs one cycle however long (compress_engine's pass 2).
+// zrle_encoder is this module with s_tcount = 1 (one word a beat). Beats cover exactly cfg_n
+// words; out comes the frame word for word as codec.zrle.encode_frame builds it.
+//
+// Structure
+//   fill side   takes payload words through a one-word input register, counts zero runs and
+//               appends literals to a literal ring. A token closes when its nonzero run ends
+//               (a zero arrives), reaches LMAX literals, or the payload ends; its (z, L) then
+//               enters the token queue.
+//   drain side  emits the header, then the queued tokens in order (z, L, literals read from the
+//               ring), then the trailer once the payload has ended and the queue is empty.
+//   output      an axis_skid_buffer: the drain side advances on its registered s_ready, so no
+//               path runs from m_tready to s_tready or cfg_ready.
+//
+// Buffering: L precedes the literals, so a token cannot leave before it closes and up to LMAX
+// literals wait. The ring holds max(2 x 2^LMAX_LOG2_MAX, 64) literals (double buffering: one
+// full token drains while the next fills) and the queue 2^TOKEN_QUEUE_AW tokens, so short tokens
+// do not hold up the input while a long one drains. The input waits only when the ring is full or a
+// token must close into a full queue; at those times the output is busy with queued words.
+// The ring is read asynchronously (flops or distributed RAM).
+//
+// cfg_lmax_log2 outside 1..LMAX_LOG2_MAX is clamped into that range and the clamped value is what
+// h1 carries, so the frame always describes itself correctly. cfg_range_bits is copied to h4 as
+// given (the software encoder refuses a non-finite or non-positive R before it gets here).
+// cfg_ready is high only while the encoder is idle: one idle cycle separates frames.
 module zrle_run_encoder #(
     parameter int LMAX_LOG2_MAX  = 8,   // largest runtime lmax_log2
     parameter int TOKEN_QUEUE_AW = 4    // 2^this closed tokens may wait for the output
