@@ -36,6 +36,10 @@ COMMANDS = {
     "validate": ("gradblock.shim.validate", "validate_main", "dense vs topk vs dlgs vs coarse side by side"),
     "bench": ("gradblock.bench.run", "bench_main", "benchmark tables -> docs/benchmarks.md"),
     "demo": ("gradblock.demo", "demo_main", "the main job on the embedded default"),
+    "coded": ("gradblock.shim.coded", "coded_main", "CSSGD coded exchange: exactness and load vs uncoded"),
+    "merge-plan": ("gradblock.shim.merge_measure", "merge_plan_main", "DLGS layer merging: none/greedy/exact"),
+    "split": ("gradblock.bench.engine_split", "split_main", "split a model's layers over compress engines"),
+    "interfere": ("gradblock.bench.interference", "interfere_main", "two jobs alone and together: r_AB, r_BA"),
 }
 
 # Named user errors defined outside the GradblockError hierarchy: (module, class). Looked up
@@ -104,7 +108,7 @@ def run_guarded(name: str, body: Callable[..., object], *args) -> int:
 
 def usage() -> str:
     lines = ["usage: gradblock COMMAND [ARGS]", "", "commands:"]
-    lines += [f"  {name:<10} {help_}" for name, (_, _, help_) in COMMANDS.items()]
+    lines += [f"  {name:<11} {help_}" for name, (_, _, help_) in COMMANDS.items()]
     lines += ["", "gradblock COMMAND --help for a command's arguments",
               "exit status: 0 ok, 2 user error (one line on stderr), 1 internal error"]
     return "\n".join(lines)

@@ -103,3 +103,13 @@ def test_cli_refuses_bad_redundancy(tmp_path, capsys):
     assert coded_main(["--workers", "3", "--redundancy", "3"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("gradblock coded: CodedConfigError") and "\n" not in err
+
+
+def test_paper_systems_are_subcommands():
+    """`gradblock coded|merge-plan|split|interfere` resolve to their entry points."""
+    import importlib
+
+    from gradblock.cli import COMMANDS
+    for name in ("coded", "merge-plan", "split", "interfere"):
+        module, func, _ = COMMANDS[name]
+        assert callable(getattr(importlib.import_module(module), func)), name
