@@ -19,7 +19,14 @@ budget at its clock). The makespan is the largest engine total.
 """
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -175,9 +182,7 @@ def owners_from_split(starts: Split, L: int) -> list[int]:
 
 def numba_layer_costs(shapes, repeats: int = 3, k: int = 1) -> list[float]:
     """ms per layer of the numba in-place compress step on one thread (median of repeats)."""
-    import time
-
-    import numpy as np
+    import numpy as np                       # lazily: the planners above need neither numpy nor numba
 
     from gradblock.refmodel import fast
     from gradblock.refmodel.quantiser import QuantConfig
@@ -261,13 +266,6 @@ def _size(shape) -> int:
 
 
 def split_main(argv: list[str]) -> int:
-    import argparse
-    import json
-    import os
-    import sys
-    import tempfile
-    from pathlib import Path
-
     from .workloads import ARCHITECTURES, architecture
     p = argparse.ArgumentParser(prog="gradblock split",
                                 description="split a model's layers over compress engines (paper 003)")
