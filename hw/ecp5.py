@@ -63,8 +63,8 @@ def tools_missing() -> str | None:
             if missing else None)
 
 
-def yosys_script(run: Ecp5Run, netlist: Path) -> str:
-    files = " ".join(str(p) for p in sources(run.top))
+def yosys_script(run: Ecp5Run, netlist: Path, files: list[str] | None = None) -> str:
+    files = " ".join(files if files is not None else [str(p) for p in sources(run.top)])
     chparam = "".join(f"chparam -set {k} {v} {run.top}; " for k, v in run.parameters.items())
     return f"read_verilog -sv {files}; {chparam}synth_ecp5 -top {run.top} -json {netlist}"
 
@@ -109,7 +109,13 @@ def run_ecp5(run: Ecp5Run, freq_mhz: float = DEFAULT_FREQ_MHZ, seed: int = 1,
     with tempfile.TemporaryDirectory(prefix=f"ecp5-{run.top}-") as tmp:
         # the wasm tools write only below their working directory: run them in tmp
         netlist, report = Path(tmp) / "net.json", Path(tmp) / "rep.json"
-        proc = subprocess.run([YOSYS, "-q", "-p", yosys_script(run, Path(netlist.name))],
+        # ... and read the sources from there too: the wasm sandbox's mounts shadow a checkout that
+        # shares a root folder (e.g. /tmp) with the working directory
+        local = []
+        for src in sources(run.top):
+            shutil.copyfile(src, Path(tmp) / src.name)
+            local.append(src.name)
+        proc = subprocess.run([YOSYS, "-q", "-p", yosys_script(run, Path(netlist.name), local)],
                               capture_output=True, text=True, timeout=timeout, cwd=tmp)
         if proc.returncode != 0:
             raise Ecp5FlowError(f"yosys failed on {run.top}:\n{(proc.stdout + proc.stderr)[-3000:]}")
