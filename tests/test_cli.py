@@ -14,6 +14,7 @@ import pytest
 from gradblock.codec import errors as E
 from gradblock.codec import zrle
 from gradblock import cli
+from cli_helpers import any_backend, run  # noqa: F401  (any_backend is a fixture)
 from gradblock.commands import BACKEND_ENV, backend, parse_k
 from gradblock.refmodel.compress import compress_layer
 from gradblock.refmodel.quantiser import QMAX, quantise
@@ -21,19 +22,6 @@ from gradblock.refmodel.quantiser import QMAX, quantise
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(params=["auto", "reference"])
-def any_backend(request, monkeypatch):
-    """Run the test with the fastest backend and again with the numpy reference."""
-    monkeypatch.setenv(BACKEND_ENV, request.param)
-    backend.cache_clear()
-    yield request.param
-    backend.cache_clear()
-
-
-def run(capsys, *argv):
-    rc = cli.main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def one_line_error(err: str, command: str) -> str:

@@ -13,6 +13,7 @@ import pytest
 
 from gradblock import cli
 from gradblock.codec import zrle
+from cli_helpers import any_backend, run  # noqa: F401  (any_backend is a fixture)
 from gradblock.commands import BACKEND_ENV, backend
 from gradblock.npyio import DEFAULT_MAX_ELEMENTS
 
@@ -20,18 +21,6 @@ R10 = 0x41200000
 N_MAX = 2**32 - 1
 
 
-@pytest.fixture(params=["auto", "reference"])
-def any_backend(request, monkeypatch):
-    monkeypatch.setenv(BACKEND_ENV, request.param)
-    backend.cache_clear()
-    yield request.param
-    backend.cache_clear()
-
-
-def run(capsys, *argv):
-    rc = cli.main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def named_error(rc: int, err: str, command: str) -> str:
