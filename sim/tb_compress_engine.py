@@ -90,6 +90,10 @@ class Engine:
         self.done_seen = 0
         self.done_cycle = 0
         self.cycle = 0
+        # AXI handshakes per channel (valid & ready at a rising edge), for the throughput record
+        self.beats = dict.fromkeys(("ar", "r", "aw", "w"), 0)
+        self._handshakes = [(ch, getattr(dut, f"m_axi_{ch}valid"), getattr(dut, f"m_axi_{ch}ready"))
+                            for ch in self.beats]
         cocotb.start_soon(self._count())
 
     async def _count(self):
@@ -99,6 +103,9 @@ class Engine:
             if self.dut.done.value == 1:
                 self.done_seen += 1
                 self.done_cycle = self.cycle
+            for ch, valid, ready in self._handshakes:
+                if valid.value == 1 and ready.value == 1:
+                    self.beats[ch] += 1
 
     def load_residual(self, case, base: int) -> None:
         n = case.meta["n"]
@@ -307,10 +314,15 @@ async def throughput(dut):
     tbc.no_traffic(tb.inputs + tb.outputs)
     largest_first = sorted(cases, key=lambda c: -c.meta["n"])
     for case in largest_first[:tb_util.env_int("TB_THROUGHPUT_CASES", 4)]:
+        tb.beats = dict.fromkeys(tb.beats, 0)      # idle before the config: no handshakes
         frame, status, cycles = await tb.run_layer(case)
         tb.check(case, frame, status)
         n, sel = case.meta["n"], selected_elements(case)
-        tbc.record_metric(MODULE, f"layer (config to done), selected {sel}", case.name, n, cycles)
+        tb_util.write_metrics({"module": MODULE, "stream": f"layer (config to done), selected {sel}",
+                               "case": case.name, "words": n, "cycles": cycles,
+                               "cycles_per_word": round(cycles / n, 4), "sim": cocotb.SIM_NAME,
+                               "selected": sel, "k_eff": case.meta["k_eff"],
+                               "axi_beats": dict(tb.beats)})
         budget = cycle_budget(case)
         dut._log.info(f"{case.name}: n {n}, selected elements {sel}, k_eff "
                       f"{case.meta['k_eff']}: {cycles} cycles (budget {budget}), "
