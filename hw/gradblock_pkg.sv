@@ -51,5 +51,13 @@ package gradblock_pkg;
     localparam logic [3:0] TOP_ERR_M_BELOW_HALF      = 4'd8;  // M < 2^31
     localparam logic [3:0] TOP_ERR_TLAST_MISPLACED   = 4'd9;  // s_tlast not exactly on beat n-1
 
+    // ---- aggregate_engine err_code (5 bits): 1..14 are the frame errors above (FRAME_ERR_*,
+    // the decoder's code for the bad worker's frame); these are the engine's own codes
+    localparam logic [4:0] AGG_OK                     = 5'd0;
+    localparam logic [4:0] AGG_ERR_RANGE_MISMATCH     = 5'd16; // range_bits != worker 0's
+    localparam logic [4:0] AGG_ERR_LAYER_ID_MISMATCH  = 5'd17; // layer_id != worker 0's
+    localparam logic [4:0] AGG_ERR_MEMORY             = 5'd18; // SLVERR/DECERR from memory
+    localparam logic [4:0] AGG_ERR_CONFIG             = 5'd19; // base/n/workers refused
+
     /* verilator lint_on UNUSEDPARAM */
 endpackage

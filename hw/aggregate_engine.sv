@@ -1,0 +1,428 @@
+// Receive side of the exchange (docs/spec.md §5): N workers' ZRLE frames of one layer arrive on
+// AXI4-Stream (one frame per worker, s_tlast on each frame's last word); their payloads are
+// summed exactly, as int64, into n sums in external memory behind an AXI4 master with a 64-bit
+// data bus (sum i at cfg_sum_base + 8i, little endian). The layer is never buffered on chip.
+//
+//   decode     zrle_decoder (as is) checks each frame (spec §3.5, size checked against cfg_n)
+//              and gives its values in order, one per cycle. A literal is never 0 (spec §3.2),
+//              so a nonzero value is a literal and a zero is part of a zero run.
+//   bursts     zero values cost no memory traffic at all. Consecutive literals are gathered into
+//              one INCR burst (at most MAX_BURST beats, never across 4 KiB); a burst is closed
+//              by a zero, by the frame's last value, or when it is full.
+//   memory     each burst: a read burst of those sums into a FIFO (issued only when the FIFO
+//              has room for all of it, so rready never stalls the memory), then a write burst
+//              of sum + sign-extended literal back in place.
+//   ordering   a frame's reads of element i must see the previous frames' writes of i: the next
+//              frame is not taken until every B response of this one is back (a barrier of a
+//              few memory latencies per frame; within a frame indices only grow).
+//   clear      with cfg_clear the n sums are zeroed with write bursts before the first frame.
+//
+// Errors (err_code, 5 bits; gradblock_pkg): 1..14 the decoder's FRAME_ERR_* for the frame of
+// worker err_worker (err_word = the word index codec.zrle names); AGG_ERR_RANGE_MISMATCH /
+// AGG_ERR_LAYER_ID_MISMATCH when a worker's header differs from worker 0's (err_word 4 / 2,
+// checked in that order, like refmodel.exchange); AGG_ERR_MEMORY on SLVERR/DECERR;
+// AGG_ERR_CONFIG: base not 8-aligned, the sums past the address space, or 0 workers (nothing
+// is read or written, no frame is taken, done pulses). The first error of a layer is kept,
+// err_valid pulses when it is found. The bad frame is read to s_tlast, and the remaining frames
+// of the layer are still read (so the host's stream stays in step) but add nothing. Values of
+// the bad frame that went to memory before the error was known stay added: after an error
+// the layer's sums are invalid (the reference returns no sums at all) and the host re-runs the
+// layer with cfg_clear. The engine itself is clean: the next layer is exact.
+module aggregate_engine #(
+    parameter int ADDR_W = 32,          // AXI address width (bytes)
+    parameter int MAX_BURST = 16,       // beats per AXI burst, 1..256
+    parameter int RD_FIFO_AW = 6,       // read FIFO: 2^this sums in flight
+    parameter int LIT_FIFO_AW = 6,      // literals waiting for their sums; 2^this > MAX_BURST
+    parameter int DESC_AW = 3,          // bursts gathered and not yet read / written
+    parameter int QUEUE_AW = 4          // zrle_decoder's queue
+) (
+    input  logic              clk,
+    input  logic              rst,
+    // configuration, one handshake per layer
+    input  logic              cfg_valid,
+    output logic              cfg_ready,
+    input  logic       [31:0] cfg_n,
+    input  logic       [31:0] cfg_workers,
+    input  logic [ADDR_W-1:0] cfg_sum_base,
+    input  logic              cfg_clear,
+    // frames, one per worker
+    input  logic       [31:0] s_tdata,
+    input  logic              s_tvalid,
+    output logic              s_tready,
+    input  logic              s_tlast,
+    // AXI4 master, 64-bit data: the int64 sums
+    output logic              m_axi_arid,
+    output logic [ADDR_W-1:0] m_axi_araddr,
+    output logic        [7:0] m_axi_arlen,
+    output logic        [2:0] m_axi_arsize,
+    output logic        [1:0] m_axi_arburst,
+    output logic              m_axi_arvalid,
+    input  logic              m_axi_arready,
+    input  logic              m_axi_rid,
+    input  logic       [63:0] m_axi_rdata,
+    input  logic        [1:0] m_axi_rresp,
+    input  logic              m_axi_rlast,
+    input  logic              m_axi_rvalid,
+    output logic              m_axi_rready,
+    output logic              m_axi_awid,
+    output logic [ADDR_W-1:0] m_axi_awaddr,
+    output logic        [7:0] m_axi_awlen,
+    output logic        [2:0] m_axi_awsize,
+    output logic        [1:0] m_axi_awburst,
+    output logic              m_axi_awvalid,
+    input  logic              m_axi_awready,
+    output logic       [63:0] m_axi_wdata,
+    output logic        [7:0] m_axi_wstrb,
+    output logic              m_axi_wlast,
+    output logic              m_axi_wvalid,
+    input  logic              m_axi_wready,
+    input  logic              m_axi_bid,
+    input  logic        [1:0] m_axi_bresp,
+    input  logic              m_axi_bvalid,
+    output logic              m_axi_bready,
+    // status (held until the next accepted configuration)
+    output logic              busy,
+    output logic              done,
+    output logic              err_valid,
+    output logic        [4:0] err_code,
+    output logic       [31:0] err_word,
+    output logic       [31:0] err_worker,
+    output logic       [31:0] frames_done,     // frames of this layer finished
+    output logic       [31:0] hdr_layer_id,    // worker 0's header
+    output logic       [31:0] hdr_range_bits,
+    output logic       [31:0] lit_count,       // literals added
+    output logic       [31:0] rd_beats,        // R beats (one per literal)
+    output logic       [31:0] wr_beats         // W beats (one per literal, one per cleared sum)
+);
+    localparam int RD_DEPTH = 1 << RD_FIFO_AW;
+    localparam logic [8:0] MAX_B = 9'(MAX_BURST);
+    localparam int XW = (ADDR_W > 35) ? ADDR_W + 1 : 36;   // base + 8n without overflow
+    localparam int DW = ADDR_W + 9;                         // burst: {addr, beats}
+
+    typedef enum logic [1:0] {IDLE, CHECK, CLEAR, FRAMES} state_t;
+    state_t state;
+
+    // ---- configuration ---------------------------------------------------------------------
+    logic [31:0]       n_r, workers_r;
+    logic [ADDR_W-1:0] base_r;
+    logic              clear_r;
+    logic [XW-1:0]     sums_end;
+    logic              bad_cfg;
+
+    assign cfg_ready = state == IDLE;
+    assign busy = state != IDLE;
+    assign sums_end = XW'(base_r) + XW'({n_r, 3'b000});
+    assign bad_cfg = base_r[2:0] != 3'd0 || sums_end > (XW'(1) << ADDR_W) || workers_r == 32'd0;
+
+    always_ff @(posedge clk) begin
+        if (cfg_valid && cfg_ready) begin
+            n_r <= cfg_n;
+            workers_r <= cfg_workers;
+            base_r <= cfg_sum_base;
+            clear_r <= cfg_clear;
+        end
+    end
+
+    // ---- frame input and decoder -----------------------------------------------------------
+    logic        feed, tlast_in, dec_s_ready;
+    logic [31:0] val;
+    logic        val_valid, val_ready, val_last, val_fire;
+    logic        hdr_valid;
+    logic [31:0] dec_layer_id, dec_n, dec_range_bits, dec_err_word, dec_tokens;
+    logic  [4:0] dec_lmax_log2;
+    logic  [3:0] dec_err_code;
+    logic        dec_done, dec_err;
+
+    assign feed = state == FRAMES && !tlast_in;
+    assign s_tready = feed && dec_s_ready;
+
+    zrle_decoder #(.QUEUE_AW(QUEUE_AW)) u_decoder (
+        .clk, .rst, .cfg_check_n(1'b1), .cfg_expected_n(n_r),
+        .s_tdata, .s_tvalid(s_tvalid && feed), .s_tready(dec_s_ready), .s_tlast,
+        .m_tdata(val), .m_tvalid(val_valid), .m_tready(val_ready), .m_tlast(val_last),
+        .hdr_valid, .hdr_layer_id(dec_layer_id), .hdr_n(dec_n), .hdr_range_bits(dec_range_bits),
+        .hdr_lmax_log2(dec_lmax_log2), .done(dec_done), .err_valid(dec_err),
+        .err_code(dec_err_code), .err_word(dec_err_word), .token_count(dec_tokens)
+    );
+
+    logic unused_dec;
+    assign unused_dec = ^{dec_n, dec_lmax_log2, dec_tokens, m_axi_rid, m_axi_bid, m_axi_rlast,
+                          m_axi_rresp[0], m_axi_bresp[0]};
+
+    // ---- gathering literals into bursts ----------------------------------------------------
+    logic              frame_bad, layer_bad, discard, is_lit;
+    logic              lit_push, lit_pop, lit_full, lit_empty;
+    logic       [31:0] lit_head;
+    logic              desc_push, desc_pop, desc_full, desc_empty;
+    logic     [DW-1:0] desc_head;
+    logic              bf_open, bf_full, bf_want, ending;
+    logic [ADDR_W-1:0] bf_addr, bf_next, lit_addr, lit_next;
+    logic        [8:0] bf_len, new_len;
+    logic       [31:0] v_idx;
+
+    assign discard = frame_bad || layer_bad;
+    assign val_ready = state == FRAMES && !lit_full && !desc_full;
+    assign val_fire = val_valid && val_ready;
+    assign is_lit = val_fire && !discard && val != 32'd0;
+    assign lit_push = is_lit;
+    // a burst leaves when it can grow no more, when a zero (or a dropped value) follows it,
+    // or when the frame has ended
+    assign bf_want = bf_open && (bf_full || (val_fire && !is_lit) || ending);
+    assign desc_push = bf_want && !desc_full;
+    assign lit_addr = base_r + ADDR_W'({v_idx, 3'b000});
+    assign lit_next = (bf_open && !bf_full) ? bf_next + ADDR_W'(8) : lit_addr + ADDR_W'(8);
+    assign new_len = (bf_open && !bf_full) ? bf_len + 9'd1 : 9'd1;
+
+    sync_fifo #(.W(32), .AW(LIT_FIFO_AW)) u_lit_fifo (
+        .clk, .rst, .clear(1'b0), .push(lit_push), .wr_data(val), .pop(lit_pop),
+        .rd_data(lit_head), .full(lit_full), .empty(lit_empty)
+    );
+
+    sync_fifo #(.W(DW), .AW(DESC_AW)) u_desc_fifo (
+        .clk, .rst, .clear(1'b0), .push(desc_push), .wr_data({bf_addr, bf_len}), .pop(desc_pop),
+        .rd_data(desc_head), .full(desc_full), .empty(desc_empty)
+    );
+
+    always_ff @(posedge clk) begin
+        if (rst) begin
+            bf_open <= 1'b0;
+            bf_full <= 1'b0;
+        end else begin
+            if (desc_push) bf_open <= 1'b0;
+            if (is_lit) begin
+                // a new burst starts unless the open one takes this literal
+                if (!(bf_open && !bf_full)) bf_addr <= lit_addr;
+                bf_open <= 1'b1;
+                bf_len <= new_len;
+                bf_next <= lit_next;
+                bf_full <= new_len == MAX_B || lit_next[11:3] == 9'd0 || val_last;
+            end
+        end
+    end
+
+    // ---- reads: bursts -> AR, R -> FIFO ----------------------------------------------------
+    logic              ar_fire, rd_push, rd_pop, rd_full, rd_empty;
+    logic       [63:0] rd_head;
+    logic       [31:0] inflight;      // sums requested and not yet taken from the FIFO
+    logic              awd_full, awd_empty, awd_pop;
+    logic     [DW-1:0] awd_head;
+    logic        [8:0] ar_len;
+
+    assign ar_len = desc_head[8:0];
+    assign m_axi_arid = 1'b0;
+    assign m_axi_araddr = desc_head[DW-1:9];
+    assign m_axi_arlen = 8'(ar_len - 9'd1);
+    assign m_axi_arsize = 3'd3;
+    assign m_axi_arburst = 2'b01;
+    assign m_axi_arvalid = state == FRAMES && !desc_empty && !awd_full
+                         && inflight + {23'd0, ar_len} <= RD_DEPTH;
+    assign ar_fire = m_axi_arvalid && m_axi_arready;
+    assign desc_pop = ar_fire;
+    assign m_axi_rready = !rd_full;
+    assign rd_push = m_axi_rvalid && m_axi_rready;
+
+    sync_fifo #(.W(64), .AW(RD_FIFO_AW)) u_rd_fifo (
+        .clk, .rst, .clear(1'b0), .push(rd_push), .wr_data(m_axi_rdata), .pop(rd_pop),
+        .rd_data(rd_head), .full(rd_full), .empty(rd_empty)
+    );
+
+    // a burst that was read waits here for its write address
+    sync_fifo #(.W(DW), .AW(DESC_AW)) u_awd_fifo (
+        .clk, .rst, .clear(1'b0), .push(ar_fire), .wr_data(desc_head), .pop(awd_pop),
+        .rd_data(awd_head), .full(awd_full), .empty(awd_empty)
+    );
+
+    // ---- clear: write bursts of zeros over [0, n) -------------------------------------------
+    logic [31:0]       clr_left;
+    logic [ADDR_W-1:0] clr_addr;
+    logic        [8:0] clr_len, clr_to_4k;
+    logic       [31:0] clr_len32;
+
+    assign clr_to_4k = 9'd0 - clr_addr[11:3];        // 512 - beat index; 0 means 512
+    assign clr_len32 = (clr_left < 32'(MAX_BURST)) ? clr_left : 32'(MAX_BURST);
+    assign clr_len = (clr_to_4k != 9'd0 && {23'd0, clr_to_4k} < clr_len32) ? clr_to_4k
+                   : clr_len32[8:0];
+
+    // ---- writes: AW (from the read bursts or the clear walker), W, B ------------------------
+    logic       aw_fire, w_fire, b_fire, lenq_full, lenq_empty;
+    logic [8:0] aw_len, lenq_head, w_beat;
+    logic [31:0] b_pending;
+
+    assign aw_len = (state == CLEAR) ? clr_len : awd_head[8:0];
+    assign m_axi_awid = 1'b0;
+    assign m_axi_awaddr = (state == CLEAR) ? clr_addr : awd_head[DW-1:9];
+    assign m_axi_awlen = 8'(aw_len - 9'd1);
+    assign m_axi_awsize = 3'd3;
+    assign m_axi_awburst = 2'b01;
+    assign m_axi_awvalid = !lenq_full && ((state == CLEAR) ? clr_left != 32'd0
+                                          : (state == FRAMES && !awd_empty));
+    assign aw_fire = m_axi_awvalid && m_axi_awready;
+    assign awd_pop = aw_fire && state == FRAMES;
+
+    sync_fifo #(.W(9), .AW(2)) u_lenq (
+        .clk, .rst, .clear(1'b0), .push(aw_fire), .wr_data(aw_len), .pop(w_fire && m_axi_wlast),
+        .rd_data(lenq_head), .full(lenq_full), .empty(lenq_empty)
+    );
+
+    assign m_axi_wvalid = !lenq_empty && (state == CLEAR || (!rd_empty && !lit_empty));
+    assign m_axi_wdata = (state == CLEAR) ? 64'd0
+                       : rd_head + {{32{lit_head[31]}}, lit_head};
+    assign m_axi_wstrb = 8'hFF;
+    assign m_axi_wlast = w_beat + 9'd1 == lenq_head;
+    assign w_fire = m_axi_wvalid && m_axi_wready;
+    assign rd_pop = w_fire && state == FRAMES;
+    assign lit_pop = rd_pop;
+    assign m_axi_bready = 1'b1;
+    assign b_fire = m_axi_bvalid;
+
+    logic mem_idle;
+    assign mem_idle = !bf_open && desc_empty && awd_empty && lenq_empty && lit_empty && rd_empty
+                    && inflight == 32'd0 && b_pending == 32'd0;
+
+    // ---- frame end and the checks across workers --------------------------------------------
+    logic dec_done_seen, dec_err_seen;
+    logic range_bad, id_bad;
+
+    // every value of the frame has been taken: it checked out (done, all values out) or it
+    // failed (err, read to s_tlast, the values already offered delivered)
+    assign ending = state == FRAMES && tlast_in && (dec_done_seen || dec_err_seen) && !val_valid;
+    assign range_bad = frames_done != 32'd0 && dec_range_bits != hdr_range_bits;
+    assign id_bad = frames_done != 32'd0 && dec_layer_id != hdr_layer_id;
+
+    logic       mem_err;            // SLVERR / DECERR on R or B
+    assign mem_err = (rd_push && m_axi_rresp[1]) || (b_fire && m_axi_bresp[1]);
+
+    logic       rec_err;            // record a (first) error this cycle
+    logic [4:0] rec_code;
+    logic [31:0] rec_word;
+
+    always_comb begin
+        rec_err = 1'b0;
+        rec_code = gradblock_pkg::AGG_OK;
+        rec_word = 32'd0;
+        if (state == FRAMES && dec_err && !layer_bad) begin
+            rec_err = 1'b1;
+            rec_code = {1'b0, dec_err_code};
+            rec_word = dec_err_word;
+        end else if (state == FRAMES && hdr_valid && !layer_bad && (range_bad || id_bad)) begin
+            rec_err = 1'b1;
+            rec_code = range_bad ? gradblock_pkg::AGG_ERR_RANGE_MISMATCH
+                                 : gradblock_pkg::AGG_ERR_LAYER_ID_MISMATCH;
+            rec_word = range_bad ? 32'd4 : 32'd2;
+        end else if (mem_err && !layer_bad) begin
+            rec_err = 1'b1;
+            rec_code = gradblock_pkg::AGG_ERR_MEMORY;
+        end
+    end
+
+    // ---- control ---------------------------------------------------------------------------
+    always_ff @(posedge clk) begin
+        done <= 1'b0;
+        err_valid <= 1'b0;
+        if (rst) begin
+            state <= IDLE;
+            err_code <= gradblock_pkg::AGG_OK;
+            err_word <= 32'd0;
+            err_worker <= 32'd0;
+            frames_done <= 32'd0;
+            layer_bad <= 1'b0;
+            frame_bad <= 1'b0;
+            tlast_in <= 1'b0;
+            dec_done_seen <= 1'b0;
+            dec_err_seen <= 1'b0;
+            inflight <= 32'd0;
+            b_pending <= 32'd0;
+            w_beat <= 9'd0;
+            clr_left <= 32'd0;
+            v_idx <= 32'd0;
+            lit_count <= 32'd0;
+            rd_beats <= 32'd0;
+            wr_beats <= 32'd0;
+            hdr_layer_id <= 32'd0;
+            hdr_range_bits <= 32'd0;
+        end else begin
+            case (state)
+                IDLE: if (cfg_valid) begin
+                    state <= CHECK;
+                    err_code <= gradblock_pkg::AGG_OK;
+                    err_word <= 32'd0;
+                    err_worker <= 32'd0;
+                    frames_done <= 32'd0;
+                    layer_bad <= 1'b0;
+                    lit_count <= 32'd0;
+                    rd_beats <= 32'd0;
+                    wr_beats <= 32'd0;
+                end
+                CHECK: begin
+                    frame_bad <= 1'b0;
+                    tlast_in <= 1'b0;
+                    dec_done_seen <= 1'b0;
+                    dec_err_seen <= 1'b0;
+                    v_idx <= 32'd0;
+                    clr_addr <= base_r;
+                    clr_left <= clear_r ? n_r : 32'd0;
+                    if (bad_cfg) begin
+                        err_code <= gradblock_pkg::AGG_ERR_CONFIG;
+                        err_valid <= 1'b1;
+                        layer_bad <= 1'b1;
+                        done <= 1'b1;
+                        state <= IDLE;
+                    end else begin
+                        state <= clear_r ? CLEAR : FRAMES;
+                    end
+                end
+                CLEAR: if (clr_left == 32'd0 && lenq_empty && b_pending == 32'd0) state <= FRAMES;
+                FRAMES: if (ending && mem_idle) begin
+                    // the barrier: every write of this frame is answered
+                    frames_done <= frames_done + 32'd1;
+                    frame_bad <= 1'b0;
+                    tlast_in <= 1'b0;
+                    dec_done_seen <= 1'b0;
+                    dec_err_seen <= 1'b0;
+                    v_idx <= 32'd0;
+                    if (frames_done + 32'd1 == workers_r) begin
+                        state <= IDLE;
+                        done <= 1'b1;
+                    end
+                end
+                default: state <= IDLE;
+            endcase
+
+            if (s_tvalid && s_tready && s_tlast) tlast_in <= 1'b1;
+            if (state == FRAMES && dec_done) dec_done_seen <= 1'b1;
+            if (state == FRAMES && dec_err) begin
+                dec_err_seen <= 1'b1;
+                frame_bad <= 1'b1;
+            end
+            if (state == FRAMES && hdr_valid) begin
+                if (frames_done == 32'd0) begin
+                    hdr_layer_id <= dec_layer_id;
+                    hdr_range_bits <= dec_range_bits;
+                end else if (range_bad || id_bad) begin
+                    frame_bad <= 1'b1;
+                end
+            end
+            if (rec_err) begin
+                layer_bad <= 1'b1;
+                err_valid <= 1'b1;
+                err_code <= rec_code;
+                err_word <= rec_word;
+                err_worker <= frames_done;
+            end
+            if (val_fire) v_idx <= v_idx + 32'd1;
+            if (is_lit) lit_count <= lit_count + 32'd1;
+
+            if (state == CLEAR && aw_fire) begin
+                clr_left <= clr_left - {23'd0, clr_len};
+                clr_addr <= clr_addr + ADDR_W'({clr_len, 3'b000});
+            end
+            inflight <= inflight + (ar_fire ? {23'd0, ar_len} : 32'd0) - {31'd0, rd_pop};
+            b_pending <= b_pending + {31'd0, aw_fire} - {31'd0, b_fire};
+            if (w_fire) begin
+                w_beat <= m_axi_wlast ? 9'd0 : w_beat + 9'd1;
+                wr_beats <= wr_beats + 32'd1;
+            end
+            if (rd_push) rd_beats <= rd_beats + 32'd1;
+        end
+    end
+endmodule
