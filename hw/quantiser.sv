@@ -1,7 +1,18 @@
-// float32 bits -> int32 code, docs/spec.md §1.2, one word per cycle, latency 3.
+// float32 bits -> int32 code, docs/spec.md §1.2, one word per cycle, latency 8.
 //
 // Q = sign * min(QMAX, rhe(m * M / 2^t)), t = k - E, where |x| = m * 2^E.
-// Stages: decode (fields, shift, flags) -> 24x32 multiply -> round-half-even shift + clamp.
+// Eight register stages, each at most one carry chain or a few LUT levels deep (150 MHz on
+// ECP5, docs/hw.md "ECP5 place and route"):
+//   1 decode      fields, flags, the sat compare, 150 - E' (E = E' - 150)
+//   2 products    m * M as four <=17x17 partial products (one MULT18X18D each); t = k + 150 - E'
+//   3 middle      pp1 + pp2; t clamped to the shifter's range: s = t - 1 in 0..62
+//   4 product     P = m * M exact in 56 bits (the outer products do not overlap: one add)
+//   5 shift by 8  R1 = P >> 8*s[5:3], sticky1 = any bit shifted out
+//   6 shift by 1  R = R1 >> s[2:0] = P >> (t - 1), sticky = any bit of P below R[0]
+//   7 round       q = R >> 1, round up = R[0] & (sticky | q[0]), saturation, sign folded in
+//   8 result      code = sign ? -(q + up) : q + up as one add, or +-QMAX, or 0 for NaN
+// All stages advance together (one enable: s_tready = !m_tvalid || m_tready), so the ready
+// path is one gate deep however long the pipeline is.
 // Configuration (M, k, range_bits) must be held steady while words are in flight.
 //
 // m_tuser = {s_tuser, nan, sat}:
@@ -28,91 +39,164 @@ module quantiser #(
     input  logic               m_tready,
     output logic               m_tlast
 );
+    localparam int L = 8;
     localparam logic [31:0] QMAX = 32'h7FFF_FFFF;
 
-    // ---- stage 1: decode -------------------------------------------------------------
-    logic        sign_in, nan_in, inf_in, sat_in, shift_sat_in;
+    // ---- one enable for the whole pipeline; v[i]: stage i holds a word ----------------------
+    logic [L:1] v;
+    logic       en;
+    assign en = !v[L] || m_tready;
+    assign s_tready = en;
+    assign m_tvalid = v[L];
+
+    always_ff @(posedge clk) begin
+        if (rst) v <= '0;
+        else if (en) v <= {v[L-1:1], s_tvalid};
+    end
+
+    // the side band (user word, tlast, flags) rides along every stage; data need no reset
+    // side band {user, last, sign, nan, inf, sat} (a flat vector: yosys 0.23 reads no structs)
+    localparam int SBW = UW + 5;
+    localparam int SAT = 0, INF = 1, NAN = 2, SIGN = 3, LAST = 4;
+    logic [SBW-1:0] side1, side2, side3, side4, side5, side6, side7;
+
+    // ---- stage 1: decode ----------------------------------------------------------------------
     logic [7:0]  exp_in;
-    logic [23:0] mant_in;
-    logic [5:0]  shift_in;
-    logic signed [33:0] exp_val, shift_full;
+    logic [23:0] mant1;
+    logic signed [9:0] off1;     // 150 - E' with E' = max(exp, 1): t = k + off
+    logic        mant_nz1;
 
-    assign sign_in = s_tdata[31];
-    assign exp_in  = s_tdata[30:23];
-    assign mant_in = {exp_in != 8'd0, s_tdata[22:0]};
-    assign exp_val = (exp_in == 8'd0) ? -34'sd149 : $signed({26'd0, exp_in}) - 34'sd150;
-    // 34 bits: k - E cannot overflow for any 32-bit k
-    assign shift_full = $signed({{2{cfg_k[31]}}, cfg_k}) - exp_val;
-    assign inf_in = (exp_in == 8'hFF) && (s_tdata[22:0] == 23'd0);
-    assign nan_in = (exp_in == 8'hFF) && (s_tdata[22:0] != 23'd0);
-    assign sat_in = !nan_in && ({1'b0, s_tdata[30:0]} > cfg_range_bits);
-    // t <= 0 with m != 0: P * 2^-t >= 2^31 > QMAX, saturate without shifting
-    assign shift_sat_in = (shift_full <= 34'sd0) && (mant_in != 24'd0);
-    // t <= 0 reaches stage 3 only with m = 0 or already saturated; P < 2^56 rounds to 0 for t >= 58
-    assign shift_in = (shift_full <= 34'sd0) ? 6'd1
-                    : (shift_full >= 34'sd63) ? 6'd63 : shift_full[5:0];
+    logic        nan_in, inf_in;
+    assign exp_in = s_tdata[30:23];
+    assign inf_in = exp_in == 8'hFF && s_tdata[22:0] == 23'd0;
+    assign nan_in = exp_in == 8'hFF && s_tdata[22:0] != 23'd0;
+    always_ff @(posedge clk) begin
+        if (en) begin
+            side1 <= {s_tuser, s_tlast, s_tdata[31], nan_in, inf_in,
+                      !nan_in && {1'b0, s_tdata[30:0]} > cfg_range_bits};
+            mant1 <= {exp_in != 8'd0, s_tdata[22:0]};
+            mant_nz1 <= s_tdata[30:0] != 31'd0;
+            // E = exp - 150 for normals, -149 for subnormals (exp field 0)
+            off1 <= 10'sd150 - $signed({2'b00, (exp_in == 8'd0) ? 8'd1 : exp_in});
+        end
+    end
 
-    localparam int D1W = UW + 1 + 1 + 1 + 1 + 1 + 1 + 6 + 24;
-    logic [D1W-1:0] d1_in, d1_out;
-    logic           d1_valid, d1_ready;
-    assign d1_in = {s_tuser, s_tlast, sign_in, nan_in, inf_in, sat_in, shift_sat_in, shift_in, mant_in};
+    // ---- stage 2: partial products, t ---------------------------------------------------------
+    // m = mh * 2^17 + ml, M = Mh * 2^17 + Ml: P = pp0 + (pp1 + pp2) * 2^17 + pp3 * 2^34
+    logic [33:0] pp0;            // ml * Ml
+    logic [31:0] pp1;            // ml * Mh
+    logic [23:0] pp2;            // mh * Ml
+    logic [21:0] pp3;            // mh * Mh
+    logic signed [33:0] t2;      // 34 bits: k - E cannot overflow for any 32-bit k
+    logic        mant_nz2;
 
-    pipe_reg #(.W(D1W)) u_decode (
-        .clk, .rst,
-        .in_data(d1_in), .in_valid(s_tvalid), .in_ready(s_tready),
-        .out_data(d1_out), .out_valid(d1_valid), .out_ready(d1_ready)
-    );
+    always_ff @(posedge clk) begin
+        if (en) begin
+            side2 <= side1;
+            pp0 <= {17'd0, mant1[16:0]} * {17'd0, cfg_m[16:0]};
+            pp1 <= {15'd0, mant1[16:0]} * {17'd0, cfg_m[31:17]};
+            pp2 <= {17'd0, mant1[23:17]} * {7'd0, cfg_m[16:0]};
+            pp3 <= {15'd0, mant1[23:17]} * {7'd0, cfg_m[31:17]};
+            t2 <= $signed({{2{cfg_k[31]}}, cfg_k}) + 34'(off1);
+            mant_nz2 <= mant_nz1;
+        end
+    end
 
-    // ---- stage 2: P = m * M, exact in 56 bits ----------------------------------------
-    logic [23:0] d1_mant;
-    logic [55:0] product;
-    assign d1_mant = d1_out[23:0];
-    assign product = {32'd0, d1_mant} * {24'd0, cfg_m};
+    // ---- stage 3: middle sum, shift amount ----------------------------------------------------
+    logic [32:0] mid3;
+    logic [55:0] outer3;         // pp3 * 2^34 + pp0: disjoint bits
+    logic [5:0]  s3;             // t - 1, clamped: t <= 0 -> 0 (then m = 0 or saturated), t >= 63 -> 62
+    logic        shift_sat3;     // t <= 0 with m != 0: m * M * 2^-t >= 2^31 > QMAX
+    logic        t_low, t_high;
 
-    localparam int D2W = D1W - 24 + 56;
-    logic [D2W-1:0] d2_in, d2_out;
-    logic           d2_valid, d2_ready;
-    assign d2_in = {d1_out[D1W-1:24], product};
+    assign t_low = t2[33] || t2 == 34'sd0;
+    assign t_high = !t2[33] && (t2[32:6] != 27'd0 || t2[5:0] == 6'd63);
+    always_ff @(posedge clk) begin
+        if (en) begin
+            side3 <= side2;
+            mid3 <= {1'b0, pp1} + {9'd0, pp2};
+            outer3 <= {pp3, pp0};
+            s3 <= t_low ? 6'd0 : t_high ? 6'd62 : t2[5:0] - 6'd1;
+            shift_sat3 <= t_low && mant_nz2;
+        end
+    end
 
-    pipe_reg #(.W(D2W)) u_multiply (
-        .clk, .rst,
-        .in_data(d2_in), .in_valid(d1_valid), .in_ready(d1_ready),
-        .out_data(d2_out), .out_valid(d2_valid), .out_ready(d2_ready)
-    );
+    // ---- stage 4: P ---------------------------------------------------------------------------
+    logic [55:0] p4;
+    logic [5:0]  s4;
+    logic        shift_sat4;
 
-    // ---- stage 3: round half to even, clamp, sign ------------------------------------
-    logic [UW-1:0] d2_user;
-    logic        d2_last, d2_sign, d2_nan, d2_inf, d2_sat, d2_shift_sat;
-    logic [5:0]  d2_shift;
-    logic [63:0] p64, q64, below_half_mask, magnitude;
-    logic        round_bit, sticky, round_up;
-    logic [31:0] mag32, code;
+    always_ff @(posedge clk) begin
+        if (en) begin
+            side4 <= side3;
+            p4 <= outer3 + {6'd0, mid3, 17'd0};
+            s4 <= s3;
+            shift_sat4 <= shift_sat3;
+        end
+    end
 
-    assign {d2_user, d2_last, d2_sign, d2_nan, d2_inf, d2_sat, d2_shift_sat, d2_shift} =
-        d2_out[D2W-1:56];
-    assign p64 = {8'd0, d2_out[55:0]};
+    // ---- stage 5: shift by a multiple of 8, sticky of the bytes shifted out --------------------
+    logic [7:0]  below8;         // below8[j]: any bit of P[8j-1:0]
+    logic [55:0] r5;
+    logic [2:0]  s5;
+    logic        sticky5, shift_sat5;
 
-    assign q64 = p64 >> d2_shift;                            // d2_shift in 1..63
-    assign round_bit = p64[d2_shift - 6'd1];
-    assign below_half_mask = (64'd1 << (d2_shift - 6'd1)) - 64'd1;
-    assign sticky = (p64 & below_half_mask) != 64'd0;
-    // rem > half, or rem == half and q odd
-    assign round_up = round_bit && (sticky || q64[0]);
-    assign magnitude = q64 + {63'd0, round_up};              // q64 < 2^55: no overflow
-    assign mag32 = (d2_shift_sat || d2_inf || magnitude > {32'd0, QMAX}) ? QMAX : magnitude[31:0];
-    assign code = d2_nan ? 32'd0 : d2_sign ? (32'd0 - mag32) : mag32;
+    assign below8[0] = 1'b0;
+    for (genvar j = 1; j < 8; j++) begin : g_below8
+        assign below8[j] = p4[8*j-1:0] != '0;
+    end
+    always_ff @(posedge clk) begin
+        if (en) begin
+            side5 <= side4;
+            r5 <= p4 >> {s4[5:3], 3'b000};
+            sticky5 <= below8[s4[5:3]];
+            s5 <= s4[2:0];
+            shift_sat5 <= shift_sat4;
+        end
+    end
 
-    localparam int D3W = UW + 2 + 1 + 32;
-    logic [D3W-1:0] d3_in, d3_out;
-    assign d3_in = {d2_user, d2_nan, d2_sat, d2_last, code};
+    // ---- stage 6: shift by 0..7 ---------------------------------------------------------------
+    logic [55:0] r6;             // P >> (t - 1): the round bit is r6[0]
+    logic        sticky6, shift_sat6;
 
-    pipe_reg #(.W(D3W)) u_round (
-        .clk, .rst,
-        .in_data(d3_in), .in_valid(d2_valid), .in_ready(d2_ready),
-        .out_data(d3_out), .out_valid(m_tvalid), .out_ready(m_tready)
-    );
+    always_ff @(posedge clk) begin
+        if (en) begin
+            side6 <= side5;
+            r6 <= r5 >> s5;
+            sticky6 <= sticky5 || (r5[6:0] & ((7'd1 << s5) - 7'd1)) != 7'd0;
+            shift_sat6 <= shift_sat5;
+        end
+    end
 
-    assign m_tuser = d3_out[D3W-1:33];
-    assign m_tlast = d3_out[32];
-    assign m_tdata = d3_out[31:0];
+    // ---- stage 7: round half to even, saturate, fold the sign ---------------------------------
+    // -(q + up) = ~q + !up: the last stage is one add whatever the sign
+    logic [54:0] q6;
+    logic        up6;
+    logic [31:0] qx7;
+    logic        cin7, over7;
+
+    assign q6 = r6[55:1];
+    assign up6 = r6[0] && (sticky6 || q6[0]);      // rem > half, or rem == half and q odd
+    always_ff @(posedge clk) begin
+        if (en) begin
+            side7 <= side6;
+            // q + up > QMAX: q >= 2^31, or q = QMAX rounding up
+            over7 <= shift_sat6 || side6[INF] || q6[54:31] != 24'd0 || (&q6[30:0] && up6);
+            qx7 <= side6[SIGN] ? ~q6[31:0] : q6[31:0];
+            cin7 <= side6[SIGN] ? !up6 : up6;
+        end
+    end
+
+    // ---- stage 8: the code --------------------------------------------------------------------
+    logic [31:0] code8;
+    always_ff @(posedge clk) begin
+        if (en) begin
+            code8 <= side7[NAN] ? 32'd0
+                   : over7 ? (side7[SIGN] ? 32'd0 - QMAX : QMAX)
+                   : qx7 + {31'd0, cin7};
+            m_tuser <= {side7[SBW-1:5], side7[NAN], side7[SAT]};
+            m_tlast <= side7[LAST];
+        end
+    end
+    assign m_tdata = code8;
 endmodule
