@@ -182,6 +182,12 @@ def build_parser(description: str = "train one configuration with one gradient c
                         "at --max-steps (per rank under --ddp: NAME.rankR.pt)")
     p.add_argument("--checkpoint-every", type=nonneg_int, default=0, metavar="STEPS")
     p.add_argument("--resume", default=None, help="continue from this checkpoint")
+    p.add_argument("--merge-plan", default=None, metavar="FILE|greedy|exact|none",
+                   help="DLGS layer merging: compress each group of layers in one call and "
+                        "exchange it in one collective; greedy / exact plan from inputs measured "
+                        "for this run, FILE from `gradblock merge-plan --json` (its exact groups) "
+                        "or a JSON list of lists of parameter names in backward order. Changes "
+                        "the call structure only, never the bits (docs/training.md)")
     return p
 
 

@@ -55,6 +55,7 @@ class TrainConfig:
     checkpoint_every: int = 0
     resume: str | None = None
     progress: bool = True
+    merge_plan: str | None = None       # none | greedy | exact | a plan file (shim/merge_apply.py)
 
     # settings that decide the bits; a checkpoint is only resumed under the same ones
     # (not `epochs`: the data order depends on (seed, epoch) only, so a run may be extended)
@@ -117,6 +118,8 @@ class TrainConfig:
         f = self.sparsity_warmup_fraction
         need(isinstance(f, (int, float)) and not isinstance(f, bool) and 0 < f <= 1,
              "sparsity_warmup_fraction", "in (0, 1]")
+        need(self.merge_plan is None or (isinstance(self.merge_plan, str) and self.merge_plan != ""),
+             "merge_plan", "None, none, greedy, exact or a plan file")
         need(isinstance(self.lr_warmup_epochs, (int, float)) and math.isfinite(self.lr_warmup_epochs)
              and self.lr_warmup_epochs >= 0, "lr_warmup_epochs", "a finite number >= 0")
         return self

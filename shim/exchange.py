@@ -26,6 +26,8 @@ from .problem import Problem, resolve_device, worker_batch
 from .state import rank_path
 from .workers import SimulatedCluster, StepTimes
 
+MERGE_BUCKET_CAP_MB = 0.001      # DDP buckets under a merge plan: one parameter each (about)
+
 
 @dataclass
 class StepOutcome:
@@ -50,7 +52,9 @@ class Exchange:
         return self.rank == 0
 
     def bind(self, model: torch.nn.Module, layers: Sequence[LayerInfo], compressor: Compressor,
-             states: dict[int, WorkerState]) -> None:
+             states: dict[int, WorkerState], groups: list[list[int]] | None = None) -> None:
+        """`groups`: a merge plan (shim/merge_apply.py), layer indices per group, each group
+        compressed in one call and exchanged in one collective; None: the mode's default."""
         raise NotImplementedError
 
     def use(self, compressor: Compressor, states: dict[int, WorkerState]) -> None:
@@ -95,9 +99,9 @@ class SimulatedExchange(Exchange):
         self.timed = timed
         self.cluster: SimulatedCluster | None = None
 
-    def bind(self, model, layers, compressor, states):
+    def bind(self, model, layers, compressor, states, groups=None):
         self.cluster = SimulatedCluster(model, compressor, layers, F.cross_entropy, self.device,
-                                        worker_states=states, timed=self.timed)
+                                        worker_states=states, timed=self.timed, groups=groups)
 
     def use(self, compressor, states):
         self.cluster.compressor, self.cluster.workers = compressor, states
@@ -131,12 +135,21 @@ class DdpExchange(Exchange):
         self.ddp_model = None
         self.hook = None
 
-    def bind(self, model, layers, compressor, states):
+    def bind(self, model, layers, compressor, states, groups=None):
         from .hook import register
+        from .merge_hook import register_merged
+        # with a merge plan the plan decides what travels together: the smallest buckets let
+        # DDP hand each gradient over as soon as it is ready, so a group starts during backward
+        bucketing = {} if groups is None else {"bucket_cap_mb": MERGE_BUCKET_CAP_MB}
         self.ddp_model = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
-        self.hook = register(self.ddp_model, compressor, worker_state=states[self.rank],
-                             timed=self.timed)
+            model, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+            **bucketing)
+        if groups is None:
+            self.hook = register(self.ddp_model, compressor, worker_state=states[self.rank],
+                                 timed=self.timed)
+        else:
+            self.hook = register_merged(self.ddp_model, compressor, groups,
+                                        worker_state=states[self.rank], timed=self.timed)
 
     def use(self, compressor, states):
         self.hook.compressor, self.hook.worker_state = compressor, states[self.rank]

@@ -28,7 +28,7 @@ from .errors import CheckpointError
 from .exchange import Exchange, StepOutcome, make_exchange
 from .optim import GlobalMomentumSGD
 from .outputs import atomic_write, atomic_write_text, check_output_dir, check_output_file
-from .problem import build_problem, epoch_shards, evaluate
+from .problem import build_problem, epoch_shards, evaluate, worker_batch
 from .warmup import Warmup
 from .state import (CheckpointExpectation, check_checkpoint, compressor_state, is_checkpoint,
                     load_checkpoint, rng_state, save_checkpoint, set_rng_state)
@@ -123,7 +123,17 @@ class Trainer:
                                       "no rank resumes")
         else:
             self.states = {w: self.compressor.new_worker_state() for w in ex.worker_ids}
-        ex.bind(model, self.layers, self.compressor, self.states)
+        self.merge_groups = self._merge_groups() if cfg.merge_plan else None
+        ex.bind(model, self.layers, self.compressor, self.states, self.merge_groups)
+
+    def _merge_groups(self) -> list[list[int]]:
+        """The `--merge-plan` groups (shim/merge_apply.py), planned on this run's first batch."""
+        from .merge_apply import plan_for_run
+        p = self.problem
+        shard = epoch_shards(len(p.y_train), self.n, self.cfg.seed, 0)[self.exchange.worker_ids[0]]
+        x, y = worker_batch(p, shard, 0, self.cfg.batch_size)
+        return plan_for_run(self.cfg.merge_plan, p.model, self.layers, self.compressor, x, y,
+                            ddp=self.exchange.mode == "ddp")
 
     def _activate(self, epoch: int) -> None:
         """Use the dense warm-up compressor during the warm-up epochs, the real one after."""
@@ -301,6 +311,8 @@ class Trainer:
             "sat_momentum": totals["sat_momentum"],
             "ms_per_step": self._ms_per_step(),
             "wall_s": wall,
+            "merge_groups": None if self.merge_groups is None else
+            [[self.layers[i].name for i in g] for g in self.merge_groups],
         }
 
     def write_outputs(self, result: dict, out: str | Path) -> None:

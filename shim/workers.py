@@ -42,7 +42,8 @@ class StepResult:
 class SimulatedCluster:
     def __init__(self, model: torch.nn.Module, compressor: Compressor, layers: Sequence[LayerInfo],
                  loss_fn: Callable, device: torch.device | str = "cpu",
-                 worker_states: dict[int, WorkerState] | None = None, timed: bool = True):
+                 worker_states: dict[int, WorkerState] | None = None, timed: bool = True,
+                 groups: Sequence[Sequence[int]] | None = None):
         self.model = model
         # timed: per-phase seconds in StepResult.times (synchronises CUDA between phases)
         self.timed = bool(timed)
@@ -60,6 +61,12 @@ class SimulatedCluster:
             w: compressor.new_worker_state() for w in range(self.n_workers)}
         if sorted(self.workers) != list(range(self.n_workers)):
             raise ValueError(f"need states for workers 0..{self.n_workers - 1}, got {sorted(self.workers)}")
+        # a merge plan (shim/merge_apply.py): per worker one encode call per group, one
+        # exchange (decode of every worker's message) per group; None: the whole model at once
+        self.groups = [list(range(len(self.layers)))] if groups is None else [list(g) for g in groups]
+        if sorted(i for g in self.groups for i in g) != list(range(len(self.layers))) \
+                or not all(self.groups):
+            raise ValueError(f"merge groups must cover layers 0..{len(self.layers) - 1} exactly once")
 
     def _sync(self) -> None:
         if self.timed and self.device.type == "cuda":
@@ -87,7 +94,7 @@ class SimulatedCluster:
         self.model.train()
         start_buffers = self._buffers()
         rank0_buffers = start_buffers
-        messages: dict[int, torch.Tensor] = {}
+        messages: dict[int, list[torch.Tensor]] = {}
         losses = [0.0] * n
         stats: list[StepStats] = [StepStats() for _ in range(n)]
         times = StepTimes()
@@ -102,8 +109,12 @@ class SimulatedCluster:
             losses[w] = float(loss.item())
             self._sync()
             t1 = time.perf_counter()
-            grads = [p.grad for p in self.params]
-            messages[w], stats[w] = encode_group(self.compressor, self.layers, grads, self.workers[w])
+            messages[w] = []
+            for g in self.groups:
+                msg, st = encode_group(self.compressor, [self.layers[i] for i in g],
+                                       [self.params[i].grad for i in g], self.workers[w])
+                messages[w].append(msg)
+                stats[w].add(st)
             self._sync()
             t2 = time.perf_counter()
             times.compute_s += t1 - t0
@@ -113,7 +124,12 @@ class SimulatedCluster:
         if start_buffers:
             self._load_buffers(rank0_buffers)
         t0 = time.perf_counter()
-        averaged = decode_group(self.compressor, self.layers, [messages[w] for w in order], order)
+        averaged: list = [None] * len(self.params)
+        for j, g in enumerate(self.groups):
+            decoded = decode_group(self.compressor, [self.layers[i] for i in g],
+                                   [messages[w][j] for w in order], order)
+            for i, avg in zip(g, decoded):
+                averaged[i] = avg
         self._sync()
         times.exchange_s = time.perf_counter() - t0     # every real worker decodes all N messages
         times.compute_s /= n
