@@ -14,12 +14,13 @@ from gradblock.refmodel import compress as ref_compress
 from gradblock.refmodel import momentum as ref_momentum
 from gradblock.refmodel.golden_format import (ARRAY_DTYPES, HEX_DIGITS, MAX_FILE_BYTES,
                                               MOMENTUM_STAGE, QUANTISER_ONLY, GoldenCase,
-                                              GoldenError, arrays_for, hex_text, load_golden,
-                                              read_case_file)
+                                              GoldenError, arrays_for, hex_text, load_exchange,
+                                              load_golden, read_case_file)
 from gradblock.refmodel.quantiser import NonFiniteError, QuantConfig, quantise
 from gradblock.refmodel.selection import block_layout, resolve_k
 
 from .golden_compute import derive_flags, feedback_flags, momentum_flags
+from .golden_exchange import check_exchange
 
 
 @dataclass
@@ -181,6 +182,30 @@ def check_case(golden_dir: Path, case: GoldenCase, residual_outs: dict,
     return CheckResult(case.name, problems)
 
 
+def _file_problems(golden_dir: Path, case: GoldenCase) -> list[str]:
+    """An exchange case's hex files against its npz, and every file against its sha256."""
+    problems = []
+    for key in arrays_for(case.meta["stages"]):
+        rel = case.meta["hex"][key]
+        try:
+            text = read_case_file(golden_dir, rel, f"{case.name}.hex.{key}",
+                                  case.arrays[key].size * (HEX_DIGITS[key] + 1))
+        except GoldenError as e:
+            problems.append(str(e))
+            continue
+        if text.decode("ascii", "replace") != hex_text(case.arrays[key], HEX_DIGITS[key]):
+            problems.append(f"{rel}: differs from the npz")
+    for rel, digest in (case.meta.get("sha256") or {}).items():
+        try:
+            data = read_case_file(golden_dir, rel, f"{case.name}.sha256", MAX_FILE_BYTES)
+        except GoldenError as e:
+            problems.append(str(e))
+            continue
+        if hashlib.sha256(data).hexdigest() != digest:
+            problems.append(f"{rel}: changed since gradblock wrote it (sha256 differs)")
+    return problems
+
+
 def check_golden(golden_dir: str | Path) -> list[CheckResult]:
     """Recompute every case with the numpy reference and compare every array, the manifest's
     numbers and the hex files. One CheckResult per case, in manifest order."""
@@ -196,6 +221,9 @@ def check_golden(golden_dir: str | Path) -> list[CheckResult]:
             residual_outs[case.name] = case.arrays["residual_out"]
         if "velocity_out" in case.arrays:
             velocity_outs[case.name] = case.arrays["velocity_out"]
+    for case in load_exchange(golden_dir):
+        results.append(CheckResult(case.name, check_exchange(case.meta, case.arrays)
+                                   + _file_problems(golden_dir, case)))
     return results
 
 

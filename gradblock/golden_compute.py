@@ -12,6 +12,7 @@ from gradblock.refmodel.quantiser import QMAX, QuantConfig, quantise
 from gradblock.refmodel.selection import block_layout
 
 from .golden_cases import CaseSpec, momentum_specs, real_specs, synthetic_specs
+from .golden_exchange import compute_exchange, exchange_specs
 
 
 def derive_flags(grad_bits: np.ndarray, range_bits: int):
@@ -167,4 +168,5 @@ def generate_golden(out_dir: str | Path, *, quick: bool = False, real_source: st
                            f"torch {real_info['torch']})",
               "seed": seed, "quick": quick, "real_source": real_source,
               "real_training": real_info}
-    return write_golden(out_dir, fields, computed())
+    exchange = (compute_exchange(spec) for spec in exchange_specs(seed, quick))
+    return write_golden(out_dir, fields, computed(), exchange)

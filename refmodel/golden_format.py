@@ -64,6 +64,21 @@ QUANTISER_ARRAYS = ("grad_bits", "quantised", "quant_sat", "quant_nan")
 M_FIX_MAX = 2**16 - 1
 HEX_DIGITS = {name: 16 if name == "block_norms" else 8 for name in ARRAY_DTYPES}
 
+# The exchange (docs/spec.md §5; docs/golden.md "Exchange cases"): N workers' frames of one
+# layer -> int64 sums (refmodel.exchange.sum_messages). These cases live in the manifest's own
+# list "exchange" (schema below), beside "cases", so readers of the compress cases never see them.
+EXCHANGE_STAGE = "exchange"
+EXCHANGE_ARRAY_DTYPES = {
+    "frames": np.uint32,          # the workers' frames, concatenated in worker order
+    "sums": np.int64,             # n int64 sums; empty when the exchange must fail
+}
+EXCHANGE_KEYS = ("name", "kind", "description", "stages", "n", "n_workers", "frame_words",
+                 "layer_id", "range_bits", "error", "npz", "hex")
+EXCHANGE_ERROR_KEYS = ("name", "worker", "word")
+EXCHANGE_MAX_WORKERS = 64
+ALL_DTYPES = ARRAY_DTYPES | EXCHANGE_ARRAY_DTYPES
+HEX_DIGITS |= {"frames": 8, "sums": 16}
+
 # Limits on what a manifest may describe (documented in docs/golden.md).
 MAX_MANIFEST_BYTES = 16 << 20          # the full golden set's manifest is ~100 KB
 MAX_JSON_DEPTH = 8                     # manifest -> cases -> entry -> hex/source -> value
@@ -95,7 +110,10 @@ class GoldenCase:
 
 def arrays_for(stages) -> tuple[str, ...]:
     """Arrays a case carries: the quantiser's four in a quantiser-only case, the compress
-    step's twelve, plus the four velocity arrays in a momentum case."""
+    step's twelve, plus the four velocity arrays in a momentum case; frames and sums in an
+    exchange case."""
+    if tuple(stages) == (EXCHANGE_STAGE,):
+        return tuple(EXCHANGE_ARRAY_DTYPES)
     if tuple(stages) == QUANTISER_ONLY:
         return QUANTISER_ARRAYS
     if MOMENTUM_STAGE in stages:
@@ -339,6 +357,53 @@ def validate_entry(where: str, entry, index: int) -> dict:
     return entry
 
 
+def validate_exchange_entry(where: str, entry, index: int) -> dict:
+    """One exchange case entry (manifest list "exchange") against its schema."""
+    if not isinstance(entry, dict):
+        raise GoldenError(f"{where}: exchange[{index}] is {type(entry).__name__}, not an object")
+    name = check_name(where, f"exchange[{index}].name", entry.get("name"))
+    f = _Fields(where, entry, f"exchange[{index}] ({name}).")
+    for key in EXCHANGE_KEYS:
+        f.present(key, optional=False)
+    f.text("kind")
+    f.text("description")
+    if entry.get("stages") != [EXCHANGE_STAGE]:
+        f.fail("stages", f"not [{EXCHANGE_STAGE!r}]")
+    n = f.int("n", 0, MAX_CASE_ELEMENTS)
+    workers = f.int("n_workers", 1, EXCHANGE_MAX_WORKERS)
+    words = entry.get("frame_words")
+    if not isinstance(words, list) or len(words) != workers or any(
+            isinstance(w, bool) or not isinstance(w, int) or not 0 <= w <= max_frame_words(n)
+            for w in words):
+        f.fail("frame_words", f"not a list of {workers} frame lengths in 0..{max_frame_words(n)}")
+    f.int("layer_id", 0, 2**32 - 1)
+    f.int("range_bits", 0, 2**32 - 1)
+    err = entry.get("error")
+    if err is not None:
+        if not isinstance(err, dict) or sorted(err) != sorted(EXCHANGE_ERROR_KEYS):
+            f.fail("error", f"not null or an object with {list(EXCHANGE_ERROR_KEYS)}")
+        e = _Fields(where, err, f"exchange[{index}] ({name}).error.")
+        if not re.fullmatch(r"[A-Z][A-Z0-9_]{0,40}", str(e.text("name", limit=41))):
+            e.fail("name", "not an upper-case error name")
+        e.int("worker", 0, workers - 1)
+        e.int("word", 0, max_frame_words(n) + 1)
+    if entry.get("npz") != npz_name(name):
+        f.fail("npz", f"not {npz_name(name)!r} (the golden layout)")
+    expected = arrays_for([EXCHANGE_STAGE])
+    hexes = entry.get("hex")
+    if not isinstance(hexes, dict) or sorted(hexes) != sorted(expected) or \
+            any(hexes[k] != hex_name(name, k) for k in expected):
+        f.fail("hex", f"not {{array: '{name}/<array>.hex'}} for {list(expected)}")
+    sums = entry.get("sha256")
+    if sums is not None:
+        files = [npz_name(name)] + [hex_name(name, k) for k in expected]
+        if not isinstance(sums, dict) or sorted(sums) != sorted(files) or any(
+                not isinstance(v, str) or not re.fullmatch(r"[0-9a-f]{64}", v)
+                for v in sums.values()):
+            f.fail("sha256", "not {file: sha256 hex} for the case's npz and hex files")
+    return entry
+
+
 def validate_manifest(manifest, where: str) -> dict:
     """The whole manifest against the schema (docs/golden.md); returns it unchanged."""
     if not isinstance(manifest, dict):
@@ -359,6 +424,17 @@ def validate_manifest(manifest, where: str) -> dict:
         validate_entry(where, entry, i)
         if entry["name"] in seen:
             raise GoldenError(f"{where}: cases[{i}].name = {entry['name']!r} appears twice")
+        seen.add(entry["name"])
+    exchange = manifest.get("exchange", [])
+    if not isinstance(exchange, list):
+        raise GoldenError(f"{where}: 'exchange' is not a list")
+    if len(cases) + len(exchange) > MAX_CASES:
+        raise GoldenError(f"{where}: {len(cases) + len(exchange)} cases, more than the limit of "
+                          f"{MAX_CASES}")
+    for i, entry in enumerate(exchange):
+        validate_exchange_entry(where, entry, i)
+        if entry["name"] in seen:
+            raise GoldenError(f"{where}: exchange[{i}].name = {entry['name']!r} appears twice")
         seen.add(entry["name"])
     return manifest
 
@@ -398,12 +474,19 @@ def _expected_sizes(meta: dict) -> dict[str, tuple[int, int]]:
     return sizes
 
 
+def _exchange_sizes(meta: dict) -> dict[str, tuple[int, int]]:
+    words = sum(meta["frame_words"])
+    n = 0 if meta["error"] is not None else meta["n"]
+    return {"frames": (words, words), "sums": (n, n)}
+
+
 def load_npz(golden_dir: Path, meta: dict) -> dict[str, np.ndarray]:
     """The arrays of one validated case entry. Each member's .npy header is checked (name,
     dtype, 1-D, element count from the manifest) before its data is read."""
     path = case_path(golden_dir, meta["npz"], f"{meta['name']}.npz")
     expected = arrays_for(meta["stages"])
-    sizes = _expected_sizes(meta)
+    exchange = tuple(meta["stages"]) == (EXCHANGE_STAGE,)
+    sizes = _exchange_sizes(meta) if exchange else _expected_sizes(meta)
     fd = _open_regular(path)
     arrays = {}
     try:
@@ -418,7 +501,7 @@ def load_npz(golden_dir: Path, meta: dict) -> dict[str, np.ndarray]:
                     read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                                    else np.lib.format.read_array_header_2_0)
                     shape, _, dtype = read_header(m, max_header_size=10_000)
-                want = np.dtype(ARRAY_DTYPES[key])
+                want = np.dtype(ALL_DTYPES[key])
                 lo, hi = sizes[key]
                 if dtype != want or len(shape) != 1 or not lo <= shape[0] <= hi:
                     raise GoldenError(f"{path}: {key} is {dtype} {shape}, expected 1-D {want.name} "
@@ -449,6 +532,15 @@ def load_golden(golden_dir: str | Path, stage: str | None = None,
     return cases
 
 
+def load_exchange(golden_dir: str | Path, names: set[str] | None = None) -> list[GoldenCase]:
+    """The exchange cases of a golden directory (manifest list "exchange"; none in a
+    directory written before they existed), in manifest order."""
+    golden_dir = Path(golden_dir)
+    manifest = read_manifest(golden_dir)
+    return [GoldenCase(e["name"], e, load_npz(golden_dir, e))
+            for e in manifest.get("exchange", []) if names is None or e["name"] in names]
+
+
 # ------------------------------------------------------------------------------ writing
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -476,7 +568,7 @@ def write_case(out_dir: Path, meta: dict, arrays: dict) -> dict:
     expected = arrays_for(meta["stages"])
     if sorted(arrays) != sorted(expected):
         raise ValueError(f"case {name}: arrays {sorted(arrays)}, expected {sorted(expected)}")
-    arrays = {k: np.ascontiguousarray(arrays[k], dtype=ARRAY_DTYPES[k]).reshape(-1)
+    arrays = {k: np.ascontiguousarray(arrays[k], dtype=ALL_DTYPES[k]).reshape(-1)
               for k in expected}
     out_dir = Path(out_dir)
     (out_dir / name).mkdir(exist_ok=True)
@@ -492,7 +584,10 @@ def write_case(out_dir: Path, meta: dict, arrays: dict) -> dict:
         hexes[key] = rel
         sums[rel] = hashlib.sha256(data).hexdigest()
     entry = {**meta, "npz": npz_name(name), "hex": hexes, "sha256": sums}
-    validate_entry(str(out_dir / MANIFEST), entry, 0)
+    if tuple(meta["stages"]) == (EXCHANGE_STAGE,):
+        validate_exchange_entry(str(out_dir / MANIFEST), entry, 0)
+    else:
+        validate_entry(str(out_dir / MANIFEST), entry, 0)
     return entry
 
 
@@ -522,7 +617,7 @@ def _ours(target: Path) -> tuple[set[str], set[str]]:
     if not str(old.get("generator", "")).startswith(GENERATOR_PREFIX):
         return set(), set()
     files, dirs = set(), set()
-    for entry in old["cases"]:
+    for entry in old["cases"] + old.get("exchange", []):
         sums = entry.get("sha256") or {}
         for rel, digest in sums.items():
             path = target / rel
@@ -582,9 +677,10 @@ def swap_in(staged: Path, target: Path) -> None:
     staged.rmdir()
 
 
-def write_golden(target: str | Path, manifest_fields: dict, cases) -> dict:
-    """Write a golden directory: `cases` yields (meta, arrays) pairs; `manifest_fields` holds
-    the manifest's other fields (generator, seed, ...). Everything is written into a temporary
+def write_golden(target: str | Path, manifest_fields: dict, cases, exchange=()) -> dict:
+    """Write a golden directory: `cases` yields (meta, arrays) pairs, `exchange` the exchange
+    cases' (the manifest's "exchange" list, written only when there are some);
+    `manifest_fields` holds the manifest's other fields (generator, seed, ...). Everything is written into a temporary
     directory beside `target` and then swapped in (swap_in). Returns the manifest."""
     target = Path(os.path.abspath(target))  # "." and "~/x" get a real name and parent
     generator = manifest_fields.get("generator", "")
@@ -602,6 +698,9 @@ def write_golden(target: str | Path, manifest_fields: dict, cases) -> dict:
     try:
         entries = [write_case(staged, meta, arrays) for meta, arrays in cases]
         manifest = {"format": FORMAT, "version": VERSION, **manifest_fields, "cases": entries}
+        ex_entries = [write_case(staged, meta, arrays) for meta, arrays in exchange]
+        if ex_entries:
+            manifest["exchange"] = ex_entries
         write_manifest(staged, manifest)
         swap_in(staged, target)
     finally:
