@@ -1,4 +1,5 @@
-"""Table 4: the RTL's throughput in cycles per word and the simulators' speed.
+"""Table 4: the RTL blocks' throughput in cycles per word and the simulators' speed (4b); the
+engines' tables (4c, 4d) come from bench.rtl_engines.
 
 Each testbench's `throughput` cocotb test (unthrottled streams) is run through sim.harness on
 Icarus Verilog and on Verilator; the testbench writes its cycle counts to TB_METRICS. The
@@ -8,33 +9,16 @@ table is optional (--rtl, on by default in the full run, off with --quick).
 """
 from __future__ import annotations
 
-import importlib.util
-import json
-import re
 import tempfile
-import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from . import rtl_engines
 from .context import BenchContext, Unavailable, optional_module, require
+from .rtl_runner import SIMULATORS, RtlBench, add_speed_row, run_throughput, speed_table
 from .tables import Table
 
 HW_DIR = Path(__file__).resolve().parent.parent / "hw"
-SIMULATORS = ("icarus", "verilator")
-CLOCK_NS = 10          # the testbenches' clock period
-
-
-@dataclass(frozen=True)
-class RtlBench:
-    toplevel: str
-    test_module: str
-    needs_vectors: bool                  # datapath testbenches read golden-format vectors
-    sources: tuple[str, ...] = ()        # hw/ modules; empty: found from the instantiations
-    parameters: dict = field(default_factory=dict)
-    env: dict = field(default_factory=dict)
-    golden_env: str = "TB_GOLDEN_DIRS"   # how a datapath testbench is told where vectors are
-
-
 BENCHES = (RtlBench("quantiser", "gradblock.sim.tb_quantiser", True),
            RtlBench("ef_add", "gradblock.sim.tb_ef_add", True),
            RtlBench("block_l1", "gradblock.sim.tb_block_l1", True),
@@ -69,20 +53,6 @@ def hw_dependencies(toplevel: str, hw_dir: Path = HW_DIR) -> list[str]:
     if not (hw_dir / f"{toplevel}.sv").is_file():
         raise Unavailable(f"hw/{toplevel}.sv not present")
     return list(reversed(deps.module_closure(toplevel, hw_dir)))
-
-
-def read_metrics(path: Path) -> list[dict]:
-    """TB_METRICS as written by either testbench helper: one JSON list, or JSON lines."""
-    if not path.is_file():
-        return []
-    text = path.read_text().strip()
-    if not text:
-        return []
-    try:
-        data = json.loads(text)
-        return data if isinstance(data, list) else [data]
-    except json.JSONDecodeError:
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 @dataclass(frozen=True)
@@ -121,23 +91,6 @@ def throughputs(records: list[dict]) -> list[Throughput]:
     return out
 
 
-def testcase_timing(results_xml: Path | None, testcase: str) -> tuple[float, float] | None:
-    """(wall seconds, simulated ns) of one testcase from a cocotb results.xml (cocotb 2 keeps
-    the simulated time in <property name="sim_time_duration"> with its unit beside it)."""
-    if results_xml is None or not results_xml.is_file():
-        return None
-    scale = {"fs": 1e-6, "ps": 1e-3, "ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
-    for case in ET.parse(results_xml).getroot().iter("testcase"):
-        if case.get("name") != testcase:
-            continue
-        props = {p.get("name"): p.get("value") for p in case.iter("property")}
-        sim_ns = float(case.get("sim_time_ns", 0) or 0)
-        if not sim_ns and "sim_time_duration" in props:
-            sim_ns = float(props["sim_time_duration"]) * scale.get(props.get("sim_time_unit", "ns"), 1.0)
-        return float(case.get("time", 0) or 0), sim_ns
-    return None
-
-
 def _words_through(records: list[dict]) -> int:
     """Payload values the throughput test pushed through the block."""
     total = 0
@@ -145,39 +98,6 @@ def _words_through(records: list[dict]) -> int:
         if rec.get("stream", "in").startswith("in"):
             total += int(rec.get("words", rec.get("n", 0)))
     return total
-
-
-def _run_one(bench: RtlBench, sim: str, vectors_dir: Path | None, work: Path):
-    harness = optional_module("gradblock.sim.harness")
-    run_rtl, hw_sources, available = require(harness, "run_rtl", "hw_sources",
-                                             "simulator_available")
-    why = available(sim)
-    if why:
-        raise Unavailable(why)
-    spec = importlib.util.find_spec(bench.test_module)
-    tb_file = f"{bench.test_module.replace('.', '/')}.py"
-    if spec is None or spec.origin is None:
-        raise Unavailable(f"{tb_file} not present")
-    if not re.search(r"^async def throughput\(|stage_tests\(", Path(spec.origin).read_text(), re.M):
-        raise Unavailable(f"{tb_file} has no `throughput` test")
-    sources = hw_sources(bench.toplevel)      # hw/deps.py: packages first
-    metrics = work / f"{bench.toplevel}-{sim}.json"
-    env = {**bench.env, "TB_METRICS": str(metrics)}
-    if bench.needs_vectors:
-        env[bench.golden_env] = str(vectors_dir)
-    result = run_rtl(bench.toplevel, sources, bench.test_module, sim,
-                     parameters=bench.parameters, env=env,
-                     testcase="throughput", run_name="bench-throughput", waves_on_failure=False)
-    if result.error:
-        raise RuntimeError(result.error.splitlines()[0])
-    if not result.passed:
-        failed = "; ".join(t.message.splitlines()[0] for t in result.tests if not t.passed
-                           and t.message)
-        raise RuntimeError(f"throughput test failed: {failed or 'see ' + str(result.run_dir)}")
-    records = read_metrics(metrics)
-    if not records:
-        raise RuntimeError("throughput test wrote no metrics")
-    return result, records
 
 
 def _vectors(work: Path) -> Path:
@@ -193,14 +113,12 @@ def run(ctx: BenchContext) -> list[Table]:
     cyc = Table("rtl", "4. RTL: cycles per word (unthrottled streams)",
                 ["simulator", "module", "case", "stream", "words", "cycles", "ideal cycles",
                  "cycles/word", "words/cycle", "of ideal"])
-    speed = Table("rtl_speed", "4b. RTL simulation speed",
-                  ["simulator", "module", "build + run (s)", "test (s)", "simulated cycles",
-                   "cycles/s", "words", "words/s"])
+    speed = speed_table()
     if not ctx.rtl:
         reason = "RTL simulations skipped (run with --rtl; on by default without --quick)"
         cyc.skip(["icarus, verilator", "all"], reason)
         speed.skip(["icarus, verilator", "all"], reason)
-        return [cyc, speed]
+        return [cyc, speed, *rtl_engines.run(ctx, speed)]
     with tempfile.TemporaryDirectory(prefix="gradblock-bench-rtl-") as tmp:
         work = Path(tmp)
         vectors, why_no_vectors = ctx.attempt("rtl: datapath vectors", lambda: _vectors(work))
@@ -210,7 +128,7 @@ def run(ctx: BenchContext) -> list[Table]:
                     got, cell = None, why_no_vectors
                 else:
                     got, cell = ctx.attempt(f"rtl {sim} {bench.toplevel}",
-                                            lambda bench=bench, sim=sim: _run_one(
+                                            lambda bench=bench, sim=sim: run_throughput(
                                                 bench, sim, vectors, work))
                 if got is None:
                     cyc.unmeasured([sim, bench.toplevel], cell)
@@ -221,15 +139,7 @@ def run(ctx: BenchContext) -> list[Table]:
                     cyc.add(sim, bench.toplevel, t.case, t.stream, t.words, t.cycles,
                             t.ideal_cycles, t.cycles / t.words, t.words / t.cycles,
                             t.ideal_cycles / t.cycles)
-                timing = testcase_timing(result.results_xml, "throughput")
-                words = _words_through(records)
-                if timing and timing[0] > 0:
-                    wall, sim_ns = timing
-                    cycles = int(sim_ns / CLOCK_NS)
-                    speed.add(sim, bench.toplevel, result.seconds, wall, cycles, cycles / wall,
-                              words, words / wall)
-                else:
-                    speed.skip([sim, bench.toplevel], "results.xml has no timing for throughput")
+                add_speed_row(speed, sim, bench.toplevel, result, _words_through(records))
                 ctx.log(f"rtl {sim} {bench.toplevel}: {len(records)} records, "
                         f"{result.seconds:.1f} s")
     cyc.notes.append("cycle counts are the testbenches' own (TB_METRICS) from their `throughput` "
@@ -238,9 +148,6 @@ def run(ctx: BenchContext) -> list[Table]:
                      "rows are a whole case, counted on its busier side (values or frame words), "
                      "against the testbench's ideal: a zero-latency design moving one word per "
                      "cycle on each side, which for the encoder still waits for the end of each "
-                     "run because L precedes the literals. 'of ideal' = ideal cycles / cycles")
-    speed.notes.append("test (s): wall time of the throughput test from cocotb's results.xml; "
-                       "build + run includes compiling when the build is stale; words = payload "
-                       f"values (elements) through the block; simulated cycles at a {CLOCK_NS} ns "
-                       f"clock")
-    return [cyc, speed]
+                     "run because L precedes the literals. 'of ideal' = ideal cycles / cycles. "
+                     "The engines (layers in external memory) are in tables 4c and 4d")
+    return [cyc, speed, *rtl_engines.run(ctx, speed)]

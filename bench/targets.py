@@ -1,6 +1,7 @@
 """The issue's targets, read off the measured tables (reported, never asserted)."""
 from __future__ import annotations
 
+from . import rtl_engines
 from .tables import NOT_AVAILABLE, Table
 
 BANDWIDTH_TARGET = 0.50      # numba compress step, fraction of the copy bandwidth
@@ -98,4 +99,5 @@ def evaluate(tables: dict[str, Table]) -> list[str]:
                  f"or a codec's busier side, against a zero-latency one-word-per-cycle design, "
                  f"rounded to 2 decimals): "
                  + ("; ".join(parts) if parts else "not measured (run with --rtl)"))
+    lines.append(rtl_engines.target_line(tables))       # table 4c: the engine's line rate
     return lines

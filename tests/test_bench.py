@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gradblock.bench import report, rtl, targets, workloads
+from gradblock.bench import report, rtl, rtl_engines, rtl_runner, targets, workloads
 from gradblock.bench.tables import NOT_AVAILABLE, Table, fmt, parse_markdown_tables, unmeasured
+from gradblock.bench.gradients import make_workload
 from gradblock.bench.timing import measure
 
 REPO = Path(__file__).resolve().parent.parent
@@ -25,6 +26,7 @@ TITLES = {
     "codec": "3. Codec: ZRLE vs general-purpose compressors on masked payloads",
     "rtl": "4. RTL: cycles per word (unthrottled streams)",
     "rtl_speed": "4b. RTL simulation speed",
+    "rtl_engine": "4c. RTL compress_engine: cycles and memory beats per element",
     "training": "5. Training step: where the time goes (torch shim)",
 }
 LABEL_COLUMNS = {"workload", "threads", "device", "method", "implementation", "codec", "simulator",
@@ -157,12 +159,12 @@ def test_rtl_metrics_in_both_formats(tmp_path):
     lines.write_text("\n".join(json.dumps({"module": "quantiser", "stream": s, "case": "c",
                                            "words": 8, "cycles": c, "cycles_per_word": c / 8})
                                for s, c in (("in", 8), ("out", 9))))
-    enc, dec = rtl.throughputs(rtl.read_metrics(listed))
+    enc, dec = rtl.throughputs(rtl_runner.read_metrics(listed))
     assert enc == rtl.Throughput("dense", "frame out (busier side)", 23, 25, 24)
     assert dec == rtl.Throughput("sparse", "values out (busier side)", 64, 70, 66)
-    q_in, q_out = rtl.throughputs(rtl.read_metrics(lines))
+    q_in, q_out = rtl.throughputs(rtl_runner.read_metrics(lines))
     assert q_out == rtl.Throughput("c", "out", 8, 9, 8)
-    assert rtl.read_metrics(tmp_path / "missing.json") == []
+    assert rtl_runner.read_metrics(tmp_path / "missing.json") == []
     with pytest.raises(ValueError):
         rtl.throughputs([{"module": "mystery", "cycles": 3}])
 
@@ -173,8 +175,8 @@ def test_rtl_timing_from_cocotb_results(tmp_path):
                    '<property name="sim_time_unit" value="us" />'
                    '<property name="sim_time_duration" value="4.0" /></properties></testcase>'
                    '</testsuite></testsuites>')
-    assert rtl.testcase_timing(xml, "throughput") == (2.5, 4000.0)
-    assert rtl.testcase_timing(xml, "other") is None
+    assert rtl_runner.testcase_timing(xml, "throughput") == (2.5, 4000.0)
+    assert rtl_runner.testcase_timing(xml, "other") is None
 
 
 def test_rtl_sources_are_found_transitively(tmp_path):
@@ -202,6 +204,152 @@ def test_targets_read_the_tables():
     line = targets.evaluate({"rtl": rtl_table})[3]
     assert "icarus top: 0.9960 of ideal" in line and "icarus enc: 0.9700 of ideal" in line
     assert line.count("— met") == 1 and line.count("— missed") == 1
+
+
+# ------------------------------------------------------------------ engines (tables 4c, 4d)
+
+# docs/hw.md's ECP5 table (compress_engine before the burst_walker fix), in `gradblock synth
+# --target ecp5 --json`'s shape: the Fmax the engine rows use when docs/ecp5.json is absent
+HW_MD_ECP5 = {"device": "LFE5U-85F-8BG381 (out of context)", "tools": ["yosys", "nextpnr-ecp5"],
+              "modules": {"compress_engine": {"fmax_mhz": 31.2, "lut4": 26329, "ff": 6156,
+                                              "ebr": 2, "mult18": 11, "gbps_fp32": 1.0,
+                                              "parameters": {"ADDR_W": 32, "K_MAX": 32,
+                                                             "LMAX_LOG2_MAX": 8}}}}
+
+
+@pytest.fixture
+def ecp5_json(tmp_path):
+    path = tmp_path / "ecp5.json"
+    path.write_text(json.dumps(HW_MD_ECP5))
+    return path
+
+
+def _engine_record(case, n, selected, cycles, beats, k_eff=1):
+    return {"module": "compress_engine", "stream": f"layer (config to done), selected {selected}",
+            "case": case, "words": n, "cycles": cycles, "cycles_per_word": cycles / n,
+            "sim": "Icarus Verilog", "selected": selected, "k_eff": k_eff,
+            "axi_beats": dict(zip(("ar", "r", "aw", "w"), beats))}
+
+
+def check_engine_rows(rows: list[dict]) -> None:
+    """Every measured table-4c row: its ratio columns agree with its counts."""
+    for r in _measured(rows):
+        n, cycles, sel = _num(r["n"]), _num(r["cycles"]), _num(r["selected S"])
+        assert _close(_num(r["S/n"]), sel / n), r
+        assert _close(_num(r["cycles/element"]), cycles / n), r
+        assert _close(_num(r["elements/cycle"]), n / cycles), r
+        assert _close(_num(r["R beats/element"]), _num(r["R beats"]) / n), r
+        assert _close(_num(r["W beats/element"]), _num(r["W beats"]) / n), r
+        # the engine moves every element once and each selected element once more, each way
+        assert _num(r["R beats"]) >= n + sel and _num(r["W beats"]) >= n + sel, r
+        assert 0 < _num(r["AR bursts"]) <= _num(r["R beats"]), r
+        if r["Fmax (MHz)"] != rtl_engines.NO_FMAX:
+            want = _num(r["Fmax (MHz)"]) * _num(r["elements/cycle"]) * 32 / 1000
+            assert _close(_num(r["fp32 Gb/s at Fmax"]), want), r
+
+
+def test_engine_rows_agree_with_their_counts(ecp5_json):
+    from gradblock.bench import results
+    runs = rtl_engines.engine_runs([
+        _engine_record("big", 36864, 576, 37739, (2341, 37440, 2341, 37440)),
+        _engine_record("small", 2304, 144, 2631, (154, 2448, 154, 2448)),
+        {"module": "other", "stream": "in", "case": "x", "words": 1, "cycles": 1}])
+    assert [e.case for e in runs] == ["big", "small"] and runs[0].r == 37440
+    fmax, note = rtl_engines.ecp5_fmax("compress_engine", ecp5_json)
+    assert fmax.mhz == 31.2 and "31.2 MHz" in note and "K_MAX=32" in note
+    table = rtl_engines.compress_table()
+    rtl_engines.add_compress_rows(table, "icarus", runs, fmax)
+    rtl_engines.add_compress_rows(table, "verilator", runs, None)
+    rows = parse_markdown_tables(table.to_markdown())[TITLES["rtl_engine"]]
+    assert len(rows) == 4
+    check_engine_rows(rows)
+    assert rows[0]["fp32 Gb/s at Fmax"] == fmt(31.2 * 36864 / 37739 * 0.032)
+    assert rows[2]["Fmax (MHz)"] == rows[2]["fp32 Gb/s at Fmax"] == rtl_engines.NO_FMAX
+    json_rows = results.table_rows(4, table)
+    assert json_rows[0]["labels"] == {"simulator": "icarus", "module": "compress_engine",
+                                      "case": "big"}
+    assert json_rows[0]["metrics"]["R beats"] == 37440 and "Fmax (MHz)" in json_rows[0]["metrics"]
+    assert "Fmax (MHz)" not in json_rows[2]["metrics"]          # no figure: no number
+    broken = dict(rows[0], **{"elements/cycle": "0.5"})
+    with pytest.raises(AssertionError):
+        check_engine_rows([broken])
+
+
+def test_engine_records_need_their_beat_counts():
+    rec = _engine_record("c", 100, 10, 120, (7, 110, 7, 110))
+    del rec["axi_beats"]
+    with pytest.raises(ValueError, match="axi_beats"):
+        rtl_engines.engine_runs([rec])
+
+
+def test_ecp5_fmax_says_why_there_is_none(tmp_path, ecp5_json):
+    fmax, note = rtl_engines.ecp5_fmax("compress_engine", tmp_path / "absent.json")
+    assert fmax is None and "not present" in note
+    fmax, note = rtl_engines.ecp5_fmax("aggregate_engine", ecp5_json)
+    assert fmax is None and "aggregate_engine" in note
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    fmax, note = rtl_engines.ecp5_fmax("compress_engine", bad)
+    assert fmax is None and "JSONDecodeError" in note
+    assert rtl_engines.gbps(None, 1.0) == rtl_engines.NO_FMAX
+
+
+def test_engine_target_reads_table_4c(ecp5_json):
+    fmax, _ = rtl_engines.ecp5_fmax("compress_engine", ecp5_json)
+    table = rtl_engines.compress_table()
+    assert "run with --rtl" in targets.evaluate({"rtl_engine": table})[-1]
+    runs = rtl_engines.engine_runs([
+        _engine_record("line_rate", 36864, 576, 37739, (2341, 37440, 2341, 37440)),
+        _engine_record("dense_sel", 2304, 144, 2631, (154, 2448, 154, 2448)),    # S/n 6 %
+        _engine_record("slow", 10000, 200, 11000, (700, 10200, 700, 10200))])
+    rtl_engines.add_compress_rows(table, "icarus", runs[:2], fmax)
+    line = targets.evaluate({"rtl_engine": table})[-1]
+    assert "icarus: 0.977 (line_rate" in line and line.endswith("— met")
+    assert "dense_sel" not in line                   # more than 2 % selected: not judged
+    rtl_engines.add_compress_rows(table, "verilator", runs[1:], fmax)
+    line = rtl_engines.target_line({"rtl_engine": table})
+    assert "verilator: 0.909 (slow" in line and "— missed" in line
+    only_dense = rtl_engines.compress_table()
+    rtl_engines.add_compress_rows(only_dense, "icarus", runs[1:2], fmax)
+    assert "no layer with S ≤ 2 % of n" in rtl_engines.target_line({"rtl_engine": only_dense})
+
+
+def test_engine_layers_are_real_conv_layers_of_the_workloads():
+    w20 = make_workload("resnet20", "synthetic")
+    w50 = make_workload("resnet50", "synthetic")
+    layers = rtl_engines.engine_layers([w20, w50])
+    shapes = [tuple(e.grad.shape) for e in layers]
+    assert shapes == [(64, 64, 3, 3), (16, 16, 3, 3), (64, 64, 3, 3)]
+    assert layers[0].name.startswith("resnet20_layer") and layers[2].name.startswith("resnet50_")
+    for e in layers:
+        assert e.grad is w20.grads[e.layer_id] or e.grad is w50.grads[e.layer_id]
+    meta, arrays = rtl_engines.engine_case(layers[1], 10.0, 0.01)
+    assert meta["n"] == 2304 and meta["block_size"] == 144 and meta["k_eff"] == 1
+    assert arrays["residual_in"].any()                # step 1's residual, not zeros
+
+
+@pytest.mark.slow
+@pytest.mark.sim
+def test_engine_table_from_a_real_icarus_run(monkeypatch):
+    """compress_engine through Icarus on ResNet-20's 64x64x3x3 and 16x16x3x3 layers (~30 s):
+    measured rows whose ratios agree with their counts, and its speed row in table 4b."""
+    from gradblock.bench.context import BenchContext
+    from gradblock.sim.harness import simulator_available
+    if simulator_available("icarus"):
+        pytest.skip(f"icarus unavailable: {simulator_available('icarus')}")
+    monkeypatch.setattr(rtl_engines, "SIMULATORS", ("icarus",))
+    ctx = BenchContext(quick=False, reps=1, warmup=0, thread_counts=[1],
+                       workloads=[make_workload("resnet20", "synthetic")], k=0.01, R=10.0,
+                       rtl=True, verbose=False)
+    speed = rtl_runner.speed_table()
+    (table,) = rtl_engines.run(ctx, speed)
+    assert not ctx.failures, ctx.failures
+    rows = parse_markdown_tables(table.to_markdown())[TITLES["rtl_engine"]]
+    assert len(_measured(rows)) == 2, rows
+    check_engine_rows(rows)
+    line_rate = next(r for r in rows if r["case"].endswith("64x64x3x3"))
+    assert _num(line_rate["elements/cycle"]) >= 0.95
+    assert [r[1] for r in speed.rows] == ["compress_engine"]
 
 
 # ------------------------------------------------------------------------------ quick run
@@ -252,7 +400,8 @@ def test_quick_run_cells_parse(quick_report):
             for col, value in cells:
                 if col in LABEL_COLUMNS or skipped:
                     continue
-                if value in ("no baseline", "no reference", "no zstd", "inf"):
+                if value in ("no baseline", "no reference", "no zstd", "inf",
+                             rtl_engines.NO_FMAX):
                     continue
                 _num(value)                          # raises if a number does not parse
     # the measured tables have measured rows: ResNet-20 on one thread at least

@@ -1,0 +1,295 @@
+"""Tables 4c and 4d: the engines, whose layers live in external memory (hw/compress_engine.sv,
+hw/aggregate_engine.sv), on real layers. Per layer: cycles from the configuration handshake to
+`done`, AXI4 memory traffic counted on the channels by the testbench (AR and AW handshakes =
+bursts, R and W handshakes = data beats), and the fp32 gradient rate at the clock the engine
+reached on ECP5 (docs/ecp5.json, written by `gradblock synth --target ecp5 --json`).
+
+compress_engine runs layers of the benchmark's workloads, gradients and residual as the other
+tables use them (the residual is step 1's on the same gradient): per workload its largest conv
+layer of at most LARGE_MAX_N elements (the selected blocks hold 1-2 % of it at k = 1 %: the
+line-rate regime) and the first workload's smallest conv layer of at least SMALL_MIN_N (a few %
+selected: pass 2 shows). cocotb simulates a few thousand engine cycles per second, so larger
+layers (the 2.36M-element 512x512x3x3 one) are signoff tests (tests/test_rtl_engines.py), not
+bench rows.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gradblock.refmodel.compress import compress_layer
+
+from .context import BenchContext, optional_module, require
+from .rtl_runner import SIMULATORS, RtlBench, add_speed_row, run_throughput
+from .tables import Table
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ECP5_JSON = REPO_ROOT / "docs" / "ecp5.json"
+# the build placed and routed on ECP5 (hw/ecp5.py), so the cycles and the Fmax are one design
+COMPRESS_PARAMETERS = {"ADDR_W": 32, "K_MAX": 32, "LMAX_LOG2_MAX": 8}
+LARGE_MAX_N = 40_000
+SMALL_MIN_N = 2_000
+LINE_RATE_SHARE = 0.02       # the issue's line-rate condition: k_eff * B <= 2 % of n ...
+LINE_RATE_TARGET = 0.95      # ... then >= 0.95 elements per cycle
+NO_FMAX = "no ECP5 figure"
+BITS_PER_ELEMENT = 32        # fp32 gradient
+
+COMPRESS_COLUMNS = ["simulator", "module", "case", "n", "k_eff", "selected S", "S/n", "cycles",
+                    "cycles/element", "elements/cycle", "AR bursts", "R beats", "AW bursts",
+                    "W beats", "R beats/element", "W beats/element", "Fmax (MHz)",
+                    "fp32 Gb/s at Fmax"]
+
+
+# ------------------------------------------------------------------------- ECP5 clock
+@dataclass(frozen=True)
+class Fmax:
+    mhz: float
+    source: str              # where the figure comes from, for the table's notes
+
+
+def ecp5_fmax(module: str, path: Path = ECP5_JSON) -> tuple[Fmax | None, str]:
+    """(the module's placed-and-routed Fmax, a note naming its source and date), or (None, why
+    not). The file is `gradblock synth --target ecp5 --json`'s {"modules": {top: {"fmax_mhz",
+    "parameters", ...}}}; its date is its last commit's, else its modification time."""
+    try:
+        doc = json.loads(path.read_text())
+        figures = doc["modules"][module]
+        mhz = float(figures["fmax_mhz"])
+    except FileNotFoundError:
+        return None, f"{module}: {NO_FMAX} ({_shown(path)} not present)"
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        why = f"no {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {e}"
+        return None, f"{module}: {NO_FMAX} ({_shown(path)}: {why})"
+    params = ", ".join(f"{k}={v}" for k, v in (figures.get("parameters") or {}).items())
+    source = (f"{module}: Fmax {mhz:g} MHz from {_shown(path)} ({_file_date(path)}; "
+              f"{doc.get('device', 'ECP5')}{'; ' + params if params else ''})")
+    return Fmax(mhz, source), source
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def _file_date(path: Path) -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(path.parent), "log", "-1", "--format=%cs", "--",
+                              path.name], capture_output=True, text=True, timeout=30)
+        if out.returncode == 0 and out.stdout.strip():
+            dirty = subprocess.run(["git", "-C", str(path.parent), "diff", "--quiet", "--",
+                                    path.name], timeout=30).returncode != 0
+            return f"committed {out.stdout.strip()}" + (", modified since" if dirty else "")
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return "uncommitted, written " + time.strftime("%Y-%m-%d", time.gmtime(path.stat().st_mtime))
+
+
+def gbps(fmax: Fmax | None, elements_per_cycle: float) -> float | str:
+    """fp32 gradient rate in Gb/s at the ECP5 clock (or the cell saying there is none)."""
+    if fmax is None:
+        return NO_FMAX
+    return fmax.mhz * 1e6 * elements_per_cycle * BITS_PER_ELEMENT / 1e9
+
+
+# ------------------------------------------------------------------- compress_engine
+@dataclass(frozen=True)
+class EngineLayer:
+    name: str                # golden case name
+    grad: np.ndarray         # float32, its conv shape
+    layer_id: int            # its place in the workload
+
+
+def engine_layers(workloads) -> list[EngineLayer]:
+    """Per workload its largest conv layer of <= LARGE_MAX_N elements; then the first workload's
+    smallest conv layer of >= SMALL_MIN_N (see the module docstring)."""
+    out = []
+    for wi, w in enumerate(workloads):
+        convs = [(g.size, i, g) for i, g in enumerate(w.grads) if g.ndim == 4]
+        picks = [max((c for c in convs if c[0] <= LARGE_MAX_N), default=None, key=lambda c: c[:2])]
+        if wi == 0:
+            picks.append(min((c for c in convs if c[0] >= SMALL_MIN_N), default=None,
+                             key=lambda c: c[:2]))
+        for c in picks:
+            if c is None or any(e.grad is c[2] for e in out):
+                continue
+            _, i, g = c
+            slug = w.name.lower().replace("-", "")
+            out.append(EngineLayer(f"{slug}_layer{i}_{'x'.join(map(str, g.shape))}", g, i))
+    return out
+
+
+def engine_case(layer: EngineLayer, R: float, k):
+    """(manifest entry, arrays) of one layer at the bench's R and k: step 2 of training, the
+    residual entering it from step 1 on the same gradient (as bench.context.Prepared)."""
+    make_case = require(optional_module("gradblock.sim.datapath_vectors"), "make_case")
+    residual = compress_layer(layer.grad, None, R=R, k=k, layer_id=layer.layer_id).residual_out
+    return make_case(layer.name, layer.grad, residual, R=R, k=k, layer_id=layer.layer_id,
+                     description=f"real conv layer {tuple(layer.grad.shape)}, step-1 residual")
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    """One layer through compress_engine, as its testbench's `throughput` test recorded it."""
+    case: str
+    n: int
+    k_eff: int
+    selected: int            # S: elements of the selected blocks (pass 2 reads and zeroes them)
+    cycles: int              # configuration handshake to done
+    ar: int
+    r: int
+    aw: int
+    w: int
+
+    @property
+    def elements_per_cycle(self) -> float:
+        return self.n / self.cycles
+
+
+def engine_runs(records: list[dict]) -> list[EngineRun]:
+    out = []
+    for rec in records:
+        if rec.get("module") != "compress_engine":
+            continue
+        beats = rec.get("axi_beats")
+        if not isinstance(beats, dict):
+            raise ValueError(f"compress_engine record of {rec.get('case')} has no axi_beats "
+                             "(sim/tb_compress_engine.py counts them in `throughput`)")
+        out.append(EngineRun(str(rec["case"]), int(rec["words"]), int(rec["k_eff"]),
+                             int(rec["selected"]), int(rec["cycles"]), int(beats["ar"]),
+                             int(beats["r"]), int(beats["aw"]), int(beats["w"])))
+    return out
+
+
+def compress_table() -> Table:
+    t = Table("rtl_engine", "4c. RTL compress_engine: cycles and memory beats per element",
+              COMPRESS_COLUMNS)
+    t.notes.append("compress_engine built as placed and routed on ECP5 ("
+                   + ", ".join(f"{k} {v}" for k, v in COMPRESS_PARAMETERS.items())
+                   + "); its testbench's `throughput` test: unthrottled gradient and frame "
+                   "streams, cocotbext-axi AxiRam answering a beat per cycle; frame and residual "
+                   "memory checked exact against the numpy reference. cycles: configuration "
+                   "handshake to `done`. Layers: real gradients (see the header), k and R as "
+                   "above, residual from step 1. S = elements in the selected blocks; the "
+                   "engine reads and writes each element once in pass 1 and each selected "
+                   "element once more in pass 2, so the ideal is n + S beats each way, "
+                   "(n + S) / n per element; AR/AW count bursts (at most 16 beats, split at "
+                   "4 KiB). fp32 Gb/s at Fmax = Fmax x elements/cycle x 32 bits")
+    return t
+
+
+def add_compress_rows(table: Table, sim: str, runs: list[EngineRun], fmax: Fmax | None) -> None:
+    for e in runs:
+        epc = e.elements_per_cycle
+        table.add(sim, "compress_engine", e.case, e.n, e.k_eff, e.selected, e.selected / e.n,
+                  e.cycles, e.cycles / e.n, epc, e.ar, e.r, e.aw, e.w, e.r / e.n, e.w / e.n,
+                  fmax.mhz if fmax else NO_FMAX, gbps(fmax, epc))
+
+
+def _compress_bench(n_cases: int) -> RtlBench:
+    return RtlBench("compress_engine", "gradblock.sim.tb_compress_engine", True,
+                    parameters=dict(COMPRESS_PARAMETERS),
+                    env={"TB_THROUGHPUT_CASES": str(n_cases), "TB_TRAFFIC": "0:0"})
+
+
+def _write_golden(out: Path, cases) -> Path:
+    write_golden = require(optional_module("gradblock.refmodel.golden_format"), "write_golden")
+    write_golden(out, {"generator": "gradblock bench (table 4c: compress_engine layers)"}, cases)
+    return out
+
+
+# ------------------------------------------------------------------------------ run
+def run(ctx: BenchContext, speed: Table) -> list[Table]:
+    """Tables 4c and 4d; the engines' simulation speed goes into `speed` (table 4b)."""
+    comp = compress_table()
+    if not ctx.rtl:
+        comp.skip(["icarus, verilator", "compress_engine"],
+                  "RTL simulations skipped (run with --rtl; on by default without --quick)")
+        return [comp]
+    fmax, fmax_note = ecp5_fmax("compress_engine")
+    comp.notes.append(fmax_note)
+    layers = engine_layers(ctx.workloads)
+    if not layers:
+        comp.skip(["icarus, verilator", "compress_engine"],
+                  f"no conv layer of {SMALL_MIN_N:,}..{LARGE_MAX_N:,} elements in the workloads")
+        return [comp]
+    with tempfile.TemporaryDirectory(prefix="gradblock-bench-engines-") as tmp:
+        work = Path(tmp)
+        cases, cell = ctx.attempt("rtl engines: layer cases", lambda: [
+            engine_case(layer, ctx.R, ctx.k) for layer in layers])
+        fitting = []
+        for meta, arrays in cases or []:
+            if meta["k_eff"] > COMPRESS_PARAMETERS["K_MAX"]:
+                comp.skip(["icarus, verilator", "compress_engine", meta["name"]],
+                          f"k_eff {meta['k_eff']} > K_MAX {COMPRESS_PARAMETERS['K_MAX']} of "
+                          f"the ECP5 build")
+            else:
+                fitting.append((meta, arrays))
+        if cases is None or not fitting:
+            if cases is None:
+                comp.unmeasured(["icarus, verilator", "compress_engine"], cell)
+            return [comp]
+        golden, cell = ctx.attempt("rtl engines: golden directory",
+                                   lambda: _write_golden(work / "layers", fitting))
+        for sim in SIMULATORS:
+            got, why = (None, cell) if golden is None else ctx.attempt(
+                f"rtl {sim} compress_engine",
+                lambda sim=sim: _measure(_compress_bench(len(fitting)), sim, golden, work))
+            if got is None:
+                comp.unmeasured([sim, "compress_engine"], why)
+                speed.unmeasured([sim, "compress_engine"], why)
+                continue
+            result, runs = got
+            add_compress_rows(comp, sim, runs, fmax)
+            add_speed_row(speed, sim, "compress_engine", result, sum(e.n for e in runs))
+            ctx.log(f"rtl {sim} compress_engine: {len(runs)} layers, {result.seconds:.1f} s")
+    return [comp]
+
+
+def _measure(bench: RtlBench, sim: str, golden: Path, work: Path):
+    result, records = run_throughput(bench, sim, golden, work)
+    runs = engine_runs(records)
+    if not runs:
+        raise RuntimeError("compress_engine throughput test recorded no layer")
+    return result, runs
+
+
+# --------------------------------------------------------------------------- target
+def _cell(row: dict, col: str) -> float | None:
+    try:
+        return float(row[col])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def target_line(tables: dict[str, Table]) -> str:
+    """The issue's engine target, read off table 4c: on each simulator, the slowest layer whose
+    selected blocks hold at most 2 % of it must reach 0.95 elements per cycle."""
+    table = tables.get("rtl_engine")
+    rows = [dict(zip(table.columns, r)) for r in table.rows] if table else []
+    judged = [r for r in rows if _cell(r, "elements/cycle") is not None
+              and _cell(r, "S/n") is not None and _cell(r, "S/n") <= LINE_RATE_SHARE]
+    worst: dict[str, dict] = {}
+    for r in judged:
+        if r["simulator"] not in worst or _cell(r, "elements/cycle") < _cell(
+                worst[r["simulator"]], "elements/cycle"):
+            worst[r["simulator"]] = r
+    head = (f"- compress_engine ≥ {LINE_RATE_TARGET:.2f} elements/cycle when k_eff·B ≤ "
+            f"{LINE_RATE_SHARE:.0%} of n (slowest such layer per simulator): ")
+    if not worst:
+        measured = any(_cell(r, "elements/cycle") is not None for r in rows)
+        return head + ("not measured (no layer with S ≤ 2 % of n)" if measured
+                       else "not measured (run with --rtl)")
+    parts = []
+    for sim, r in sorted(worst.items()):
+        epc = _cell(r, "elements/cycle")
+        parts.append(f"{sim}: {epc:.3f} ({r['case']}, S/n {_cell(r, 'S/n'):.2%}) — "
+                     f"{'met' if epc >= LINE_RATE_TARGET else 'missed'}")
+    return head + "; ".join(parts)
