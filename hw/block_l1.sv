@@ -19,36 +19,45 @@ module block_l1 (
     input  logic        m_tready,
     output logic        m_tlast
 );
+    // Two stages under one enable (s_tready = !m_tvalid || m_tready): 1 takes |a| and whether the
+    // element closes its block (an equality against a count kept one ahead, no adder in the
+    // path); 2 accumulates, 64 bits, and emits at the block's end. Latency 2.
+    logic        en, v1, last1, end1;
+    logic [31:0] mag1, next_offset, index;
     logic [63:0] acc, sum;
-    logic [31:0] offset, index, magnitude;
-    logic        accept, block_end;
 
-    // two's complement negation: -2^31 gives 2^31, still exact as unsigned
-    assign magnitude = s_tdata[31] ? (32'd0 - s_tdata) : s_tdata;
-    assign sum = acc + {32'd0, magnitude};
-    assign s_tready = !m_tvalid || m_tready;
-    assign accept = s_tvalid && s_tready;
-    assign block_end = (offset + 32'd1 == cfg_block_size) || s_tlast;
+    assign en = !m_tvalid || m_tready;
+    assign s_tready = en;
+    assign sum = acc + {32'd0, mag1};
 
     always_ff @(posedge clk) begin
         if (rst) begin
+            v1 <= 1'b0;
+            next_offset <= 32'd1;
             acc <= 64'd0;
-            offset <= 32'd0;
             index <= 32'd0;
             m_tvalid <= 1'b0;
-        end else begin
-            if (m_tready) m_tvalid <= 1'b0;
-            if (accept) begin
-                if (block_end) begin
+        end else if (en) begin
+            // stage 1
+            v1 <= s_tvalid;
+            if (s_tvalid) begin
+                // two's complement negation: -2^31 gives 2^31, still exact as unsigned
+                mag1 <= s_tdata[31] ? (32'd0 - s_tdata) : s_tdata;
+                last1 <= s_tlast;
+                end1 <= next_offset == cfg_block_size || s_tlast;
+                next_offset <= (next_offset == cfg_block_size || s_tlast) ? 32'd1
+                             : next_offset + 32'd1;
+            end
+            // stage 2
+            m_tvalid <= v1 && end1;
+            if (v1) begin
+                if (end1) begin
                     m_tdata <= {index, sum};
-                    m_tlast <= s_tlast;
-                    m_tvalid <= 1'b1;
+                    m_tlast <= last1;
                     acc <= 64'd0;
-                    offset <= 32'd0;
-                    index <= s_tlast ? 32'd0 : index + 32'd1;
+                    index <= last1 ? 32'd0 : index + 32'd1;
                 end else begin
                     acc <= sum;
-                    offset <= offset + 32'd1;
                 end
             end
         end

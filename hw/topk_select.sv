@@ -5,6 +5,11 @@
 // lower index; so ties go to the lower index whatever the arrival order. After the pair with
 // s_tlast the selected indices leave in rank order on m_tdata (m_tlast on the last), min(k, pairs)
 // beats, and the list is empty again for the next layer. Input is held off while emitting.
+//
+// Two stages, one pair per cycle: a pair is compared with every slot as it arrives (stage 1,
+// registered: which slots it will stay behind) and inserted a cycle later (stage 2). The pair
+// inserted meanwhile is accounted for by comparing the arriving pair with it too: the slots
+// it displaces move down one, so the arriving pair's comparisons move with them.
 // cfg_k (1..K_MAX) must be held steady during a layer; outside that range cfg_err is raised and
 // k is clamped into it.
 module topk_select #(
@@ -30,34 +35,56 @@ module topk_select #(
     // entry shifted in at the end. (Flat rather than packed 2-D: yosys 0.23 has no packed arrays.)
     logic [64*K_MAX-1:0] slot_norm, norm_down;
     logic [32*K_MAX-1:0] slot_idx, idx_down;
-    logic [K_MAX-1:0]    slot_valid, valid_down, keep_down;
-    logic [K_MAX-1:0]       keep;        // slot i stays where it is: it beats the new pair
-    logic [K_MAX-1:0]       slot_used;   // slot i < k
-    logic [31:0]            k_limit;
-    logic [63:0]            new_norm;
-    logic [31:0]            new_idx;
-    logic                   emitting, accept, shift_out;
+    logic [K_MAX-1:0]    slot_valid, valid_down;
+    logic [K_MAX-1:0]    slot_used;   // slot i < k
+    logic [31:0]         k_limit;
+    logic                emitting, accept, shift_out;
+
+    // stage 1: the pair waiting to be inserted and the slots it stays behind once the pair
+    // ahead of it (if any) is in: keep1[i] = slot i beats it (larger norm, or equal norm and
+    // index <=); a prefix of the used slots
+    logic                v1, last1;
+    logic [63:0]         norm1;
+    logic [31:0]         idx1;
+    logic [K_MAX-1:0]    keep1, keep1_down, keep_now, keep_new;
+    logic                in_beaten;     // the pair in stage 1 beats the arriving pair
 
     assign cfg_err = (cfg_k == 32'd0) || (cfg_k > K_MAX_U);
     assign k_limit = (cfg_k == 32'd0) ? 32'd1 : (cfg_k > K_MAX_U) ? K_MAX_U : cfg_k;
-    assign new_norm = s_tdata[63:0];
-    assign new_idx = s_tdata[95:64];
 
     assign norm_down = slot_norm << 64;       // entry i of *_down: the slot below slot i
     assign idx_down = slot_idx << 32;
     assign valid_down = slot_valid << 1;
-    // sorted list: keep is a prefix, so the new pair lands in the first slot not kept, right
-    // after the last kept one (keep_down[i] = keep[i - 1], and 1 in front of slot 0)
-    assign keep_down = ~(~keep << 1);
+    // the pair lands in the first slot not kept, right after the last kept one
+    // (keep1_down[i] = keep1[i - 1], and 1 in front of slot 0)
+    assign keep1_down = ~(~keep1 << 1);
+
+    // (norm_a, idx_a) beats or ties (norm_b, idx_b): larger norm, or equal norm and index <=;
+    // as one compare, {norm, ~index} >=
+    function automatic logic beats(input logic [63:0] norm_a, input logic [31:0] idx_a,
+                                   input logic [63:0] norm_b, input logic [31:0] idx_b);
+        beats = {norm_a, ~idx_a} >= {norm_b, ~idx_b};
+    endfunction
 
     for (genvar i = 0; i < K_MAX; i++) begin : g_slot
         localparam logic [31:0] I_U = i;
-        assign keep[i] = slot_valid[i] && (slot_norm[64*i +: 64] > new_norm
-                         || (slot_norm[64*i +: 64] == new_norm && slot_idx[32*i +: 32] <= new_idx));
+        assign keep_now[i] = slot_valid[i]
+                           && beats(slot_norm[64*i +: 64], slot_idx[32*i +: 32],
+                                    s_tdata[63:0], s_tdata[95:64]);
         assign slot_used[i] = I_U < k_limit;
+        // after stage 1's pair goes in: slots it stays behind are unchanged, it takes slot
+        // j = the first not kept (if used), and the used slots behind j hold their upper neighbour
+        if (i == 0) begin : g_first
+            assign keep_new[i] = (!v1 || keep1[i] || !slot_used[i]) ? keep_now[i] : in_beaten;
+        end else begin : g_rest
+            assign keep_new[i] = (!v1 || keep1[i] || !slot_used[i]) ? keep_now[i]
+                               : keep1_down[i] ? in_beaten : keep_now[i-1];
+        end
     end
+    assign in_beaten = beats(norm1, idx1, s_tdata[63:0], s_tdata[95:64]);
 
-    assign s_tready = !emitting;
+    // no new pair while the layer's last one waits in stage 1 or the indices leave
+    assign s_tready = !emitting && !(v1 && last1);
     assign accept = s_tvalid && s_tready;
     assign m_tvalid = emitting && slot_valid[0];
     assign m_tdata = slot_idx[31:0];
@@ -65,11 +92,23 @@ module topk_select #(
     assign shift_out = m_tvalid && m_tready;
 
     always_ff @(posedge clk) begin
-        if (rst) emitting <= 1'b0;
-        else if (accept && s_tlast) emitting <= 1'b1;
-        else if (shift_out && m_tlast) emitting <= 1'b0;
+        if (rst) begin
+            emitting <= 1'b0;
+            v1 <= 1'b0;
+        end else begin
+            v1 <= accept;
+            if (v1 && last1) emitting <= 1'b1;
+            else if (shift_out && m_tlast) emitting <= 1'b0;
+        end
+        if (accept) begin
+            norm1 <= s_tdata[63:0];
+            idx1 <= s_tdata[95:64];
+            last1 <= s_tlast;
+            keep1 <= keep_new;
+        end
     end
 
+    // stage 2: insert stage 1's pair (pairs and emission never overlap)
     always_ff @(posedge clk) begin
         if (rst) begin
             slot_valid <= '0;
@@ -77,12 +116,12 @@ module topk_select #(
             slot_valid <= slot_valid >> 1;
             slot_norm <= slot_norm >> 64;
             slot_idx <= slot_idx >> 32;
-        end else if (accept) begin
+        end else if (v1) begin
             for (int i = 0; i < K_MAX; i++) begin
-                if (slot_used[i] && !keep[i]) begin
-                    slot_valid[i] <= keep_down[i] ? 1'b1 : valid_down[i];
-                    slot_norm[64*i +: 64] <= keep_down[i] ? new_norm : norm_down[64*i +: 64];
-                    slot_idx[32*i +: 32] <= keep_down[i] ? new_idx : idx_down[32*i +: 32];
+                if (slot_used[i] && !keep1[i]) begin
+                    slot_valid[i] <= keep1_down[i] ? 1'b1 : valid_down[i];
+                    slot_norm[64*i +: 64] <= keep1_down[i] ? norm1 : norm_down[64*i +: 64];
+                    slot_idx[32*i +: 32] <= keep1_down[i] ? idx1 : idx_down[32*i +: 32];
                 end
             end
         end
