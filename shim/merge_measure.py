@@ -6,6 +6,12 @@
   layer's shape, fitted as a + b * n by least squares; each layer's frame bytes from the same run;
 - communication: alpha + beta * bytes fitted from all_gather runs over a gloo process group
   (one process per rank on this machine), or every input from a JSON file (--times).
+
+`--execute` runs every plan for real over gloo and reports its measured iteration beside the
+model: `hooks` (the default) with this module's own post-accumulate-grad hooks, the numba
+step and worst-case-sized collectives; `ddp` through DistributedDataParallel and the merged
+communication hook (shim/merge_hook.py), the training path, whose compress fit and frame
+bytes then replace the numba step's in the model.
 """
 from __future__ import annotations
 
@@ -206,12 +212,75 @@ def _execute_worker(rank: int, world: int, init_file: str, model_name: str, batc
         dist.destroy_process_group()
 
 
-def execute_plans(model_name: str, plans: dict, batch: int, repeats: int, world: int) -> dict:
-    """Measured iteration time (ms, median) of each plan over a gloo group of `world` ranks."""
+def _ddp_compressor(layers, world: int):
+    """What `--execute ddp` runs: the training path's coarse compressor, k = 1, R = 10."""
+    from .compressors import build_compressor
+    return build_compressor("coarse", layers, world, k=1, R=10.0)
+
+
+def _execute_ddp_worker(rank: int, world: int, init_file: str, model_name: str, batch: int,
+                        repeats: int, plans: dict, out: str) -> None:
+    """One rank: every plan through DistributedDataParallel and the merged communication hook
+    (shim/merge_hook.py; one encode call and one all_gather per group), DDP buckets of about
+    one parameter so the plan, not DDP's bucketing, decides what travels together. An
+    iteration is forward + backward, which returns once every bucket's future is complete."""
+    from .compressors import layers_of
+    from .exchange import MERGE_BUCKET_CAP_MB
+    from .merge_hook import register_merged
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        torch.set_num_threads(1)
+        shape = IN_SHAPES[model_name]
+        gen = torch.Generator().manual_seed(rank)
+        x, y = torch.randn((batch, *shape), generator=gen), torch.randint(0, 10, (batch,), generator=gen)
+        result = {}
+        for name, named in plans.items():
+            model = build_model(model_name, 10, shape, seed=0)
+            layers = layers_of(model)
+            index = {lay.name: lay.index for lay in layers}
+            ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=MERGE_BUCKET_CAP_MB)
+            state = register_merged(ddp, _ddp_compressor(layers, world),
+                                    [[index[n] for n in g] for g in named])
+            samples = []
+            for i in range(repeats + 2):                 # two warm-ups: DDP rebuilds its buckets
+                dist.barrier()
+                model.zero_grad(set_to_none=True)
+                state.reset_step()
+                t0 = time.perf_counter()
+                state.backward(torch.nn.functional.cross_entropy(ddp(x), y))
+                if i >= 2:
+                    samples.append((time.perf_counter() - t0) * 1e3)
+            result[name] = statistics.median(samples)
+        if rank == 0:
+            Path(out).write_text(json.dumps(result))
+    finally:
+        dist.destroy_process_group()
+
+
+def ddp_inputs(times: LayerTimes, model_name: str, repeats: int, world: int) -> LayerTimes:
+    """`times` with the sparsify fit and frame bytes of what `--execute ddp` runs (the torch
+    codec's coarse compressor) instead of the numba step's."""
+    from .compressors import layers_of
+    from .merge_apply import measure_compress
+    layers = {lay.name: lay for lay in layers_of(build_model(model_name, 10, IN_SHAPES[model_name]))}
+    ordered = [layers[n] for n in times.names]
+    a, b, nbytes = measure_compress(_ddp_compressor(ordered, world), ordered, "cpu", repeats)
+    return replace(times, sparsify_a_ms=a, sparsify_b_ms=b, wire_bytes=tuple(nbytes))
+
+
+EXECUTORS = {"hooks": _execute_worker, "ddp": _execute_ddp_worker}
+
+
+def execute_plans(model_name: str, plans: dict, batch: int, repeats: int, world: int,
+                  mode: str = "hooks") -> dict:
+    """Measured iteration time (ms, median) of each plan over a gloo group of `world` ranks:
+    `hooks` with this module's own hooks and the numba step, `ddp` through DDP and the merged
+    communication hook."""
     with tempfile.TemporaryDirectory(prefix="gradblock-merge-") as tmp:
         out = os.path.join(tmp, "measured.json")
-        mp.start_processes(_execute_worker, args=(world, os.path.join(tmp, "init"), model_name, batch, repeats,
-                                                  plans, out), nprocs=world, join=True, start_method="spawn")
+        mp.start_processes(EXECUTORS[mode], args=(world, os.path.join(tmp, "init"), model_name, batch,
+                                                  repeats, plans, out),
+                           nprocs=world, join=True, start_method="spawn")
         return json.loads(Path(out).read_text())
 
 
@@ -243,8 +312,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--comm-workers", type=int, default=2)
-    p.add_argument("--execute", action="store_true",
-                   help="also run each plan for real over gloo and report its measured iteration time")
+    p.add_argument("--execute", nargs="?", const="hooks", choices=sorted(EXECUTORS), default=None,
+                   help="also run each plan for real over gloo and report its measured iteration "
+                        "time: with the numba step in its own hooks (hooks, the default), or "
+                        "through DistributedDataParallel and the merged communication hook (ddp; "
+                        "the model then uses the torch codec's compress fit and frame bytes)")
     p.add_argument("--json", dest="json_out")
     return p
 
@@ -261,20 +333,24 @@ def merge_plan_main(argv: list[str]) -> int:
         if args.execute:
             if args.times:
                 raise ValueError("--execute measures this machine: it cannot be combined with --times")
-            # the executor sends each group's worst-case frame size in one collective: model that
-            shape = {n: tuple(p.shape) for n, p in build_model(args.model, 10, IN_SHAPES[args.model]).named_parameters()}
-            times = replace(times, wire_bytes=tuple(4 * _bound_words(shape[n]) for n in times.names))
+            if args.execute == "ddp":
+                times = ddp_inputs(times, args.model, args.repeats, args.comm_workers)
+            else:
+                # the executor sends each group's worst-case frame size in one collective: model that
+                shape = {n: tuple(p.shape) for n, p in build_model(args.model, 10, IN_SHAPES[args.model]).named_parameters()}
+                times = replace(times, wire_bytes=tuple(4 * _bound_words(shape[n]) for n in times.names))
         report = plan_report(times) | {"measurement": extra}
         if args.execute:
             report["measured_ms"] = execute_plans(args.model, report["plans"], args.batch, args.repeats,
-                                                  args.comm_workers)
+                                                  args.comm_workers, args.execute)
+            report["execute"] = args.execute
     except ValueError as err:
         print(f"gradblock merge-plan: {type(err).__name__}: {err}", file=sys.stderr)
         return 2
     it = report["iteration_ms"]
     if "measured_ms" in report:
         m = report["measured_ms"]
-        print("measured iteration: " + ", ".join(f"{k} {v:.3f} ms" for k, v in m.items()))
+        print(f"measured iteration ({args.execute}): " + ", ".join(f"{k} {v:.3f} ms" for k, v in m.items()))
     print(f"{len(times.sizes)} layers; modelled iteration: none {it['none']:.3f} ms, "
           f"dlgs_greedy {it['dlgs_greedy']:.3f} ms, exact {it['exact']:.3f} ms "
           f"({len(report['groups'])} groups)")

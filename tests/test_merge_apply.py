@@ -283,7 +283,6 @@ def test_merged_hook_decode_error_keeps_its_class(one_rank_group):
         _ddp_run([[7, 6, 5], [4, 3, 2, 1, 0]], [1], filt=flip_last_crc)
 
 
-@pytest.mark.slow
 def test_plans_over_gloo_equal_no_plan_and_simulation():
     """2 ranks (torch.multiprocessing spawn): for greedy, exact and a random grouping, under
     three bucket sizes, DDP with the merged hook ends with the plain hook's parameters on every
@@ -301,3 +300,44 @@ def test_plans_over_gloo_equal_no_plan_and_simulation():
             assert all(rows.values()), (name, rows)
     layouts = report["layouts"]
     assert any(g > 1 for g, _ in layouts.values()) and any(b > 1 for _, b in layouts.values())
+
+
+@pytest.mark.slow
+def test_train_ddp_with_measured_plan_equals_simulation(tmp_path):
+    """`gradblock train --ddp --merge-plan exact` under torchrun (2 ranks): rank 0 measures and
+    plans, both ranks use its groups, and both end with the simulation's parameters (no plan)."""
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    from test_ddp_hook import torchrun
+    from gradblock.shim.config import TrainConfig
+    from gradblock.shim.trainer import run_training
+    common = ["--data", "digits", "--compressor", "coarse", "--k", "2", "--epochs", "1",
+              "--batch-size", "32", "--threads", "1", "--no-progress", "--max-steps", "5"]
+    proc = torchrun(["gradblock.cli", "train", "--ddp", *common, "--merge-plan", "exact",
+                     "--out", str(tmp_path / "ddp")])
+    assert proc.returncode == 0, proc.stderr
+    sim = run_training(TrainConfig(data="digits", compressor="coarse", k=2, epochs=1, batch_size=32,
+                                   workers=2, threads=1, max_steps=5, progress=False,
+                                   out=str(tmp_path / "sim")))
+    result = json.loads((tmp_path / "ddp" / "result.json").read_text())
+    assert sorted(n for g in result["merge_groups"] for n in g) == \
+        sorted(lay["name"] for lay in result["layers"])
+    sim_params = torch.load(tmp_path / "sim" / "model.pt", weights_only=True)
+    for r in (0, 1):
+        state = torch.load(tmp_path / "ddp" / f"model.rank{r}.pt", weights_only=True)
+        assert all(torch.equal(state[k], v) for k, v in sim_params.items()), r
+    assert result["bytes_sent"] == sim["bytes_sent"]
+
+
+@pytest.mark.slow
+def test_merge_plan_executes_through_the_ddp_hook(tmp_path):
+    """`gradblock merge-plan --execute ddp`: every plan measured through DDP and the merged hook,
+    beside the modelled times (the model's inputs from the torch codec's compressor)."""
+    from gradblock.shim.merge_measure import merge_plan_main
+    out = tmp_path / "m.json"
+    assert merge_plan_main(["--model", "digits-cnn", "--repeats", "1", "--execute", "ddp",
+                            "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["execute"] == "ddp" and set(r["measured_ms"]) == set(r["iteration_ms"])
+    assert all(v > 0 for v in r["measured_ms"].values())
+    assert sum(r["inputs"]["wire_bytes"]) < sum(r["inputs"]["sizes"])    # k = 1 frames, not bounds
