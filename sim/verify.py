@@ -76,6 +76,10 @@ REGISTRY: dict[str, RtlModule] = {m.name: m for m in [
     RtlModule("compress_engine", "compress_engine", "gradblock.sim.tb_compress_engine",
               "golden_cases", "top", ("grad_bits", "residual_in", "frame", "residual_out"),
               parameters={"ADDR_W": 32, "K_MAX": 128, "LMAX_LOG2_MAX": 8}),
+    # the golden "exchange" list: N worker frames -> int64 sums in an AxiRam (docs/hw.md)
+    RtlModule("aggregate_engine", "aggregate_engine", "gradblock.sim.tb_aggregate_engine",
+              "golden_cases", "exchange", ("frames", "sums"),
+              parameters={"ADDR_W": 32, "MAX_BURST": 16}),
 ]}
 
 _SEVERITY = {"pass": 0, "skip": 1, "fail": 2, "error": 3}
@@ -174,7 +178,7 @@ def verify_main(argv: list[str]) -> int:
     if reason:
         print(f"gradblock verify: {args.sim} unavailable: {reason}", file=sys.stderr)
         return 2
-    from gradblock.refmodel.golden_format import GoldenError, load_golden
+    from gradblock.refmodel.golden_format import GoldenError, load_exchange, load_golden
 
     with tempfile.TemporaryDirectory(prefix="gradblock-verify-") as tmp:
         work = Path(tmp)
@@ -190,7 +194,7 @@ def verify_main(argv: list[str]) -> int:
                       f"({type(e).__name__}: {e}); pass --vectors DIR", file=sys.stderr)
                 return 2
         try:
-            cases = load_golden(golden)
+            cases = load_golden(golden) + load_exchange(golden)
         except GoldenError as e:
             print(f"gradblock verify: {e}", file=sys.stderr)
             return 2

@@ -1,0 +1,328 @@
+"""cocotb testbench of hw/aggregate_engine.sv: golden exchange cases (N worker frames -> int64
+sums, or the reference's error) with the sums in a cocotbext-axi AxiRam (64-bit data), checked
+word for word after every layer, 16 guard words on each side checked untouched. Random idle
+cycles on the frame stream and on all five AXI channels; hostile cases (bad CRC, mismatched
+layer id / range, truncated frame, size mismatch) each followed by a clean layer; a refused
+configuration; resets mid-layer with bursts in flight; cycles and memory beats per layer.
+
+Cases: the "exchange" list of every golden directory in TB_GOLDEN_DIR / TB_GOLDEN_DIRS
+(gradblock.refmodel.golden_format.load_exchange), narrowed by TB_CASES and TB_MAX_N.
+Layers alternate between cfg_clear = 1 (the memory holds garbage first) and adding onto
+random int64 start values (expected = start + sums).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+import cocotb
+from cocotb.triggers import ClockCycles, RisingEdge
+from cocotbext.axi import AxiBus, AxiRam, AxiStreamFrame
+
+from gradblock.codec import zrle
+from gradblock.hw.sv_constants import codes
+from gradblock.refmodel.golden_format import load_exchange
+from gradblock.sim import tb_datapath_common as tbc
+from gradblock.sim import tb_util
+
+MODULE = "aggregate_engine"
+GUARD_WORDS = 16
+GUARD = 0xA5C3_5A3C_0F1E_2D3B
+BASE = 0x1000 * 3 - 8 * 5          # not 4 KiB aligned: bursts split at the page boundary
+FRAME_CODES = codes("FRAME_ERR_")
+AGG_CODES = codes("AGG_ERR_")
+
+
+def param(name: str) -> int:
+    return tb_util.hdl_parameter(name)
+
+
+def error_code(name: str) -> int:
+    """The RTL's err_code for a golden error name (gradblock_pkg)."""
+    return FRAME_CODES[name] if name in FRAME_CODES else AGG_CODES[name]
+
+
+def load_cases():
+    wanted = {c for c in os.environ.get("TB_CASES", "").split(",") if c}
+    hi = tb_util.env_int("TB_MAX_N", 2**32)
+    cases = [c for d in tbc.golden_dirs() for c in load_exchange(d)]
+    unknown = sorted(wanted - {c.name for c in cases})
+    if unknown:
+        raise ValueError(f"TB_CASES names unknown cases: {unknown}")
+    cases = [c for c in cases if (not wanted or c.name in wanted) and c.meta["n"] <= hi]
+    if not cases:
+        raise RuntimeError("no exchange case in the golden directories within the selection")
+    return cases
+
+
+def worker_frames(case) -> list[list[int]]:
+    ends = np.cumsum(case.meta["frame_words"])
+    f = case.arrays["frames"]
+    return [f[e - w:e].tolist() for e, w in zip(ends, case.meta["frame_words"])]
+
+
+def literals(case) -> int:
+    """Literals of a valid exchange: what the engine reads and writes, one beat each."""
+    return sum(int(np.count_nonzero(zrle.decode_frame(np.asarray(f, np.uint32),
+                                                      case.meta["n"]).values))
+               for f in worker_frames(case))
+
+
+class Engine:
+    def __init__(self, dut, mem_bytes: int):
+        self.dut = dut
+        self.src = tbc.source(dut, "s")
+        self.ram = AxiRam(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst, size=mem_bytes)
+        self.mem_channels = [self.ram.read_if.ar_channel, self.ram.read_if.r_channel,
+                             self.ram.write_if.aw_channel, self.ram.write_if.w_channel,
+                             self.ram.write_if.b_channel]
+        tb_util.quiet(self.ram.read_if, self.ram.write_if, *self.mem_channels)
+        self.inputs = [self.src] + self.mem_channels
+        dut.cfg_valid.value = 0
+        self.done_seen = self.done_cycle = self.cycle = 0
+        self.beats = dict.fromkeys(("ar", "r", "aw", "w"), 0)
+        self._handshakes = [(ch, getattr(dut, f"m_axi_{ch}valid"), getattr(dut, f"m_axi_{ch}ready"))
+                            for ch in self.beats]
+        self.rng = np.random.default_rng(5)
+        cocotb.start_soon(self._count())
+
+    async def _count(self):
+        while True:
+            await RisingEdge(self.dut.clk)
+            self.cycle += 1
+            if self.dut.done.value == 1:
+                self.done_seen += 1
+                self.done_cycle = self.cycle
+            for ch, valid, ready in self._handshakes:
+                if valid.value == 1 and ready.value == 1:
+                    self.beats[ch] += 1
+
+    # ---- memory
+    def write_sums(self, base: int, values) -> None:
+        self.ram.write(base, np.asarray(values, np.int64).tobytes())
+
+    def sums(self, base: int, n: int) -> np.ndarray:
+        return np.frombuffer(self.ram.read(base, 8 * n), np.int64)
+
+    def load(self, base: int, n: int, clear: bool) -> np.ndarray:
+        """Guards around the region and its start values (garbage when the engine clears);
+        returns what the region must hold before the frames add to it."""
+        guard = np.full(GUARD_WORDS, GUARD, np.uint64)
+        self.ram.write(base - 8 * GUARD_WORDS, guard.tobytes())
+        self.ram.write(base + 8 * n, guard.tobytes())
+        start = self.rng.integers(-2**62, 2**62, n, dtype=np.int64)
+        self.write_sums(base, start)
+        return np.zeros(n, np.int64) if clear else start
+
+    def check_guards(self, name: str, base: int, n: int) -> None:
+        for where, addr in (("before", base - 8 * GUARD_WORDS), ("after", base + 8 * n)):
+            tbc.check_words(name, f"memory {where} the sums", [GUARD] * GUARD_WORDS,
+                            np.frombuffer(self.ram.read(addr, 8 * GUARD_WORDS), np.uint64),
+                            width=64)
+
+    # ---- control
+    async def configure(self, n: int, workers: int, base: int, clear: bool) -> int:
+        d = self.dut
+        d.cfg_n.value = n
+        d.cfg_workers.value = workers
+        d.cfg_sum_base.value = base
+        d.cfg_clear.value = int(clear)
+        d.cfg_valid.value = 1
+        for _ in range(1000):
+            await RisingEdge(d.clk)
+            if d.cfg_ready.value == 1:
+                break
+        else:
+            raise AssertionError("cfg_ready did not rise within 1000 cycles")
+        taken = self.cycle
+        d.cfg_valid.value = 0
+        return taken
+
+    async def wait_done(self, before: int, cycles: int, what: str) -> None:
+        for _ in range(cycles):
+            if self.done_seen > before:
+                return
+            await RisingEdge(self.dut.clk)
+        raise AssertionError(f"{what}: done did not pulse within {cycles} cycles")
+
+    def status(self) -> dict:
+        d = self.dut
+        return {k: int(getattr(d, k).value) for k in (
+            "err_code", "err_word", "err_worker", "frames_done", "hdr_layer_id",
+            "hdr_range_bits", "lit_count", "rd_beats", "wr_beats")}
+
+    async def run_layer(self, case, clear: bool, base: int = BASE, frames=None):
+        """Config, every worker's frame, done. Returns (expected start, status, cycles)."""
+        n, workers = case.meta["n"], case.meta["n_workers"]
+        start_vals = self.load(base, n, clear)
+        frames = worker_frames(case) if frames is None else frames
+        before = self.done_seen
+        t0 = await self.configure(n, workers, base, clear)
+        for f in frames:
+            await self.src.send(AxiStreamFrame(tdata=f))
+        words = sum(len(f) for f in frames)
+        await self.wait_done(before, 60 * (words + workers * n) + 60 * n + 5000,
+                             f"case {case.name}")
+        return start_vals, self.status(), self.done_cycle - t0
+
+    def check(self, case, start_vals, status, clear: bool, base: int = BASE) -> None:
+        name, n, err = case.name, case.meta["n"], case.meta["error"]
+        self.check_guards(name, base, n)
+        tbc.check_value(name, "frames_done", case.meta["n_workers"], status["frames_done"])
+        if err is None:
+            tbc.check_value(name, "err_code", 0, status["err_code"])
+            tbc.check_words(name, "sums", (start_vals + case.arrays["sums"]).view(np.uint64),
+                            self.sums(base, n).view(np.uint64), width=64)
+            lit = literals(case)
+            tbc.check_value(name, "lit_count", lit, status["lit_count"])
+            tbc.check_value(name, "rd_beats (one per literal)", lit, status["rd_beats"])
+            tbc.check_value(name, "wr_beats (one per literal, one per cleared sum)",
+                            lit + (n if clear else 0), status["wr_beats"])
+            if case.meta["n_workers"]:
+                tbc.check_value(name, "hdr_layer_id", case.meta["layer_id"],
+                                status["hdr_layer_id"])
+                tbc.check_value(name, "hdr_range_bits", case.meta["range_bits"],
+                                status["hdr_range_bits"])
+        else:
+            tbc.check_value(name, f"err_code ({err['name']})", error_code(err["name"]),
+                            status["err_code"])
+            tbc.check_value(name, "err_worker", err["worker"], status["err_worker"])
+            tbc.check_value(name, "err_word", err["word"], status["err_word"])
+
+
+def mem_bytes_for(cases) -> int:
+    top = BASE + 8 * (max(c.meta["n"] for c in cases) + GUARD_WORDS) + 4096
+    return 1 << max(16, top.bit_length())
+
+
+def good_cases(cases):
+    return [c for c in cases if c.meta["error"] is None]
+
+
+@tbc.traffic_test
+async def golden_cases(dut, traffic):
+    """Every exchange case, layer after layer without reset, under this traffic profile; an
+    error case is followed by a clean layer (with clear) that must be exact."""
+    cases = load_cases()
+    tb = Engine(dut, mem_bytes_for(cases))
+    await tbc.start(dut)
+    # the smallest valid layer with elements: what must come out exact after an error
+    clean = min([c for c in good_cases(cases) if c.meta["n"]] or cases, key=lambda c: c.meta["n"])
+    layer = 0
+
+    async def run_case(case):
+        nonlocal layer
+        layer += 1
+        clear = layer % 2 == 1
+        start_vals, status, _ = await tb.run_layer(case, clear)
+        tb.check(case, start_vals, status, clear)
+        if case.meta["error"] is not None and clean.meta["error"] is None:
+            start_vals, status, _ = await tb.run_layer(clean, True)
+            tb.check(clean, start_vals, status, True)
+            return f"{case.meta['error']['name']} reported, then {clean.name} exact"
+        return ""
+
+    await tbc.golden_loop(dut, MODULE, cases, run_case, tb.inputs, [], traffic)
+
+
+@cocotb.test()
+async def config_errors(dut):
+    """A base not 8-aligned, sums past the address space, 0 workers: AGG_ERR_CONFIG, no frame
+    word taken, memory untouched; then an exact layer."""
+    cases = good_cases(load_cases())
+    tb = Engine(dut, mem_bytes_for(cases))
+    await tbc.start(dut)
+    case = tbc.medium_case(cases, 256)
+    n, workers = case.meta["n"], case.meta["n_workers"]
+    for what, base, w in (("base not 8-aligned", BASE + 4, workers),
+                          ("sums past the address space", 2 ** param("ADDR_W") - 8, workers),
+                          ("0 workers", BASE, 0)):
+        start_vals = tb.load(BASE, n, False)
+        before = tb.done_seen
+        await tb.configure(n, w, base, True)
+        await tb.wait_done(before, 10, what)
+        await ClockCycles(dut.clk, 2)
+        st = tb.status()
+        tbc.check_value(case.name, f"err_code ({what})", AGG_CODES["CONFIG"], st["err_code"])
+        assert dut.s_tready.value == 0, f"{what}: frame input taken"
+        tbc.check_words(case.name, f"sums ({what})", start_vals.view(np.uint64),
+                        tb.sums(BASE, n).view(np.uint64), width=64)
+    start_vals, status, _ = await tb.run_layer(case, False)
+    tb.check(case, start_vals, status, False)
+
+
+@cocotb.test()
+async def reset_mid_layer(dut):
+    """Resets in the clear phase and in the middle of the frames with bursts in flight, each
+    followed by an exact layer (a layer cut short leaves its sums partly added, by design)."""
+    cases = good_cases(load_cases())
+    tb = Engine(dut, mem_bytes_for(cases))
+    await tbc.start(dut)
+    case = max(cases, key=lambda c: sum(c.meta["frame_words"]) if c.meta["n"] <= 2048 else 0)
+    n = case.meta["n"]
+    for salt, when in enumerate(("clear", "frames")):
+        tbc.set_traffic(tb.inputs, [], 0.3, 0.0, salt + 1)
+        tb.load(BASE, n, True)
+        await tb.configure(n, case.meta["n_workers"], BASE, True)
+
+        async def feed():
+            for f in worker_frames(case):
+                await tb.src.send(AxiStreamFrame(tdata=f))
+
+        cocotb.start_soon(feed())
+        if when == "clear":
+            await ClockCycles(dut.clk, max(4, n // 8))
+        else:      # the second frame's first read burst marks the middle
+            reads = 0
+            while reads < 3 or int(dut.frames_done.value) < 1:
+                await RisingEdge(dut.clk)
+                if dut.m_axi_arvalid.value == 1 and dut.m_axi_arready.value == 1:
+                    reads += 1
+        await tbc.reset(dut)
+        await ClockCycles(dut.clk, 2)
+        assert dut.busy.value == 0, f"busy after a reset in {when}"
+        assert dut.m_axi_arvalid.value == 0 and dut.m_axi_awvalid.value == 0 \
+            and dut.m_axi_wvalid.value == 0, f"AXI requests pending after a reset in {when}"
+        await ClockCycles(dut.clk, 20)          # let the feeder see the reset and stop
+        tbc.no_traffic(tb.inputs)
+        start_vals, status, _ = await tb.run_layer(case, salt == 0)
+        tb.check(case, start_vals, status, salt == 0)
+
+
+@cocotb.test()
+async def throughput(dut):
+    """Unthrottled, memory one beat per cycle: cycles from the config handshake to done and the
+    AXI beats per layer, for every valid case (TB_METRICS), without and with clear.
+    Asserted: one R and one W beat per literal, none per zero, the clear one W beat per sum,
+    and cycles <= sum over workers of (max(n, frame words) + 40) + 40 (+ n / MAX_BURST... for
+    the clear: n + 2 n / MAX_BURST + 40)."""
+    cases = good_cases(load_cases())
+    tb = Engine(dut, mem_bytes_for(cases))
+    await tbc.start(dut)
+    tbc.no_traffic(tb.inputs)
+    for case in cases:
+        n, workers = case.meta["n"], case.meta["n_workers"]
+        words = sum(case.meta["frame_words"])
+        lit = literals(case)
+        for clear in (False, True):
+            tb.beats = dict.fromkeys(tb.beats, 0)
+            start_vals, status, cycles = await tb.run_layer(case, clear)
+            tb.check(case, start_vals, status, clear)
+            b = dict(tb.beats)
+            budget = sum(max(n, w) + 40 for w in case.meta["frame_words"]) + 40
+            if clear:
+                budget += n + 2 * (-(-n // param("MAX_BURST"))) + 40
+            tb_util.write_metrics({
+                "module": MODULE, "case": case.name, "sim": cocotb.SIM_NAME, "clear": clear,
+                "n": n, "workers": workers, "frame_words": words, "literals": lit,
+                "cycles": cycles, "budget": budget, "axi_beats": b,
+                "cycles_per_frame_word": round(cycles / words, 4),
+                "cycles_per_element_per_worker": round(cycles / (n * workers), 4) if n else None,
+                "mem_beats_per_literal": round((b["r"] + b["w"] - (n if clear else 0)) / lit, 4)
+                if lit else None})
+            dut._log.info(f"{case.name} clear={clear}: n {n} x {workers} workers, {words} frame "
+                          f"words, {lit} literals: {cycles} cycles (budget {budget}), beats {b}")
+            tbc.check_value(case.name, "R beats", lit, b["r"])
+            tbc.check_value(case.name, "W beats", lit + (n if clear else 0), b["w"])
+            assert cycles <= budget, f"case {case.name}: {cycles} cycles, budget {budget}"
