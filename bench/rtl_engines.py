@@ -35,6 +35,9 @@ ECP5_JSON = REPO_ROOT / "docs" / "ecp5.json"
 COMPRESS_PARAMETERS = {"ADDR_W": 32, "K_MAX": 32, "LMAX_LOG2_MAX": 8}
 LARGE_MAX_N = 40_000
 SMALL_MIN_N = 2_000
+AGGREGATE_PARAMETERS = {"ADDR_W": 32, "MAX_BURST": 16}      # gradblock verify's build
+AGGREGATE_WORKERS = 4
+AGGREGATE_DENSE_K = 0.25     # a second exchange with more literals than the bench's k gives
 LINE_RATE_SHARE = 0.02       # the issue's line-rate condition: k_eff * B <= 2 % of n ...
 LINE_RATE_TARGET = 0.95      # ... then >= 0.95 elements per cycle
 NO_FMAX = "no ECP5 figure"
@@ -193,71 +196,211 @@ def add_compress_rows(table: Table, sim: str, runs: list[EngineRun], fmax: Fmax 
                   fmax.mhz if fmax else NO_FMAX, gbps(fmax, epc))
 
 
-def _compress_bench(n_cases: int) -> RtlBench:
-    return RtlBench("compress_engine", "gradblock.sim.tb_compress_engine", True,
-                    parameters=dict(COMPRESS_PARAMETERS),
-                    env={"TB_THROUGHPUT_CASES": str(n_cases), "TB_TRAFFIC": "0:0"})
+# ------------------------------------------------------------------- aggregate_engine
+def exchange_case(layer: EngineLayer, R: float, k, workers: int, name: str):
+    """(manifest entry, arrays) of one exchange (gradblock.golden_exchange): `workers` frames
+    of `layer`, each the compress step of its own gradient with its own step-1 residual. The
+    workers' gradients are the real one times a per-filter factor (log-normal, sigma 0.5,
+    seeded by the worker; worker 0 unchanged), so that, as in data-parallel training, they
+    pick different blocks."""
+    ExchangeSpec, compute_exchange = require(optional_module("gradblock.golden_exchange"),
+                                             "ExchangeSpec", "compute_exchange")
+    frames = []
+    for w in range(workers):
+        rows = layer.grad.shape[0]
+        factor = np.random.default_rng(w).lognormal(0.0, 0.5, rows) if w else np.ones(rows)
+        g = (layer.grad * factor.astype(np.float32).reshape((rows,) + (1,) * (layer.grad.ndim - 1))
+             ).astype(np.float32)
+        residual = compress_layer(g, None, R=R, k=k, layer_id=layer.layer_id).residual_out
+        frames.append(compress_layer(g, residual, R=R, k=k, layer_id=layer.layer_id).frame)
+    spec = ExchangeSpec(name, f"{workers} workers' frames of real conv layer "
+                              f"{tuple(layer.grad.shape)}, k = {k}", frames, layer.grad.size)
+    return compute_exchange(spec)
 
 
-def _write_golden(out: Path, cases) -> Path:
-    write_golden = require(optional_module("gradblock.refmodel.golden_format"), "write_golden")
-    write_golden(out, {"generator": "gradblock bench (table 4c: compress_engine layers)"}, cases)
+@dataclass(frozen=True)
+class AggregateRun:
+    """One layer's frames through aggregate_engine, as its `throughput` test recorded it."""
+    case: str
+    clear: bool              # the engine zeroed the n sums first (one W beat each)
+    n: int
+    workers: int
+    frame_words: int         # all workers' frames
+    literals: int            # nonzero values: the only ones that touch memory
+    cycles: int
+    ar: int
+    r: int
+    aw: int
+    w: int
+
+    @property
+    def zero_elements(self) -> int:
+        """Elements the frames cover with zero runs (no memory traffic in an ideal design)."""
+        return self.n * self.workers - self.literals
+
+    @property
+    def clear_writes(self) -> int:
+        return self.n if self.clear else 0
+
+    @property
+    def literal_beats(self) -> int:
+        return self.r + self.w - self.clear_writes
+
+
+def aggregate_runs(records: list[dict]) -> list[AggregateRun]:
+    out = []
+    for rec in records:
+        if rec.get("module") != "aggregate_engine":
+            continue
+        beats = rec.get("axi_beats")
+        if not isinstance(beats, dict):
+            raise ValueError(f"aggregate_engine record of {rec.get('case')} has no axi_beats")
+        out.append(AggregateRun(str(rec["case"]), bool(rec["clear"]), int(rec["n"]),
+                                int(rec["workers"]), int(rec["frame_words"]),
+                                int(rec["literals"]), int(rec["cycles"]), int(beats["ar"]),
+                                int(beats["r"]), int(beats["aw"]), int(beats["w"])))
     return out
+
+
+AGGREGATE_COLUMNS = ["simulator", "module", "case", "clear", "workers", "n", "frame words",
+                     "literals", "zero elements", "cycles", "cycles/frame word",
+                     "elements/cycle", "AR bursts", "R beats", "AW bursts", "W beats",
+                     "beats/literal", "beats/zero element", "Fmax (MHz)",
+                     "frame Gb/s at Fmax"]
+
+
+def aggregate_table() -> Table:
+    t = Table("rtl_aggregate", "4d. RTL aggregate_engine: cycles per frame word and memory "
+              "beats", AGGREGATE_COLUMNS)
+    t.notes.append("aggregate_engine (" + ", ".join(f"{k} {v}" for k, v in
+                                                   AGGREGATE_PARAMETERS.items())
+                   + "), its testbench's `throughput` test: unthrottled frame stream, "
+                   "cocotbext-axi AxiRam (64-bit) answering a beat per cycle, int64 sums checked "
+                   "exact; each case once adding onto the sums in memory (clear no) and once "
+                   "zeroing them first (clear yes: n more W beats). Frames: "
+                   f"{AGGREGATE_WORKERS} workers on the real conv layer of table 4c's smallest "
+                   "case (see exchange_case in bench/rtl_engines.py), at the bench's k and at "
+                   f"k = {AGGREGATE_DENSE_K:g}. zero elements = n x workers - literals; "
+                   "beats/literal = (R + W - clear writes) / literals, ideal 2 (read the sum, "
+                   "write it back); beats/zero element = (R + W - clear writes - 2 x literals) / "
+                   "zero elements, ideal 0 (zero runs never touch memory); elements/cycle = "
+                   "n x workers / cycles; frame Gb/s at Fmax = Fmax x frame words/cycle x 32 "
+                   "bits")
+    return t
+
+
+def add_aggregate_rows(table: Table, sim: str, runs: list[AggregateRun],
+                       fmax: Fmax | None) -> None:
+    for a in runs:
+        elements = a.n * a.workers
+        table.add(sim, "aggregate_engine", a.case, "yes" if a.clear else "no", a.workers, a.n,
+                  a.frame_words, a.literals, a.zero_elements, a.cycles,
+                  a.cycles / a.frame_words, elements / a.cycles, a.ar, a.r, a.aw, a.w,
+                  a.literal_beats / a.literals if a.literals else "no literal",
+                  (a.literal_beats - 2 * a.literals) / a.zero_elements if a.zero_elements
+                  else "no zero", fmax.mhz if fmax else NO_FMAX,
+                  gbps(fmax, a.frame_words / a.cycles))
 
 
 # ------------------------------------------------------------------------------ run
 def run(ctx: BenchContext, speed: Table) -> list[Table]:
     """Tables 4c and 4d; the engines' simulation speed goes into `speed` (table 4b)."""
-    comp = compress_table()
+    comp, agg = compress_table(), aggregate_table()
     if not ctx.rtl:
-        comp.skip(["icarus, verilator", "compress_engine"],
-                  "RTL simulations skipped (run with --rtl; on by default without --quick)")
-        return [comp]
-    fmax, fmax_note = ecp5_fmax("compress_engine")
-    comp.notes.append(fmax_note)
+        reason = "RTL simulations skipped (run with --rtl; on by default without --quick)"
+        comp.skip(["icarus, verilator", "compress_engine"], reason)
+        agg.skip(["icarus, verilator", "aggregate_engine"], reason)
+        return [comp, agg]
     layers = engine_layers(ctx.workloads)
     if not layers:
-        comp.skip(["icarus, verilator", "compress_engine"],
-                  f"no conv layer of {SMALL_MIN_N:,}..{LARGE_MAX_N:,} elements in the workloads")
-        return [comp]
+        reason = f"no conv layer of {SMALL_MIN_N:,}..{LARGE_MAX_N:,} elements in the workloads"
+        comp.skip(["icarus, verilator", "compress_engine"], reason)
+        agg.skip(["icarus, verilator", "aggregate_engine"], reason)
+        return [comp, agg]
     with tempfile.TemporaryDirectory(prefix="gradblock-bench-engines-") as tmp:
-        work = Path(tmp)
-        cases, cell = ctx.attempt("rtl engines: layer cases", lambda: [
-            engine_case(layer, ctx.R, ctx.k) for layer in layers])
-        fitting = []
-        for meta, arrays in cases or []:
-            if meta["k_eff"] > COMPRESS_PARAMETERS["K_MAX"]:
-                comp.skip(["icarus, verilator", "compress_engine", meta["name"]],
-                          f"k_eff {meta['k_eff']} > K_MAX {COMPRESS_PARAMETERS['K_MAX']} of "
-                          f"the ECP5 build")
-            else:
-                fitting.append((meta, arrays))
-        if cases is None or not fitting:
-            if cases is None:
-                comp.unmeasured(["icarus, verilator", "compress_engine"], cell)
-            return [comp]
-        golden, cell = ctx.attempt("rtl engines: golden directory",
-                                   lambda: _write_golden(work / "layers", fitting))
-        for sim in SIMULATORS:
-            got, why = (None, cell) if golden is None else ctx.attempt(
-                f"rtl {sim} compress_engine",
-                lambda sim=sim: _measure(_compress_bench(len(fitting)), sim, golden, work))
-            if got is None:
-                comp.unmeasured([sim, "compress_engine"], why)
-                speed.unmeasured([sim, "compress_engine"], why)
-                continue
-            result, runs = got
-            add_compress_rows(comp, sim, runs, fmax)
-            add_speed_row(speed, sim, "compress_engine", result, sum(e.n for e in runs))
-            ctx.log(f"rtl {sim} compress_engine: {len(runs)} layers, {result.seconds:.1f} s")
-    return [comp]
+        _run_compress(ctx, comp, speed, layers, Path(tmp))
+        _run_aggregate(ctx, agg, speed, min(layers, key=lambda e: e.grad.size), Path(tmp))
+    return [comp, agg]
 
 
-def _measure(bench: RtlBench, sim: str, golden: Path, work: Path):
+def _run_compress(ctx: BenchContext, comp: Table, speed: Table, layers: list[EngineLayer],
+                  work: Path) -> None:
+    fmax, fmax_note = ecp5_fmax("compress_engine")
+    comp.notes.append(fmax_note)
+    cases, cell = ctx.attempt("rtl engines: layer cases", lambda: [
+        engine_case(layer, ctx.R, ctx.k) for layer in layers])
+    if cases is None:
+        comp.unmeasured(["icarus, verilator", "compress_engine"], cell)
+        return
+    fitting = []
+    for meta, arrays in cases:
+        if meta["k_eff"] > COMPRESS_PARAMETERS["K_MAX"]:
+            comp.skip(["icarus, verilator", "compress_engine", meta["name"]],
+                      f"k_eff {meta['k_eff']} > K_MAX {COMPRESS_PARAMETERS['K_MAX']} of the "
+                      "ECP5 build")
+        else:
+            fitting.append((meta, arrays))
+    if not fitting:
+        return
+    golden, cell = ctx.attempt("rtl engines: golden directory", lambda: _write_golden(
+        work / "layers", "table 4c: compress_engine layers", fitting))
+    bench = RtlBench("compress_engine", "gradblock.sim.tb_compress_engine", True,
+                     parameters=dict(COMPRESS_PARAMETERS),
+                     env={"TB_THROUGHPUT_CASES": str(len(fitting)), "TB_TRAFFIC": "0:0"})
+    for sim in SIMULATORS:
+        got, why = (None, cell) if golden is None else ctx.attempt(
+            f"rtl {sim} compress_engine",
+            lambda sim=sim: _measure(bench, sim, golden, work, engine_runs))
+        if got is None:
+            comp.unmeasured([sim, "compress_engine"], why)
+            speed.unmeasured([sim, "compress_engine"], why)
+            continue
+        result, runs = got
+        add_compress_rows(comp, sim, runs, fmax)
+        add_speed_row(speed, sim, "compress_engine", result, sum(e.n for e in runs))
+        ctx.log(f"rtl {sim} compress_engine: {len(runs)} layers, {result.seconds:.1f} s")
+
+
+def _run_aggregate(ctx: BenchContext, agg: Table, speed: Table, layer: EngineLayer,
+                   work: Path) -> None:
+    fmax, fmax_note = ecp5_fmax("aggregate_engine")
+    agg.notes.append(fmax_note)
+    cases, cell = ctx.attempt("rtl engines: exchange cases", lambda: [
+        exchange_case(layer, ctx.R, k, AGGREGATE_WORKERS,
+                      f"{layer.name}_{AGGREGATE_WORKERS}workers_k{k:g}".replace(".", "p"))
+        for k in dict.fromkeys((ctx.k, AGGREGATE_DENSE_K))])
+    golden = None
+    if cases is not None:
+        golden, cell = ctx.attempt("rtl engines: exchange golden directory", lambda: _write_golden(
+            work / "exchange", "table 4d: aggregate_engine exchanges", [], cases))
+    bench = RtlBench("aggregate_engine", "gradblock.sim.tb_aggregate_engine", True,
+                     parameters=dict(AGGREGATE_PARAMETERS), env={"TB_TRAFFIC": "0:0"})
+    for sim in SIMULATORS:
+        got, why = (None, cell) if golden is None else ctx.attempt(
+            f"rtl {sim} aggregate_engine",
+            lambda sim=sim: _measure(bench, sim, golden, work, aggregate_runs))
+        if got is None:
+            agg.unmeasured([sim, "aggregate_engine"], why)
+            speed.unmeasured([sim, "aggregate_engine"], why)
+            continue
+        result, runs = got
+        add_aggregate_rows(agg, sim, runs, fmax)
+        add_speed_row(speed, sim, "aggregate_engine", result,
+                      sum(a.n * a.workers for a in runs))
+        ctx.log(f"rtl {sim} aggregate_engine: {len(runs)} runs, {result.seconds:.1f} s")
+
+
+def _write_golden(out: Path, what: str, cases, exchange=()) -> Path:
+    write_golden = require(optional_module("gradblock.refmodel.golden_format"), "write_golden")
+    write_golden(out, {"generator": f"gradblock bench ({what})"}, cases, exchange)
+    return out
+
+
+def _measure(bench: RtlBench, sim: str, golden: Path, work: Path, parse):
     result, records = run_throughput(bench, sim, golden, work)
-    runs = engine_runs(records)
+    runs = parse(records)
     if not runs:
-        raise RuntimeError("compress_engine throughput test recorded no layer")
+        raise RuntimeError(f"{bench.toplevel} throughput test recorded no layer")
     return result, runs
 
 

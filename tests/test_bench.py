@@ -27,6 +27,7 @@ TITLES = {
     "rtl": "4. RTL: cycles per word (unthrottled streams)",
     "rtl_speed": "4b. RTL simulation speed",
     "rtl_engine": "4c. RTL compress_engine: cycles and memory beats per element",
+    "rtl_aggregate": "4d. RTL aggregate_engine: cycles per frame word and memory beats",
     "training": "5. Training step: where the time goes (torch shim)",
 }
 LABEL_COLUMNS = {"workload", "threads", "device", "method", "implementation", "codec", "simulator",
@@ -328,11 +329,72 @@ def test_engine_layers_are_real_conv_layers_of_the_workloads():
     assert arrays["residual_in"].any()                # step 1's residual, not zeros
 
 
+def _aggregate_record(case, clear, n, workers, frame_words, literals, cycles, beats):
+    return {"module": "aggregate_engine", "case": case, "sim": "Icarus Verilog", "clear": clear,
+            "n": n, "workers": workers, "frame_words": frame_words, "literals": literals,
+            "cycles": cycles, "budget": 10**9, "axi_beats": dict(zip(("ar", "r", "aw", "w"), beats))}
+
+
+def check_aggregate_rows(rows: list[dict]) -> None:
+    """Every measured table-4d row: its ratio columns agree with its counts."""
+    for r in _measured(rows):
+        n, workers, lit = _num(r["n"]), _num(r["workers"]), _num(r["literals"])
+        words, cycles = _num(r["frame words"]), _num(r["cycles"])
+        clear_writes = n if r["clear"] == "yes" else 0
+        beats = _num(r["R beats"]) + _num(r["W beats"]) - clear_writes
+        assert _num(r["zero elements"]) == n * workers - lit, r
+        assert _close(_num(r["cycles/frame word"]), cycles / words), r
+        assert _close(_num(r["elements/cycle"]), n * workers / cycles), r
+        assert _close(_num(r["beats/literal"]), beats / lit), r
+        assert abs(_num(r["beats/zero element"]) - (beats - 2 * lit) / _num(r["zero elements"])) \
+            <= 1e-4 * max(1.0, abs(_num(r["beats/zero element"]))), r
+        if r["Fmax (MHz)"] != rtl_engines.NO_FMAX:
+            want = _num(r["Fmax (MHz)"]) * words / cycles * 32 / 1000
+            assert _close(_num(r["frame Gb/s at Fmax"]), want), r
+
+
+def test_aggregate_rows_agree_with_their_counts(tmp_path):
+    ecp5 = tmp_path / "ecp5.json"
+    ecp5.write_text(json.dumps({"modules": {"aggregate_engine": {"fmax_mhz": 80.0}}}))
+    fmax, _ = rtl_engines.ecp5_fmax("aggregate_engine", ecp5)
+    runs = rtl_engines.aggregate_runs([
+        _aggregate_record("sparse", False, 2304, 4, 620, 576, 9500, (40, 576, 40, 576)),
+        _aggregate_record("sparse", True, 2304, 4, 620, 576, 12000, (40, 576, 184, 2880)),
+        _engine_record("other", 10, 1, 12, (1, 11, 1, 11))])
+    assert [(a.case, a.clear) for a in runs] == [("sparse", False), ("sparse", True)]
+    assert runs[1].clear_writes == 2304 and runs[1].literal_beats == 2 * 576
+    table = rtl_engines.aggregate_table()
+    rtl_engines.add_aggregate_rows(table, "icarus", runs, fmax)
+    rtl_engines.add_aggregate_rows(table, "verilator", runs, None)
+    rows = parse_markdown_tables(table.to_markdown())[TITLES["rtl_aggregate"]]
+    assert len(rows) == 4 and [r["clear"] for r in rows[:2]] == ["no", "yes"]
+    check_aggregate_rows(rows)
+    assert _num(rows[0]["beats/literal"]) == 2 and _num(rows[1]["beats/zero element"]) == 0
+    with pytest.raises(AssertionError):
+        check_aggregate_rows([dict(rows[0], **{"beats/literal": "1.5"})])
+    rec = _aggregate_record("c", False, 10, 2, 8, 3, 30, (1, 3, 1, 3))
+    del rec["axi_beats"]
+    with pytest.raises(ValueError, match="axi_beats"):
+        rtl_engines.aggregate_runs([rec])
+
+
+def test_exchange_case_holds_workers_frames_of_a_real_layer():
+    from gradblock.golden_exchange import check_exchange, split_frames
+    w20 = make_workload("resnet20", "synthetic")
+    small = min(rtl_engines.engine_layers([w20]), key=lambda e: e.grad.size)
+    meta, arrays = rtl_engines.exchange_case(small, 10.0, 0.25, 4, "x_4workers")
+    assert meta["n"] == small.grad.size and meta["n_workers"] == 4 and meta["error"] is None
+    assert check_exchange(meta, arrays) == []                    # the reference's own sums
+    frames = split_frames(meta, arrays["frames"])
+    assert len({f.tobytes() for f in frames}) == 4               # the workers differ
+
+
 @pytest.mark.slow
 @pytest.mark.sim
 def test_engine_table_from_a_real_icarus_run(monkeypatch):
-    """compress_engine through Icarus on ResNet-20's 64x64x3x3 and 16x16x3x3 layers (~30 s):
-    measured rows whose ratios agree with their counts, and its speed row in table 4b."""
+    """Both engines through Icarus (~1 min): compress_engine on ResNet-20's 64x64x3x3 and
+    16x16x3x3 layers, aggregate_engine on 4 workers' frames of the latter; measured rows whose
+    ratios agree with their counts, and their speed rows in table 4b."""
     from gradblock.bench.context import BenchContext
     from gradblock.sim.harness import simulator_available
     if simulator_available("icarus"):
@@ -342,14 +404,19 @@ def test_engine_table_from_a_real_icarus_run(monkeypatch):
                        workloads=[make_workload("resnet20", "synthetic")], k=0.01, R=10.0,
                        rtl=True, verbose=False)
     speed = rtl_runner.speed_table()
-    (table,) = rtl_engines.run(ctx, speed)
+    comp, agg = rtl_engines.run(ctx, speed)
     assert not ctx.failures, ctx.failures
-    rows = parse_markdown_tables(table.to_markdown())[TITLES["rtl_engine"]]
+    rows = parse_markdown_tables(comp.to_markdown())[TITLES["rtl_engine"]]
     assert len(_measured(rows)) == 2, rows
     check_engine_rows(rows)
     line_rate = next(r for r in rows if r["case"].endswith("64x64x3x3"))
     assert _num(line_rate["elements/cycle"]) >= 0.95
-    assert [r[1] for r in speed.rows] == ["compress_engine"]
+    rows = parse_markdown_tables(agg.to_markdown())[TITLES["rtl_aggregate"]]
+    assert len(_measured(rows)) == 4, rows            # two exchanges, without and with clear
+    check_aggregate_rows(rows)
+    assert all(_num(r["beats/literal"]) == 2 and _num(r["beats/zero element"]) == 0
+               for r in rows)
+    assert [r[1] for r in speed.rows] == ["compress_engine", "aggregate_engine"]
 
 
 # ------------------------------------------------------------------------------ quick run
@@ -401,7 +468,7 @@ def test_quick_run_cells_parse(quick_report):
                 if col in LABEL_COLUMNS or skipped:
                     continue
                 if value in ("no baseline", "no reference", "no zstd", "inf",
-                             rtl_engines.NO_FMAX):
+                             rtl_engines.NO_FMAX, "no literal", "no zero"):
                     continue
                 _num(value)                          # raises if a number does not parse
     # the measured tables have measured rows: ResNet-20 on one thread at least
