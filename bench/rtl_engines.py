@@ -1,11 +1,11 @@
 """Tables 4c and 4d: the engines, whose layers live in external memory (hw/compress_engine.sv,
-hw/aggregate_engine.sv), on real layers. Per layer: cycles from the configuration handshake to
+hw/aggregate_engine.sv), on layers of the benchmark's workloads. Per layer: cycles from the configuration handshake to
 `done`, AXI4 memory traffic counted on the channels by the testbench (AR and AW handshakes =
 bursts, R and W handshakes = data beats), and the fp32 gradient rate at the clock the engine
 reached on ECP5 (docs/ecp5.json, written by `gradblock synth --target ecp5 --json`).
 
-compress_engine runs layers of the benchmark's workloads, gradients and residual as the other
-tables use them (the residual is step 1's on the same gradient): per workload its largest conv
+compress_engine runs conv layers of the workloads, gradients (real unless --gradients synthetic)
+and residual as the other tables use them (the residual is step 1's on the same gradient): per workload its largest conv
 layer of at most LARGE_MAX_N elements (the selected blocks hold 1-2 % of it at k = 1 %: the
 line-rate regime) and the first workload's smallest conv layer of at least SMALL_MIN_N (a few %
 selected: pass 2 shows). cocotb simulates a few thousand engine cycles per second, so larger
@@ -135,7 +135,8 @@ def engine_case(layer: EngineLayer, R: float, k):
     make_case = require(optional_module("gradblock.sim.datapath_vectors"), "make_case")
     residual = compress_layer(layer.grad, None, R=R, k=k, layer_id=layer.layer_id).residual_out
     return make_case(layer.name, layer.grad, residual, R=R, k=k, layer_id=layer.layer_id,
-                     description=f"real conv layer {tuple(layer.grad.shape)}, step-1 residual")
+                     description=f"conv layer {tuple(layer.grad.shape)} of a bench workload, "
+                                 "step-1 residual")
 
 
 @dataclass(frozen=True)
@@ -179,8 +180,8 @@ def compress_table() -> Table:
                    + "); its testbench's `throughput` test: unthrottled gradient and frame "
                    "streams, cocotbext-axi AxiRam answering a beat per cycle; frame and residual "
                    "memory checked exact against the numpy reference. cycles: configuration "
-                   "handshake to `done`. Layers: real gradients (see the header), k and R as "
-                   "above, residual from step 1. S = elements in the selected blocks; the "
+                   "handshake to `done`. Layers: conv layers of the workloads (gradients as the "
+                   "header says), k and R as above, residual from step 1. S = elements in the selected blocks; the "
                    "engine reads and writes each element once in pass 1 and each selected "
                    "element once more in pass 2, so the ideal is n + S beats each way, "
                    "(n + S) / n per element; AR/AW count bursts (at most 16 beats, split at "
@@ -200,7 +201,7 @@ def add_compress_rows(table: Table, sim: str, runs: list[EngineRun], fmax: Fmax 
 def exchange_case(layer: EngineLayer, R: float, k, workers: int, name: str):
     """(manifest entry, arrays) of one exchange (gradblock.golden_exchange): `workers` frames
     of `layer`, each the compress step of its own gradient with its own step-1 residual. The
-    workers' gradients are the real one times a per-filter factor (log-normal, sigma 0.5,
+    workers' gradients are the layer's times a per-filter factor (log-normal, sigma 0.5,
     seeded by the worker; worker 0 unchanged), so that, as in data-parallel training, they
     pick different blocks."""
     ExchangeSpec, compute_exchange = require(optional_module("gradblock.golden_exchange"),
@@ -213,7 +214,7 @@ def exchange_case(layer: EngineLayer, R: float, k, workers: int, name: str):
              ).astype(np.float32)
         residual = compress_layer(g, None, R=R, k=k, layer_id=layer.layer_id).residual_out
         frames.append(compress_layer(g, residual, R=R, k=k, layer_id=layer.layer_id).frame)
-    spec = ExchangeSpec(name, f"{workers} workers' frames of real conv layer "
+    spec = ExchangeSpec(name, f"{workers} workers' frames of conv layer "
                               f"{tuple(layer.grad.shape)}, k = {k}", frames, layer.grad.size)
     return compute_exchange(spec)
 
@@ -278,7 +279,7 @@ def aggregate_table() -> Table:
                    "cocotbext-axi AxiRam (64-bit) answering a beat per cycle, int64 sums checked "
                    "exact; each case once adding onto the sums in memory (clear no) and once "
                    "zeroing them first (clear yes: n more W beats). Frames: "
-                   f"{AGGREGATE_WORKERS} workers on the real conv layer of table 4c's smallest "
+                   f"{AGGREGATE_WORKERS} workers on the conv layer of table 4c's smallest "
                    "case (see exchange_case in bench/rtl_engines.py), at the bench's k and at "
                    f"k = {AGGREGATE_DENSE_K:g}. zero elements = n x workers - literals; "
                    "beats/literal = (R + W - clear writes) / literals, ideal 2 (read the sum, "
