@@ -1,9 +1,12 @@
 // Cuts a list of element ranges into AXI4 INCR bursts of 32-bit words for compress_engine:
 // ranges [range_start, range_end) for range_idx = 0 .. count-1 (ascending, non-empty), element e
 // at byte address base + 4e; a burst has at most MAX_BURST beats and never crosses a 4 KiB
-// boundary (AXI4 rule). The parent shows the current range on range_start/range_end (a mux
-// on range_idx); one cycle per range loads its start and end into registers (so the parent's
-// mux ends there, off the burst arithmetic), then one burst per cycle at most.
+// boundary (AXI4 rule).
+// Every path is register to register through at most one carry chain and a compare (150 MHz on
+// ECP5): per range, SEL (range_idx settles; the parent registers the range it selects), LOAD
+// (latch range_start / range_end), CALC (remaining words, start address); per burst, LEN (the
+// burst's length and whether it ends the range, registered) then RUN (req_valid until
+// req_fire). So a range costs 3 cycles and a burst 2, with bursts of up to MAX_BURST beats.
 //   start      begin walking from range 0 (ignored while count is 0: done stays high)
 //   req_valid  a burst is ready: req_addr, req_len (beats, 1..MAX_BURST), req_elems = elements
 //              already covered by earlier bursts; req_fire takes it
@@ -28,41 +31,63 @@ module burst_walker #(
 );
     localparam logic [31:0] MAX_U = MAX_BURST;
 
-    logic        active, loaded;
-    logic [31:0] pos, end_r, remaining;
+    typedef enum logic [2:0] {IDLE, SEL, LOAD, CALC, LEN, RUN} walk_t;
+    walk_t       st;
+    logic [31:0] start_r, end_r, remaining;
     logic [10:0] to_4k;          // beats left before the next 4 KiB boundary, 1..1024
-    logic [31:0] len32;
+    logic [10:0] cap;            // min(MAX_BURST, to_4k): a burst's most beats here
+    logic        fits, last_burst, last_range;
 
-    assign remaining = end_r - pos;
     assign to_4k = 11'd1024 - {1'b0, req_addr[11:2]};
-    assign len32 = (remaining < MAX_U) ? remaining : MAX_U;
-    assign req_len = (len32 < {21'd0, to_4k}) ? len32[8:0] : to_4k[8:0];
-    assign req_valid = active && loaded;
-    assign done = !active;
+    assign cap = (MAX_U[10:0] < to_4k) ? MAX_U[10:0] : to_4k;
+    // the rest of the range fits one burst: compares side by side, no chain behind a mux
+    assign fits = remaining <= MAX_U && remaining[31:11] == 21'd0 && remaining[10:0] <= to_4k;
+    logic unused_cap;                 // cap <= MAX_BURST <= 256: 9 bits
+    assign unused_cap = ^cap[10:9];
+    assign req_valid = st == RUN;
+    assign done = st == IDLE;
 
     always_ff @(posedge clk) begin
         if (rst) begin
-            active <= 1'b0;
-            loaded <= 1'b0;
+            st <= IDLE;
         end else if (start) begin
-            active <= count != 32'd0;
-            loaded <= 1'b0;
+            st <= (count != 32'd0) ? SEL : IDLE;
             range_idx <= 32'd0;
             req_elems <= 32'd0;
-        end else if (active && !loaded) begin
-            pos <= range_start;
-            end_r <= range_end;
-            req_addr <= base + ADDR_W'({range_start, 2'b00});
-            loaded <= 1'b1;
-        end else if (req_fire) begin
-            pos <= pos + {23'd0, req_len};
-            req_addr <= req_addr + ADDR_W'({req_len, 2'b00});
-            req_elems <= req_elems + {23'd0, req_len};
-            if (pos + {23'd0, req_len} == end_r) begin
-                loaded <= 1'b0;
-                range_idx <= range_idx + 32'd1;
-                if (range_idx + 32'd1 == count) active <= 1'b0;
-            end
+        end else begin
+            case (st)
+                SEL: begin
+                    last_range <= range_idx + 32'd1 == count;
+                    st <= LOAD;
+                end
+                LOAD: begin
+                    start_r <= range_start;
+                    end_r <= range_end;
+                    st <= CALC;
+                end
+                CALC: begin
+                    remaining <= end_r - start_r;
+                    req_addr <= base + ADDR_W'({start_r, 2'b00});
+                    st <= LEN;
+                end
+                LEN: begin
+                    req_len <= fits ? remaining[8:0] : cap[8:0];
+                    last_burst <= fits;
+                    st <= RUN;
+                end
+                RUN: if (req_fire) begin
+                    remaining <= remaining - {23'd0, req_len};
+                    req_addr <= req_addr + ADDR_W'({req_len, 2'b00});
+                    req_elems <= req_elems + {23'd0, req_len};
+                    if (!last_burst) begin
+                        st <= LEN;
+                    end else begin
+                        range_idx <= range_idx + 32'd1;
+                        st <= last_range ? IDLE : SEL;
+                    end
+                end
+                default: st <= IDLE;
+            endcase
         end
     end
 endmodule

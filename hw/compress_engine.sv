@@ -102,7 +102,7 @@ module compress_engine #(
     localparam logic [4:0] LMAX_LIMIT = (LMAX_LOG2_MAX < 24) ? 5'(LMAX_LOG2_MAX) : 5'd24;
     localparam int XW = (ADDR_W > 34) ? ADDR_W + 1 : 35;   // base + 4n without overflow
 
-    typedef enum logic [3:0] {IDLE, CHECK, CHECK2, PASS1, PREP_A, PREP_B, ENC_CFG, PASS2}
+    typedef enum logic [3:0] {IDLE, CHECK, MUL, CHECK_A, CHECK2, PASS1, PREP, ENC_CFG, PASS2}
         state_t;
     state_t state;
     logic   phase2;      // pass 2's walkers and data sources are selected
@@ -111,29 +111,45 @@ module compress_engine #(
     logic [31:0] n_r, bs_r, nb_r, k_r, m_r, ks_r, rb_r, id_r;
     logic  [4:0] lmax_r;
     logic [ADDR_W-1:0] base_r;
-    logic [31:0] k_eff, bs_n;
-    logic [63:0] span_r;     // n_blocks * min(B, n), registered in CHECK
+    // the check runs over several cycles, each step registered (150 MHz on ECP5): CHECK
+    // registers k_eff, min(B, n), n + min(B, n) and the residual's end address; MUL waits for
+    // span = n_blocks * min(B, n) (mul32_pipe, 3 cycles); CHECK_A registers each condition;
+    // CHECK2 takes the first failing one
+    logic [31:0] k_eff, bs_n;            // min(k, n_blocks), min(B, n): registered in CHECK
+    logic [32:0] n_plus_bs;              // n + min(B, n)
+    logic [63:0] span;                   // n_blocks * min(B, n)
+    logic  [1:0] mul_wait;
     logic  [3:0] check_code;
 
     assign cfg_ready = state == IDLE;
     assign busy = state != IDLE;
-    assign k_eff = (k_r < nb_r) ? k_r : nb_r;
-    // min(B, n): ceil(n / B) = 1 for every B >= n
-    assign bs_n = (bs_r < n_r) ? bs_r : n_r;
+
+    mul32_pipe u_span_mul (.clk, .a(nb_r), .b(bs_n), .p(span));
 
     logic bad_addr, bad_bs, bad_nb, bad_k, bad_k_max, bad_lmax, bad_range, bad_m;
     logic [XW-1:0] res_end;
-    assign res_end = XW'(base_r) + XW'({n_r, 2'b00});
-    assign bad_addr = base_r[1:0] != 2'd0 || res_end > (XW'(1) << ADDR_W);
-    assign bad_bs = bs_r == 32'd0;
-    assign bad_nb = (n_r == 32'd0) ? nb_r != 32'd0
-                  : (nb_r == 32'd0 || nb_r > n_r || span_r < {32'd0, n_r}
-                     || span_r - {32'd0, bs_n} >= {32'd0, n_r});
-    assign bad_k = n_r != 32'd0 && k_r == 32'd0;
-    assign bad_k_max = k_eff > K_MAX_U;
-    assign bad_lmax = lmax_r == 5'd0 || lmax_r > LMAX_LIMIT;
-    assign bad_range = rb_r[31] || rb_r[30:23] == 8'hFF || rb_r == 32'd0;
-    assign bad_m = !m_r[31];
+    always_ff @(posedge clk) begin
+        if (state == CHECK) begin
+            k_eff <= (k_r < nb_r) ? k_r : nb_r;
+            // min(B, n): ceil(n / B) = 1 for every B >= n
+            bs_n <= (bs_r < n_r) ? bs_r : n_r;
+            n_plus_bs <= {1'b0, n_r} + {1'b0, ((bs_r < n_r) ? bs_r : n_r)};
+            res_end <= XW'(base_r) + XW'({n_r, 2'b00});
+        end
+        if (state == CHECK_A) begin
+            bad_addr <= base_r[1:0] != 2'd0 || res_end > (XW'(1) << ADDR_W);
+            bad_bs <= bs_r == 32'd0;
+            // n_blocks = ceil(n / B'), B' = min(B, n): span >= n > span - B'
+            bad_nb <= (n_r == 32'd0) ? nb_r != 32'd0
+                    : (nb_r == 32'd0 || nb_r > n_r || span < {32'd0, n_r}
+                       || span >= {31'd0, n_plus_bs});
+            bad_k <= n_r != 32'd0 && k_r == 32'd0;
+            bad_k_max <= k_eff > K_MAX_U;
+            bad_lmax <= lmax_r == 5'd0 || lmax_r > LMAX_LIMIT;
+            bad_range <= rb_r[31] || rb_r[30:23] == 8'hFF || rb_r == 32'd0;
+            bad_m <= !m_r[31];
+        end
+    end
     assign check_code = bad_addr ? 4'd1 : bad_bs ? 4'd2 : bad_nb ? 4'd3 : bad_k ? 4'd4
                       : bad_k_max ? 4'd5 : bad_lmax ? 4'd6 : bad_range ? 4'd7 : bad_m ? 4'd8
                       : 4'd0;
@@ -157,7 +173,8 @@ module compress_engine #(
     logic [31:0] ar_idx, aw_idx, ar_rs, ar_re, aw_rs, aw_re, ar_elems, aw_elems, walk_count;
     logic        ar_req, ar_fire, ar_done, aw_req, aw_fire, aw_done, walk_start;
     logic  [8:0] ar_len, aw_len;
-    logic [31:0] res_inflight;        // words requested and not yet taken from the FIFO
+    localparam int CW = (RES_FIFO_AW + 2 > 10) ? RES_FIFO_AW + 2 : 10;
+    logic [CW-1:0] res_inflight;      // words requested and not yet taken from the FIFO
     logic        res_push, res_pop, res_full, res_empty;
     logic [31:0] res_head;
     logic [31:0] rd_got;              // pass 2: words received
@@ -170,7 +187,7 @@ module compress_engine #(
     );
 
     // credits: a burst goes out only when the FIFO has room for all of it, so R never stalls
-    assign m_axi_arvalid = ar_req && res_inflight + {23'd0, ar_len} <= RES_DEPTH;
+    assign m_axi_arvalid = ar_req && res_inflight + CW'(ar_len) <= CW'(RES_DEPTH);
     assign ar_fire = m_axi_arvalid && m_axi_arready;
     assign m_axi_arid = 1'b0;
     assign m_axi_arlen = 8'(ar_len - 9'd1);
@@ -191,11 +208,11 @@ module compress_engine #(
                           ar_idx[31:SW], aw_idx[31:SW]};
 
     // ---- pass 1: gradient + residual -> quantiser -> ef_add -> write-back, norms, select ----
-    logic [31:0] in_count;
+    logic [31:0] in_left;             // gradient elements still to take
     logic        in_open, in_last, q_s_valid, q_s_ready, p1_pop;
 
-    assign in_open = state == PASS1 && in_count != n_r;
-    assign in_last = in_count == n_r - 32'd1;
+    assign in_open = state == PASS1 && in_left != 32'd0;
+    assign in_last = in_left == 32'd1;
     assign q_s_valid = s_grad_tvalid && in_open && !res_empty;
     assign s_grad_tready = in_open && q_s_ready && !res_empty;
     assign p1_pop = q_s_valid && q_s_ready;
@@ -258,36 +275,60 @@ module compress_engine #(
     logic unused_topk;
     assign unused_topk = topk_cfg_err;   // k_eff is checked to lie in 1..K_MAX
 
-    // ---- selected blocks: sorted, then indices -> start elements ---------------------------
+    // ---- selected blocks: sorted, then indices -> start and end elements -----------------
+    // PREP streams the k_eff sorted indices j through a pipelined multiply (one per cycle):
+    // start j*B goes back into the list in place, end min(j*B + B, n) into `ends`
     logic [32*K_MAX-1:0] blocks;        // ascending: block indices, after PREP start elements
-    logic [SW:0]         prep_slot;
+    logic [32*K_MAX-1:0] ends;          // after PREP: each selected block's end element
+    logic [SW:0]         prep_rd;       // slot read this cycle
+    logic                prep_rd_valid, prep_rd_last;
     logic [31:0]         prep_index;
-    logic                prep_wr;
+    logic [63:0]         prep_product;
+    // delay line beside the multiply: {valid, last, slot} of the slot read 1..5 cycles ago
+    localparam int PD = 5;
+    logic [PD:1]         prep_v, prep_l;
+    logic [SW-1:0]       prep_s [PD:1];
+    logic [31:0]         prep_start5, prep_left5;   // stage 5: start, n - start
 
     // (Icarus 11 miscompiles an enum comparison written in a port connection: named signals)
     logic sort_clear;
-    assign prep_wr = state == PREP_B;
     assign sort_clear = state == CHECK;
+    assign prep_rd_valid = state == PREP && {{(31 - SW){1'b0}}, prep_rd} < k_eff;
+    assign prep_rd_last = {{(31 - SW){1'b0}}, prep_rd} + 32'd1 == k_eff;
 
     index_sort #(.K_MAX(K_MAX)) u_sort (
         .clk, .rst, .clear(sort_clear), .in_valid(sel_tvalid), .in_value(sel_tdata),
-        .wr_en(prep_wr), .wr_slot(prep_slot[SW-1:0]), .wr_value(prep_index * bs_r),
+        .wr_en(prep_v[4]), .wr_slot(prep_s[4]), .wr_value(prep_product[31:0]),
         .list(blocks)
     );
 
-    // range i of pass 2 is selected block i: [start_i, min(start_i + B, n))
-    function automatic logic [31:0] block_end(input logic [31:0] start, input logic [31:0] n,
-                                              input logic [31:0] bs);
-        block_end = (n - start <= bs) ? n : start + bs;
-    endfunction
+    mul32_pipe u_start_mul (.clk, .a(prep_index), .b(bs_r), .p(prep_product));
 
-    logic [31:0] ar_blk, aw_blk;
-    assign ar_blk = blocks[32*ar_idx[SW-1:0] +: 32];
-    assign aw_blk = blocks[32*aw_idx[SW-1:0] +: 32];
-    assign ar_rs = phase2 ? ar_blk : 32'd0;
-    assign ar_re = phase2 ? block_end(ar_blk, n_r, bs_r) : n_r;
-    assign aw_rs = phase2 ? aw_blk : 32'd0;
-    assign aw_re = phase2 ? block_end(aw_blk, n_r, bs_r) : n_r;
+    always_ff @(posedge clk) begin
+        prep_index <= blocks[32*prep_rd[SW-1:0] +: 32];
+        prep_v <= {prep_v[PD-1:1], prep_rd_valid};
+        prep_l <= {prep_l[PD-1:1], prep_rd_last};
+        prep_s[1] <= prep_rd[SW-1:0];
+        for (int d = 2; d <= PD; d++) prep_s[d] <= prep_s[d-1];
+        // j*B < n for a selected block: the low 32 bits are the product
+        prep_start5 <= prep_product[31:0];
+        prep_left5 <= n_r - prep_product[31:0];
+        if (prep_v[PD]) begin
+            ends[32*prep_s[PD] +: 32] <= (prep_left5 <= bs_r) ? n_r : prep_start5 + bs_r;
+        end
+    end
+
+    logic unused_product;
+    assign unused_product = ^prep_product[63:32];
+
+    // range i of pass 2 is selected block i, [blocks_i, ends_i); the walkers latch the range a
+    // cycle after they select it, so it comes from a register here (no mux in their path)
+    always_ff @(posedge clk) begin
+        ar_rs <= phase2 ? blocks[32*ar_idx[SW-1:0] +: 32] : 32'd0;
+        ar_re <= phase2 ? ends[32*ar_idx[SW-1:0] +: 32] : n_r;
+        aw_rs <= phase2 ? blocks[32*aw_idx[SW-1:0] +: 32] : 32'd0;
+        aw_re <= phase2 ? ends[32*aw_idx[SW-1:0] +: 32] : n_r;
+    end
     assign walk_count = phase2 ? k_eff : ((n_r == 32'd0) ? 32'd0 : 32'd1);
 
     // ---- write-back: AW walker, burst lengths queue, W, B ----------------------------------
@@ -302,9 +343,12 @@ module compress_engine #(
         .req_elems(aw_elems), .done(aw_done)
     );
 
-    // pass 2 writes zeros over words already read, never ahead of the reads
-    assign m_axi_awvalid = aw_req && !lenq_full
-                         && (!phase2 || aw_elems + {23'd0, aw_len} <= rd_got);
+    // pass 2 writes zeros over words already read, never ahead of the reads; the compare is
+    // registered (a burst's fields are steady while it waits, and rd_got only grows, so a
+    // one-cycle-old yes still holds)
+    logic aw_read_ok;
+    always_ff @(posedge clk) aw_read_ok <= aw_req && !aw_fire && aw_elems + {23'd0, aw_len} <= rd_got;
+    assign m_axi_awvalid = aw_req && !lenq_full && (!phase2 || aw_read_ok);
     assign aw_fire = m_axi_awvalid && m_axi_awready;
     assign m_axi_awid = 1'b0;
     assign m_axi_awlen = 8'(aw_len - 9'd1);
@@ -329,16 +373,14 @@ module compress_engine #(
     assign writes_idle = aw_done && lenq_empty && b_pending == 32'd0;
 
     // ---- pass 2: zero runs from counts, literals from the read FIFO -> run encoder ---------
-    typedef enum logic [1:0] {C_GAP, C_LIT, C_END} cons_t;
+    // per selected block (and once more for the gap after the last): SEL registers its start
+    // and end, PREP the gap before it and its length, GAP sends the gap (a count), LIT its words
+    typedef enum logic [2:0] {C_SEL, C_PREP, C_GAP, C_LIT, C_END} cons_t;
     cons_t       c_state;
-    logic [31:0] c_idx, c_pos, c_blk, c_start, c_end, c_gap;
+    logic [31:0] c_idx, c_pos, c_start, c_end, c_gap, c_left;
+    logic        c_has;          // c_idx < k_eff: a block follows the gap
     logic [31:0] enc_data, enc_count;
     logic        enc_valid, enc_ready, enc_take, enc_cfg_valid, enc_cfg_ready, frame_done;
-
-    assign c_blk = blocks[32*c_idx[SW-1:0] +: 32];
-    assign c_start = (c_idx < k_eff) ? c_blk : n_r;
-    assign c_end = block_end(c_blk, n_r, bs_r);
-    assign c_gap = c_start - c_pos;
 
     always_comb begin
         enc_valid = 1'b0;
@@ -378,7 +420,7 @@ module compress_engine #(
             state <= IDLE;
             phase2 <= 1'b0;
             err_code <= 4'd0;
-            res_inflight <= 32'd0;
+            res_inflight <= '0;
             b_pending <= 32'd0;
             w_beat <= 9'd0;
             c_state <= C_END;
@@ -395,9 +437,14 @@ module compress_engine #(
                     nan_count <= 32'd0;
                 end
                 CHECK: begin
-                    state <= CHECK2;
-                    span_r <= {32'd0, nb_r} * {32'd0, bs_n};
+                    state <= MUL;
+                    mul_wait <= 2'd0;
                 end
+                MUL: begin       // span's operands went in at the end of CHECK: 3 cycles
+                    mul_wait <= mul_wait + 2'd1;
+                    if (mul_wait == 2'd2) state <= CHECK_A;
+                end
+                CHECK_A: state <= CHECK2;
                 CHECK2: begin
                     err_code <= check_code;
                     if (check_code != 4'd0) begin
@@ -408,25 +455,21 @@ module compress_engine #(
                         walk_start <= 1'b1;
                     end
                     phase2 <= 1'b0;
-                    in_count <= 32'd0;
+                    in_left <= n_r;
                     topk_done <= n_r == 32'd0;
-                    prep_slot <= '0;
+                    prep_rd <= '0;
                     frame_done <= 1'b0;
                 end
-                PASS1: if (topk_done && writes_idle) state <= (k_eff == 32'd0) ? ENC_CFG : PREP_A;
-                PREP_A: begin
-                    prep_index <= blocks[32*prep_slot[SW-1:0] +: 32];
-                    state <= PREP_B;
-                end
-                PREP_B: begin
-                    prep_slot <= prep_slot + 1'b1;
-                    state <= ({{(31 - SW){1'b0}}, prep_slot} + 32'd1 == k_eff) ? ENC_CFG : PREP_A;
+                PASS1: if (topk_done && writes_idle) state <= (k_eff == 32'd0) ? ENC_CFG : PREP;
+                PREP: begin
+                    if (prep_rd_valid) prep_rd <= prep_rd + 1'b1;
+                    if (prep_v[PD] && prep_l[PD]) state <= ENC_CFG;   // the last end is written
                 end
                 ENC_CFG: if (enc_cfg_ready) begin
                     state <= PASS2;
                     phase2 <= 1'b1;
                     walk_start <= 1'b1;
-                    c_state <= C_GAP;
+                    c_state <= C_SEL;
                     c_idx <= 32'd0;
                     c_pos <= 32'd0;
                     rd_got <= 32'd0;
@@ -440,7 +483,7 @@ module compress_engine #(
 
             if (sel_tvalid && sel_tlast) topk_done <= 1'b1;
             if (s_grad_tvalid && s_grad_tready) begin
-                in_count <= in_count + 32'd1;
+                in_left <= in_left - 32'd1;
                 if (s_grad_tlast != in_last) err_code <= 4'd9;
             end
             if (q_tvalid && q_tready) begin
@@ -449,8 +492,7 @@ module compress_engine #(
             end
             if (a_accept) sat_feedback_count <= sat_feedback_count + {31'd0, a_sat};
 
-            res_inflight <= res_inflight + (ar_fire ? {23'd0, ar_len} : 32'd0)
-                          - {31'd0, res_pop};
+            res_inflight <= res_inflight + (ar_fire ? CW'(ar_len) : CW'(0)) - CW'(res_pop);
             if (res_push && phase2) rd_got <= rd_got + 32'd1;
             if ((res_push && m_axi_rresp[1]) || (b_fire && m_axi_bresp[1])) err_code <= 4'd10;
             b_pending <= b_pending + {31'd0, aw_fire} - {31'd0, b_fire};
@@ -460,15 +502,26 @@ module compress_engine #(
             // pass 2 consumer: a gap beat, then the block's words, block by block
             if (state == PASS2) begin
                 case (c_state)
+                    C_SEL: begin
+                        c_start <= blocks[32*c_idx[SW-1:0] +: 32];
+                        c_end <= ends[32*c_idx[SW-1:0] +: 32];
+                        c_has <= c_idx < k_eff;
+                        c_state <= C_PREP;
+                    end
+                    C_PREP: begin
+                        c_gap <= (c_has ? c_start : n_r) - c_pos;
+                        c_left <= c_end - c_start;
+                        c_state <= C_GAP;
+                    end
                     C_GAP: if (c_gap == 32'd0 || enc_take) begin
-                        c_pos <= c_start;
-                        c_state <= (c_idx < k_eff) ? C_LIT : C_END;
+                        c_pos <= c_end;
+                        c_state <= c_has ? C_LIT : C_END;
                     end
                     C_LIT: if (enc_take) begin
-                        c_pos <= c_pos + 32'd1;
-                        if (c_pos + 32'd1 == c_end) begin
+                        c_left <= c_left - 32'd1;
+                        if (c_left == 32'd1) begin
                             c_idx <= c_idx + 32'd1;
-                            c_state <= C_GAP;
+                            c_state <= C_SEL;
                         end
                     end
                     default: ;
