@@ -37,6 +37,7 @@ module topk_select #(
     logic [32*K_MAX-1:0] slot_idx, idx_down;
     logic [K_MAX-1:0]    slot_valid, valid_down;
     logic [K_MAX-1:0]    slot_used;   // slot i < k
+    logic [K_MAX-1:0]    used2;       // slot_used a cycle later: what stage 2 inserts under
     logic [31:0]         k_limit;
     logic                emitting, accept, shift_out;
 
@@ -73,11 +74,13 @@ module topk_select #(
                                     s_tdata[63:0], s_tdata[95:64]);
         assign slot_used[i] = I_U < k_limit;
         // after stage 1's pair goes in: slots it stays behind are unchanged, it takes slot
-        // j = the first not kept (if used), and the used slots behind j hold their upper neighbour
+        // j = the first not kept, and the slots behind j hold their upper neighbour. (Only used
+        // slots are ever written, and a slot's keep matters only while it is used, so the
+        // unused ones need no case of their own: k stays off this path.)
         if (i == 0) begin : g_first
-            assign keep_new[i] = (!v1 || keep1[i] || !slot_used[i]) ? keep_now[i] : in_beaten;
+            assign keep_new[i] = (!v1 || keep1[i]) ? keep_now[i] : in_beaten;
         end else begin : g_rest
-            assign keep_new[i] = (!v1 || keep1[i] || !slot_used[i]) ? keep_now[i]
+            assign keep_new[i] = (!v1 || keep1[i]) ? keep_now[i]
                                : keep1_down[i] ? in_beaten : keep_now[i-1];
         end
     end
@@ -97,6 +100,7 @@ module topk_select #(
             v1 <= 1'b0;
         end else begin
             v1 <= accept;
+            used2 <= slot_used;     // cfg_k is steady from the first pair on
             if (v1 && last1) emitting <= 1'b1;
             else if (shift_out && m_tlast) emitting <= 1'b0;
         end
@@ -118,7 +122,7 @@ module topk_select #(
             slot_idx <= slot_idx >> 32;
         end else if (v1) begin
             for (int i = 0; i < K_MAX; i++) begin
-                if (slot_used[i] && !keep1[i]) begin
+                if (used2[i] && !keep1[i]) begin
                     slot_valid[i] <= keep1_down[i] ? 1'b1 : valid_down[i];
                     slot_norm[64*i +: 64] <= keep1_down[i] ? norm1 : norm_down[64*i +: 64];
                     slot_idx[32*i +: 32] <= keep1_down[i] ? idx1 : idx_down[32*i +: 32];
