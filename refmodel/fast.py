@@ -279,9 +279,24 @@ class MessageInfo:
                 for i, p in enumerate(self.plan.layers)]
 
 
+# Below this many elements a message runs on one thread whatever n_threads asks: measured on
+# a 2-core machine, the pool's hand-offs cost more than a second thread gives there (ResNet-20,
+# 0.27 M elements: 3x slower on 2 threads), while ResNet-50 (25.6 M) gains (docs/benchmarks.md).
+PARALLEL_MIN_ELEMENTS = 1 << 21
+
+
+def message_threads(plan: MessagePlan, n_threads: int,
+                    min_parallel: int = PARALLEL_MIN_ELEMENTS) -> int:
+    """The threads compress_message uses: n_threads, or 1 for a message below min_parallel
+    elements."""
+    threads = thread_count(n_threads, "n_threads")
+    return threads if plan.n >= min_parallel else 1
+
+
 def compress_message(grad: np.ndarray, residual: np.ndarray, plan: MessagePlan,
                      R: float | QuantConfig = DEFAULT_RANGE, out: np.ndarray | None = None, *,
-                     n_threads: int = 1) -> tuple[np.ndarray, MessageInfo]:
+                     n_threads: int = 1,
+                     min_parallel: int = PARALLEL_MIN_ELEMENTS) -> tuple[np.ndarray, MessageInfo]:
     """The compress step of every layer of a message kept in one flat buffer (a DDP bucket),
     in ONE jitted call: no per-layer Python. Same frames and residuals as compress_layers.
 
@@ -289,8 +304,11 @@ def compress_message(grad: np.ndarray, residual: np.ndarray, plan: MessagePlan,
     residual: int32 1-D C-contiguous writeable, plan.n elements; updated in place.
     out: optional uint32 1-D buffer of at least plan.max_words words (allocated if None).
     Returns (message, info): the message is a view out[:total], frames back to back.
-    n_threads > 1 runs the layers on the thread pool of compress_layers (large layers split).
-    NaN anywhere raises NonFiniteError naming the first layer, with nothing modified."""
+    n_threads > 1 runs the layers on the thread pool of compress_layers (large layers split),
+    for a message of at least min_parallel elements (message_threads).
+    NaN anywhere raises NonFiniteError naming the first layer, with nothing modified: it is
+    found during the step's own read of the gradient, and the residuals are then restored
+    (step_kernels.pass1_guarded / restore)."""
     if not isinstance(plan, MessagePlan):
         raise TypeError(f"plan must be a MessagePlan (see message_plan), got {type(plan).__name__}")
     cfg = check_range(R)
@@ -304,7 +322,7 @@ def compress_message(grad: np.ndarray, residual: np.ndarray, plan: MessagePlan,
         out = np.empty(plan.max_words, dtype=np.uint32)
     else:
         _check_out_words(out, 0, list(plan.layers))
-    threads = thread_count(n_threads, "n_threads")
+    threads = message_threads(plan, n_threads, min_parallel)
     gbits = grad.view(np.uint32)
     count = plan.count
     n_words = np.zeros(count, dtype=np.int64)
@@ -324,7 +342,9 @@ def compress_message(grad: np.ndarray, residual: np.ndarray, plan: MessagePlan,
         bad, total = K.message_kernel(gbits, residual, plan.elem_offsets, plan.block_size,
                                       plan.n_blocks, plan.k_eff, plan.layer_id, plan.lmax_log2,
                                       cfg.M, cfg.k, cfg.range_bits, saturation_bits(cfg),
-                                      out, 0, n_words, satq, satfb)
+                                      out, 0, n_words, satq, satfb,
+                                      np.empty(plan.n, dtype=np.int32),   # undo: pages written
+                                      np.empty(plan.undo_log_size, dtype=np.int64))  # on demand
         if total < 0:
             lo, hi = plan.elem_offsets[bad], plan.elem_offsets[bad + 1]
             raise nan_error(gbits[lo:hi], f"layer {bad}")

@@ -58,6 +58,19 @@ def max_step_words(n: int, block_size: int, k_eff: int) -> int:
     return min(max_frame_words(n), HEADER_WORDS + 3 * sel + 2 + TRAILER_WORDS)
 
 
+# Guarded pass 1 (refmodel.step_kernels.pass1_guarded) works in units of at most this many
+# elements and logs each unit whose feedback saturated as two int64 entries.
+UNDO_UNIT = 4096
+
+
+def undo_log_size(n: int, n_blocks: int, block_size: int) -> int:
+    """Log entries pass1_guarded may fill over n elements in n_blocks blocks of block_size:
+    two per unit (runs of whole blocks, or slices of one block larger than a unit)."""
+    if block_size <= UNDO_UNIT:
+        return 2 * (-(-n_blocks // (UNDO_UNIT // block_size)))
+    return 2 * (n_blocks + -(-n // UNDO_UNIT))
+
+
 def _frozen(values, dtype=np.int64) -> np.ndarray:
     a = np.array(values, dtype=dtype)
     a.flags.writeable = False
@@ -78,6 +91,7 @@ class MessagePlan:
     k_eff: np.ndarray
     layer_id: np.ndarray
     lmax_log2: np.ndarray
+    undo_log_size: int           # entries of the guarded pass 1's undo log for the message
 
     @property
     def count(self) -> int:
@@ -118,7 +132,9 @@ def _make_message_plan(shapes, k, block_size, layer_ids, lmax_log2) -> MessagePl
         n_blocks=_frozen([p.layout.n_blocks for p in plans]),
         k_eff=_frozen([p.k_eff for p in plans]),
         layer_id=_frozen([p.layer_id for p in plans]),
-        lmax_log2=_frozen([p.lmax_log2 for p in plans]))
+        lmax_log2=_frozen([p.lmax_log2 for p in plans]),
+        undo_log_size=sum(undo_log_size(p.layout.n, p.layout.n_blocks, p.layout.block_size)
+                          for p in plans))
 
 
 _cached_message_plan = functools.lru_cache(maxsize=64, typed=True)(_make_message_plan)

@@ -17,6 +17,7 @@ import numpy as np
 
 from gradblock.codec.zrle_numba import enc_begin, enc_end, enc_feed, enc_feed_zeros
 
+from .plan import UNDO_UNIT
 from .quantiser import QMAX
 
 ABS_MASK = 0x7FFFFFFF
@@ -147,6 +148,148 @@ def pass1_inplace_blocks(gbits, r, B, norms, M, k, rbits, tsat, jlo, jhi):
 def pass1_range(gbits, r, B, norms, M, k, rbits, tsat, jlo, jhi):
     """Pass 1 over blocks [jlo, jhi) only: one task of a layer split across threads."""
     return pass1_inplace_blocks(gbits, r, B, norms, M, k, rbits, tsat, jlo, jhi)
+
+
+# ---------------------------------------------------------------------------------------------
+# Guarded pass 1: NaNs counted in the same read, the old residual kept where it cannot be
+# recomputed, so that a NaN found late is undone instead of pre-scanned for
+# ---------------------------------------------------------------------------------------------
+
+# Pass 1 runs in units of at most UNIT elements (whole blocks, or a slice of a larger block).
+# Each unit's old residual is first copied to a scratch buffer that stays in L1; only a unit
+# whose feedback saturated has it saved to `undo` (pages written only then) and logged as
+# (lo, hi). Everywhere else the old residual is a - Q(g) exactly, so `restore` rebuilds it.
+# This replaces a separate NaN pre-scan of the gradient (a second read of every element).
+# (UNIT lives in refmodel.plan, which sizes the log; the numba cache does not see a change
+# to it: clear __pycache__ after editing it.)
+UNIT = UNDO_UNIT
+
+
+@nb.njit(inline="always", nogil=True, cache=True)
+def _unit(g_run, r_run, B, norms, jn, M, k, rbits, tsat, scratch):
+    """Pass 1 over one unit: elements g_run/r_run, blocks of B from block jn on (B == 0: the
+    unit is a slice of one block, its norm returned rather than stored); the old residual
+    is copied to scratch in the same loop (a separate copy loop would stall on reading r).
+    Returns (sat_q, sat_fb, nan, norm of a B == 0 slice)."""
+    satq = 0
+    satfb = 0
+    nan = 0
+    norm = np.int64(0)
+    if B == 1:
+        n_run, keep = norms[jn:jn + g_run.size], scratch[:g_run.size]
+        for i in range(g_run.size):
+            b = np.int64(g_run[i])
+            ab = b & ABS_MASK
+            satq += ab > rbits
+            nan += ab > INF_BITS
+            rv = r_run[i]
+            keep[i] = rv
+            a, mag, over = feedback(quantise_bits(b, M, k, tsat), rv)
+            satfb += over
+            r_run[i] = a
+            n_run[i] = mag
+        return satq, satfb, nan, norm
+    if B == 0:
+        keep = scratch[:g_run.size]
+        for i in range(g_run.size):
+            b = np.int64(g_run[i])
+            ab = b & ABS_MASK
+            satq += ab > rbits
+            nan += ab > INF_BITS
+            rv = r_run[i]
+            keep[i] = rv
+            a, mag, over = feedback(quantise_bits(b, M, k, tsat), rv)
+            satfb += over
+            r_run[i] = a
+            norm += mag
+        return satq, satfb, nan, norm
+    n = g_run.size
+    for j in range((n + B - 1) // B):
+        lo = j * B
+        hi = min(lo + B, n)
+        g_blk, r_blk, k_blk = g_run[lo:hi], r_run[lo:hi], scratch[lo:hi]
+        bnorm = np.int64(0)
+        for i in range(g_blk.size):
+            b = np.int64(g_blk[i])
+            ab = b & ABS_MASK
+            satq += ab > rbits
+            nan += ab > INF_BITS
+            rv = r_blk[i]
+            k_blk[i] = rv
+            a, mag, over = feedback(quantise_bits(b, M, k, tsat), rv)
+            satfb += over
+            r_blk[i] = a
+            bnorm += mag
+        norms[jn + j] = bnorm
+    return satq, satfb, nan, norm
+
+
+@nb.njit(inline="always", nogil=True, cache=True)
+def _save(r_lo, lo, hi, scratch, undo, log, nlog):
+    """Unit [lo, hi) saturated: its old residual (in scratch) to undo[lo:hi], logged."""
+    u = undo[lo:hi]
+    for i in range(u.size):
+        u[i] = scratch[i]
+    log[nlog] = r_lo + lo
+    log[nlog + 1] = r_lo + hi
+    return nlog + 2
+
+
+@nb.njit(nogil=True, cache=True)
+def pass1_guarded(gbits, r, B, norms, M, k, rbits, tsat, jlo, jhi, undo, log, nlog, r_lo):
+    """Pass 1 over blocks [jlo, jhi) (r <- a, norms filled), NaNs counted on the way and the
+    old residual of every saturated unit saved (undo indexed like r; log entries are r_lo +
+    offsets into r). Returns (sat_q, sat_fb, nan, nlog)."""
+    n = gbits.size
+    scratch = np.empty(UNIT, dtype=np.int32)
+    satq = 0
+    satfb = 0
+    nan = 0
+    if B <= UNIT:
+        per = UNIT // B
+        for j0 in range(jlo, jhi, per):
+            lo = j0 * B
+            hi = min(min(j0 + per, jhi) * B, n)
+            sq, sf, nn, _ = _unit(gbits[lo:hi], r[lo:hi], B, norms, j0, M, k, rbits, tsat,
+                                  scratch)
+            satq += sq
+            nan += nn
+            if sf:
+                satfb += sf
+                nlog = _save(r_lo, lo, hi, scratch, undo, log, nlog)
+        return satq, satfb, nan, nlog
+    step = -(-B // -(-B // UNIT))          # equal slices of at most UNIT (4608 -> 2 x 2304)
+    for j in range(jlo, jhi):
+        blo = j * B
+        bhi = min(blo + B, n)
+        norm = np.int64(0)
+        for lo in range(blo, bhi, step):
+            hi = min(lo + step, bhi)
+            sq, sf, nn, part = _unit(gbits[lo:hi], r[lo:hi], 0, norms, j, M, k, rbits, tsat,
+                                     scratch)
+            satq += sq
+            nan += nn
+            norm += part
+            if sf:
+                satfb += sf
+                nlog = _save(r_lo, lo, hi, scratch, undo, log, nlog)
+        norms[j] = norm
+    return satq, satfb, nan, nlog
+
+
+@nb.njit(nogil=True, cache=True)
+def restore(gbits, r, undo, log, nlog, r_lo, M, k, tsat):
+    """Undo pass1_guarded over all of r (r_lo: r's offset in the log's numbering): a - Q(g)
+    everywhere, then the saved units back."""
+    for i in range(r.size):
+        r[i] = r[i] - quantise_bits(np.int64(gbits[i]), M, k, tsat)
+    for t in range(0, nlog, 2):
+        lo = log[t] - r_lo
+        hi = log[t + 1] - r_lo
+        dst = r[lo:hi]
+        src = undo[lo:hi]
+        for i in range(dst.size):
+            dst[i] = src[i]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,26 +447,36 @@ def step_tail(r, B, norms, k_eff, out, base, layer_id, rbits, lmax_log2):
 
 @nb.njit(nogil=True, cache=True)
 def message_kernel(gbits, r, g_off, block, n_blocks, k_eff, layer_id, lmax_log2, M, k, rbits, tsat,
-                   out, base, n_words, satq, satfb):
+                   out, base, n_words, satq, satfb, undo, log):
     """Every layer of a message in one call: layer i is gbits/r[g_off[i]:g_off[i + 1]].
 
-    First the NaN scan of the whole message (nothing modified yet): returns (i, -1) for the
-    first layer i holding a NaN. Otherwise each layer's step, its frame written right after
-    the previous one from out[base] on (out needs sum of max_step_words from base), and
-    returns (n_layers, total words); n_words/satq/satfb filled per layer."""
+    Pass 1 of every layer first (pass1_guarded, NaNs counted in the same read). At the first
+    layer i holding a NaN, every residual is restored (undo: r's size, log: the plan's
+    undo_log_size entries) and (i, -1) returned. Otherwise each layer's selection and pass 2,
+    its frame written right after the previous one from out[base] on (out needs sum of
+    max_step_words from base); returns (n_layers, total words), n_words/satq/satfb filled."""
     count = g_off.size - 1
+    b_off = np.zeros(count + 1, dtype=np.int64)
     for i in range(count):
-        if nan_count(gbits[g_off[i]:g_off[i + 1]]):
-            return i, np.int64(-1)
-    at = base
+        b_off[i + 1] = b_off[i] + n_blocks[i]
+    norms = np.empty(b_off[count], dtype=np.int64)
+    nlog = 0
     for i in range(count):
         lo = g_off[i]
         hi = g_off[i + 1]
-        nw, sq, sf = step_kernel(gbits[lo:hi], r[lo:hi], block[i], n_blocks[i], k_eff[i], M, k,
-                                 rbits, tsat, out, at, layer_id[i], lmax_log2[i])
-        n_words[i] = nw
+        sq, sf, nan, nlog = pass1_guarded(gbits[lo:hi], r[lo:hi], block[i],
+                                          norms[b_off[i]:b_off[i + 1]], M, k, rbits, tsat, 0,
+                                          n_blocks[i], undo[lo:hi], log, nlog, lo)
+        if nan:
+            restore(gbits[:hi], r[:hi], undo[:hi], log, nlog, 0, M, k, tsat)
+            return i, np.int64(-1)
         satq[i] = sq
         satfb[i] = sf
+    at = base
+    for i in range(count):
+        nw = step_tail(r[g_off[i]:g_off[i + 1]], block[i], norms[b_off[i]:b_off[i + 1]], k_eff[i],
+                       out, at, layer_id[i], rbits, lmax_log2[i])
+        n_words[i] = nw
         at += nw
     return count, at - base
 

@@ -13,6 +13,7 @@ import numba as nb
 import numpy as np
 
 from . import step_kernels as K
+from .plan import undo_log_size
 from .quantiser import NonFiniteError, QuantConfig, saturation_bits
 
 
@@ -78,13 +79,12 @@ def _balanced_groups(tasks: list, cost, groups: int) -> list[list]:
 class Job:
     """Validated layers run on a thread pool, the work cut into tasks of about CHUNK
     elements (a layer larger than that is split by block ranges) and balanced over the
-    threads, in phases:
+    threads, in two phases:
 
-    1. count NaNs (nothing has been modified yet, so a NaN can still be reported cleanly);
-    2. a layer that fits one chunk runs its whole step (step_kernel) as one task; a split
-       layer runs pass 1 per block range: residual <- a, block norms, saturation counts;
-    3. per split layer: selection, then pass 2 (encode the selected blocks, zero their
-       residual).
+    1. pass 1 of every task (step_kernels.pass1_guarded: residual <- a, block norms,
+       saturation counts, NaNs counted in the same read). If any task met a NaN, every task
+       is undone (step_kernels.restore) and the first layer's NaN raised: nothing modified;
+    2. per layer: selection, then pass 2 (encode the selected blocks, zero their residual).
     """
     CHUNK = 1 << 18
     GROUPS_PER_THREAD = 4
@@ -106,10 +106,7 @@ class Job:
     def run(self, threads: int, where_of) -> list[StepInfo]:
         cfg, layers, lays = self.cfg, self.layers, self.lays
         count = len(layers)
-        ranges = [self._block_ranges(i) for i in range(count)]
-        split = [i for i in range(count) if len(ranges[i]) > 1]
-        whole = [i for i in range(count) if len(ranges[i]) <= 1]
-        chunks = [t for i in split for t in ranges[i]]
+        tasks = [t for i in range(count) for t in self._block_ranges(i)]
         pool = _thread_pool(threads)
 
         def spread(fn, tasks, cost, inline_below):
@@ -122,50 +119,46 @@ class Job:
             groups = _balanced_groups(tasks, cost, self.GROUPS_PER_THREAD * threads)
             return [x for part in pool.map(lambda g: [fn(t) for t in g], groups) for x in part]
 
-        def nan_task(t):
-            i, jlo, _ = t
-            lo = jlo * lays[i].block_size
-            return i, int(K.nan_count(layers[i][0][lo:lo + self._elems(t)]))
-
-        whole_tasks = [(i, 0, lays[i].n_blocks) for i in whole]
-        # the NaN scan only reads (about 4x cheaper per element than pass 1)
-        bad = sorted(i for i, c in spread(nan_task, chunks + whole_tasks, self._elems,
-                                          4 * self.CHUNK * threads) if c)
-        if bad:
-            raise nan_error(layers[bad[0]][0], where_of(bad[0]))
-
-        norms = {i: np.empty(lays[i].n_blocks, dtype=np.int64) for i in split}
+        norms = [np.empty(lay.n_blocks, dtype=np.int64) for lay in lays]
         tsat = saturation_bits(cfg)
-        n_words, satq, satfb = [0] * count, [0] * count, [0] * count
 
         def pass1_task(t):
+            # the task's own slice (it starts on a block boundary) and its own undo buffers
             i, jlo, jhi = t
             gbits, r, plan = layers[i]
-            if i in norms:
-                sq, sf = K.pass1_range(gbits, r, plan.layout.block_size, norms[i], cfg.M, cfg.k,
-                                       cfg.range_bits, tsat, jlo, jhi)
-                return i, 0, int(sq), int(sf)
-            nw, sq, sf = K.step_kernel(gbits, r, plan.layout.block_size, plan.layout.n_blocks,
-                                       plan.k_eff, cfg.M, cfg.k, cfg.range_bits, tsat, self.out,
-                                       self.offsets[i], plan.layer_id, plan.lmax_log2)
-            return i, int(nw), int(sq), int(sf)
+            B = plan.layout.block_size
+            lo = jlo * B
+            hi = lo + self._elems(t)
+            g_t, r_t = gbits[lo:hi], r[lo:hi]
+            undo = np.empty(hi - lo, dtype=np.int32)
+            log = np.empty(undo_log_size(hi - lo, jhi - jlo, B), dtype=np.int64)
+            sq, sf, nan, nlog = K.pass1_guarded(g_t, r_t, B, norms[i][jlo:jhi], cfg.M, cfg.k,
+                                                cfg.range_bits, tsat, 0, jhi - jlo, undo, log,
+                                                0, 0)
+            return i, int(sq), int(sf), int(nan), (g_t, r_t, undo, log, int(nlog))
 
-        for i, nw, sq, sf in spread(pass1_task, chunks + whole_tasks, self._elems, self.CHUNK):
-            n_words[i] = nw
+        done = spread(pass1_task, tasks, self._elems, self.CHUNK)
+        bad = sorted(i for i, _, _, nan, _ in done if nan)
+        if bad:
+            for _, _, _, _, (g_t, r_t, undo, log, nlog) in done:
+                K.restore(g_t, r_t, undo, log, nlog, 0, cfg.M, cfg.k, tsat)
+            raise nan_error(layers[bad[0]][0], where_of(bad[0]))
+        satq, satfb = [0] * count, [0] * count
+        for i, sq, sf, _, _ in done:
             satq[i] += sq
             satfb[i] += sf
 
         def finish_task(i):
             _, r, plan = layers[i]
-            return i, int(K.step_tail(r, plan.layout.block_size, norms[i], plan.k_eff, self.out,
-                                     self.offsets[i], plan.layer_id, cfg.range_bits,
-                                     plan.lmax_log2))
+            return i, int(K.step_tail(r, plan.layout.block_size, norms[i], plan.k_eff,
+                                      self.out, self.offsets[i], plan.layer_id, cfg.range_bits,
+                                      plan.lmax_log2))
 
         def finish_cost(i):          # the mask scan plus the selected elements
             return lays[i].n_blocks + min(lays[i].n, layers[i][2].k_eff * lays[i].block_size)
 
-        for i, nw in spread(finish_task, split, finish_cost, self.CHUNK):
+        n_words = [0] * count
+        for i, nw in spread(finish_task, list(range(count)), finish_cost, self.CHUNK):
             n_words[i] = nw
         return [StepInfo(n_words[i], layers[i][2].k_eff, lays[i].n_blocks, lays[i].block_size,
                          satq[i], satfb[i]) for i in range(count)]
-

@@ -1,0 +1,94 @@
+"""The guarded pass 1 of the numba message step (refmodel.step_kernels.pass1_guarded): NaNs
+are found in the same read as the step, so a NaN found late must be undone exactly, the
+residuals of saturated units included; and the step's thread count follows the message size."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gradblock.refmodel import compress, fast
+from gradblock.refmodel import step_kernels as K
+from gradblock.refmodel.plan import UNDO_UNIT, undo_log_size
+from gradblock.refmodel.quantiser import QMAX, NonFiniteError, QuantConfig, saturation_bits
+
+# blocks of one element, small blocks, blocks larger than an undo unit (sliced), a short tail
+SHAPES = [(40,), (6, 3, 3, 3), (3, UNDO_UNIT + 517), (2 * UNDO_UNIT + 3,), (5, 7)]
+BLOCKS = [None, None, None, UNDO_UNIT + 100, None]
+
+
+def _case(rng, shapes=SHAPES):
+    n = sum(int(np.prod(s)) for s in shapes)
+    g = (rng.standard_normal(n) * 3).astype(np.float32)
+    # extreme residuals: r + Q(g) leaves [-QMAX, QMAX] for many elements, in many units
+    r = rng.choice(np.array([QMAX, -QMAX, QMAX - 5, -QMAX + 5, 0, 7], np.int32), n)
+    r[::3] = rng.integers(-2**31 + 1, 2**31 - 1, r[::3].size)
+    return g, r
+
+
+def _plan(shapes=SHAPES, block_size=BLOCKS, k=2):
+    return fast.message_plan(shapes, k=k, block_size=block_size)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_saturating_message_matches_the_reference(rng, threads):
+    g, r = _case(rng)
+    plan = _plan()
+    eo = plan.elem_offsets
+    ref = [compress.compress_layer(g[eo[i]:eo[i + 1]].reshape(s), r[eo[i]:eo[i + 1]].reshape(s),
+                                   k=2, block_size=BLOCKS[i], layer_id=i)
+           for i, s in enumerate(SHAPES)]
+    assert sum(s.sat_feedback for s in ref) > 100          # the undo log is exercised
+    res = r.copy()
+    msg, info = fast.compress_message(g, res, plan, n_threads=threads, min_parallel=0)
+    assert np.array_equal(msg, np.concatenate([s.frame for s in ref]))
+    assert np.array_equal(res, np.concatenate([s.residual_out.ravel() for s in ref]))
+    assert list(info.sat_feedback) == [s.sat_feedback for s in ref]
+    assert list(info.sat_quant) == [s.sat_quant for s in ref]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("layer,at", [(0, 39), (2, 5), (2, 3 * (UNDO_UNIT + 517) - 1),
+                                      (3, UNDO_UNIT + 101), (4, 34)])
+def test_late_nan_restores_every_residual(rng, threads, layer, at):
+    g, r = _case(rng)
+    plan = _plan()
+    where = int(plan.elem_offsets[layer]) + at
+    g[where] = np.nan
+    g[where + 1:] = np.where(rng.random(g.size - where - 1) < 0.01, np.nan, g[where + 1:])
+    res = r.copy()
+    with pytest.raises(NonFiniteError, match=f"layer {layer}") as e:
+        fast.compress_message(g, res, plan, n_threads=threads, min_parallel=0)
+    assert e.value.first_index == at
+    assert np.array_equal(res, r)
+
+
+def test_restore_is_exact_on_random_bits(rng):
+    """pass1_guarded then restore gives back the residual for any float bits and residual,
+    with a range that saturates most elements (the log holds most units)."""
+    cfg = QuantConfig.from_range(1e-3)
+    for B in (1, 3, 700, UNDO_UNIT, UNDO_UNIT + 1, 3 * UNDO_UNIT + 11):
+        n = 5 * B + 2
+        n_blocks = -(-n // B)
+        gbits = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+        gbits[n // 2] = 0x7FC00001                            # a NaN mid-layer
+        r0 = rng.integers(-2**31, 2**31, n).astype(np.int32)
+        r0[r0 == -2**31] = 0
+        r = r0.copy()
+        undo = np.empty(n, np.int32)
+        log = np.empty(undo_log_size(n, n_blocks, B), np.int64)
+        norms = np.empty(n_blocks, np.int64)
+        satq, satfb, nan, nlog = K.pass1_guarded(gbits, r, B, norms, cfg.M, cfg.k,
+                                                 cfg.range_bits, saturation_bits(cfg), 0,
+                                                 n_blocks, undo, log, 0, 0)
+        assert nlog <= log.size and nan > 0 and satfb > 0
+        K.restore(gbits, r, undo, log, nlog, 0, cfg.M, cfg.k, saturation_bits(cfg))
+        assert np.array_equal(r, r0), B
+
+
+def test_thread_count_follows_message_size(rng):
+    """Below min_parallel elements a message runs on one thread whatever n_threads asks."""
+    assert fast.message_threads(_plan(), 2, min_parallel=10**9) == 1
+    assert fast.message_threads(_plan(), 2, min_parallel=0) == 2
+    assert fast.message_threads(_plan(), 1, min_parallel=0) == 1
+    with pytest.raises(ValueError):
+        fast.message_threads(_plan(), 0)
