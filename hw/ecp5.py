@@ -47,6 +47,7 @@ class Ecp5Run:
 # the engines and every datapath block on its own (the engine's own parameters as in verify)
 RUNS = (
     Ecp5Run("compress_engine", {"ADDR_W": 32, "K_MAX": 32, "LMAX_LOG2_MAX": 8}),
+    Ecp5Run("aggregate_engine", {"ADDR_W": 32, "MAX_BURST": 16}),
     Ecp5Run("quantiser", {"UW": 32}),
     Ecp5Run("ef_add"),
     Ecp5Run("block_l1"),
