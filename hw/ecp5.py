@@ -52,6 +52,9 @@ RUNS = (
     Ecp5Run("ef_add"),
     Ecp5Run("block_l1"),
     Ecp5Run("topk_select", {"K_MAX": 32}),
+    Ecp5Run("index_sort", {"K_MAX": 32}),
+    Ecp5Run("burst_walker", {"ADDR_W": 32}),
+    Ecp5Run("mul32_pipe"),
     Ecp5Run("zrle_run_encoder", {"LMAX_LOG2_MAX": 8}),
     Ecp5Run("zrle_decoder"),
 )
