@@ -179,7 +179,7 @@ def test_aggregate_lints_at_other_widths(addr_w, burst):
 @pytest.mark.skipif(shutil.which("yosys") is None, reason="yosys not installed")
 def test_aggregate_synthesises():
     res = synth.run_synth(synth.SynthRun("aggregate_engine", {}), timeout=900)
-    mods = {m.split(" ")[0] for m in res.modules}
+    mods = {m.name.split(" ")[0] for m in res.modules.values()}
     assert {"aggregate_engine", "zrle_decoder", "sync_fifo"} <= mods, sorted(res.modules)
     assert res.total_flops > 0 and res.total_cells > res.total_flops
 
