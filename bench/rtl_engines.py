@@ -6,8 +6,8 @@ reached on ECP5 (docs/ecp5.json, written by `gradblock synth --target ecp5 --jso
 
 compress_engine runs conv layers of the workloads, gradients (real unless --gradients synthetic)
 and residual as the other tables use them (the residual is step 1's on the same gradient): per workload its largest conv
-layer of at most LARGE_MAX_N elements (the selected blocks hold 1-2 % of it at k = 1 %: the
-line-rate regime) and the first workload's smallest conv layer of at least SMALL_MIN_N (a few %
+layer of at most LARGE_MAX_N elements and a shape not picked yet (the selected blocks hold 1-2 %
+of it at k = 1 %: the line-rate regime) and the first workload's smallest conv layer of at least SMALL_MIN_N (a few %
 selected: pass 2 shows). cocotb simulates a few thousand engine cycles per second, so larger
 layers (the 2.36M-element 512x512x3x3 one) are signoff tests (tests/test_rtl_engines.py), not
 bench rows.
@@ -111,17 +111,23 @@ class EngineLayer:
 
 
 def engine_layers(workloads) -> list[EngineLayer]:
-    """Per workload its largest conv layer of <= LARGE_MAX_N elements; then the first workload's
+    """Per workload its largest conv layer of <= LARGE_MAX_N elements whose shape no earlier
+    pick has (ResNet-50 then adds a 1x1 conv to ResNet-20's 3x3); then the first workload's
     smallest conv layer of >= SMALL_MIN_N (see the module docstring)."""
-    out = []
+    out: list[EngineLayer] = []
+
+    def new_shape(c) -> bool:
+        return all(e.grad.shape != c[2].shape for e in out)
+
     for wi, w in enumerate(workloads):
         convs = [(g.size, i, g) for i, g in enumerate(w.grads) if g.ndim == 4]
-        picks = [max((c for c in convs if c[0] <= LARGE_MAX_N), default=None, key=lambda c: c[:2])]
+        picks = [max((c for c in convs if c[0] <= LARGE_MAX_N and new_shape(c)), default=None,
+                     key=lambda c: c[:2])]
         if wi == 0:
             picks.append(min((c for c in convs if c[0] >= SMALL_MIN_N), default=None,
                              key=lambda c: c[:2]))
         for c in picks:
-            if c is None or any(e.grad is c[2] for e in out):
+            if c is None or not new_shape(c):
                 continue
             _, i, g = c
             slug = w.name.lower().replace("-", "")
