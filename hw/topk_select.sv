@@ -61,10 +61,19 @@ module topk_select #(
     assign keep1_down = ~(~keep1 << 1);
 
     // (norm_a, idx_a) beats or ties (norm_b, idx_b): larger norm, or equal norm and index <=;
-    // as one compare, {norm, ~index} >=
+    // that is {norm, ~index} >= as 96-bit numbers, done as four 24-bit compares side by side
+    // (short carry chains) and their combination, not one 96-bit chain
     function automatic logic beats(input logic [63:0] norm_a, input logic [31:0] idx_a,
                                    input logic [63:0] norm_b, input logic [31:0] idx_b);
-        beats = {norm_a, ~idx_a} >= {norm_b, ~idx_b};
+        logic [95:0] a, b;
+        logic [3:0]  gt, eq;
+        a = {norm_a, ~idx_a};
+        b = {norm_b, ~idx_b};
+        for (int c = 0; c < 4; c++) begin
+            gt[c] = a[24*c +: 24] > b[24*c +: 24];
+            eq[c] = a[24*c +: 24] == b[24*c +: 24];
+        end
+        beats = gt[3] || (eq[3] && (gt[2] || (eq[2] && (gt[1] || (eq[1] && (gt[0] || eq[0]))))));
     endfunction
 
     for (genvar i = 0; i < K_MAX; i++) begin : g_slot
