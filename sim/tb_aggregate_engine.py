@@ -3,7 +3,8 @@ sums, or the reference's error) with the sums in a cocotbext-axi AxiRam (64-bit 
 word for word after every layer, 16 guard words on each side checked untouched. Random idle
 cycles on the frame stream and on all five AXI channels; hostile cases (bad CRC, mismatched
 layer id / range, truncated frame, size mismatch) each followed by a clean layer; a refused
-configuration; resets mid-layer with bursts in flight; cycles and memory beats per layer.
+configuration; resets mid-layer with bursts in flight; cycles and memory beats per layer;
+rready never low while rvalid is high (the read FIFO has room for every burst it asks for).
 
 Cases: the "exchange" list of every golden directory in TB_GOLDEN_DIR / TB_GOLDEN_DIRS
 (gradblock.refmodel.golden_format.load_exchange), narrowed by TB_CASES and TB_MAX_N.
@@ -85,6 +86,7 @@ class Engine:
         self._handshakes = [(ch, getattr(dut, f"m_axi_{ch}valid"), getattr(dut, f"m_axi_{ch}ready"))
                             for ch in self.beats]
         self.rng = np.random.default_rng(5)
+        self.r_stalls = 0           # cycles with rvalid high and rready low: must stay 0
         cocotb.start_soon(self._count())
 
     async def _count(self):
@@ -97,6 +99,8 @@ class Engine:
             for ch, valid, ready in self._handshakes:
                 if valid.value == 1 and ready.value == 1:
                     self.beats[ch] += 1
+            if self.dut.m_axi_rvalid.value == 1 and self.dut.m_axi_rready.value == 0:
+                self.r_stalls += 1
 
     # ---- memory
     def write_sums(self, base: int, values) -> None:
@@ -169,6 +173,8 @@ class Engine:
     def check(self, case, start_vals, status, clear: bool, base: int = BASE) -> None:
         name, n, err = case.name, case.meta["n"], case.meta["error"]
         self.check_guards(name, base, n)
+        tbc.check_value(name, "cycles the engine held off read data (rready low)", 0,
+                        self.r_stalls)
         tbc.check_value(name, "frames_done", case.meta["n_workers"], status["frames_done"])
         if err is None:
             tbc.check_value(name, "err_code", 0, status["err_code"])
