@@ -47,6 +47,23 @@ def quantise_bits(b, M, k, tsat):
     return (mag ^ -s) + s                         # apply the sign
 
 
+@nb.njit(inline="always", nogil=True, cache=True)
+def quantise_sbits(b, M, k, tsat):
+    """quantise_bits for b = the float32 bits sign-extended from int32 (a negative int64 for
+    a negative float): the same Q in fewer vector operations (the sign is one arithmetic
+    shift; 2**(tc-1) - 1 is one shift of a constant). restore must use this same function."""
+    ab = b & ABS_MASK
+    e = ab >> 23
+    m = (b & 0x7FFFFF) | (np.int64(e != 0) << 23)
+    v = min(max(max(e, 1) - (k + 86), 4), 63)    # v = 64 - tc, tc = clamp(k - E, 1, 60)
+    P = m * (M & 0xFFFFFFFF)
+    tc = 64 - v
+    q = (P + (np.int64(0x7FFFFFFFFFFFFFFF) >> v) + ((P >> tc) & 1)) >> tc
+    mag = QMAX if ab >= tsat else q
+    sm = b >> 63                                  # 0 or -1
+    return (mag ^ sm) - sm
+
+
 @nb.njit(nogil=True, cache=True)
 def nan_count(gbits):
     c = 0
@@ -173,7 +190,7 @@ def _unit(g_run, r_run, B, norms, jn, M, k, rbits, tsat, scratch):
     Returns (sat_q, sat_fb, nan, norm of a B == 0 slice)."""
     satq = 0
     satfb = 0
-    nan = 0
+    top = np.int64(0)               # the largest |bits|: above INF_BITS means a NaN
     norm = np.int64(0)
     if B == 1:
         n_run, keep = norms[jn:jn + g_run.size], scratch[:g_run.size]
@@ -181,28 +198,28 @@ def _unit(g_run, r_run, B, norms, jn, M, k, rbits, tsat, scratch):
             b = np.int64(g_run[i])
             ab = b & ABS_MASK
             satq += ab > rbits
-            nan += ab > INF_BITS
+            top = max(top, ab)
             rv = r_run[i]
             keep[i] = rv
-            a, mag, over = feedback(quantise_bits(b, M, k, tsat), rv)
+            a, mag, over = feedback(quantise_sbits(b, M, k, tsat), rv)
             satfb += over
             r_run[i] = a
             n_run[i] = mag
-        return satq, satfb, nan, norm
+        return satq, satfb, top > INF_BITS, norm
     if B == 0:
         keep = scratch[:g_run.size]
         for i in range(g_run.size):
             b = np.int64(g_run[i])
             ab = b & ABS_MASK
             satq += ab > rbits
-            nan += ab > INF_BITS
+            top = max(top, ab)
             rv = r_run[i]
             keep[i] = rv
-            a, mag, over = feedback(quantise_bits(b, M, k, tsat), rv)
+            a, mag, over = feedback(quantise_sbits(b, M, k, tsat), rv)
             satfb += over
             r_run[i] = a
             norm += mag
-        return satq, satfb, nan, norm
+        return satq, satfb, top > INF_BITS, norm
     n = g_run.size
     for j in range((n + B - 1) // B):
         lo = j * B
@@ -213,15 +230,15 @@ def _unit(g_run, r_run, B, norms, jn, M, k, rbits, tsat, scratch):
             b = np.int64(g_blk[i])
             ab = b & ABS_MASK
             satq += ab > rbits
-            nan += ab > INF_BITS
+            top = max(top, ab)
             rv = r_blk[i]
             k_blk[i] = rv
-            a, mag, over = feedback(quantise_bits(b, M, k, tsat), rv)
+            a, mag, over = feedback(quantise_sbits(b, M, k, tsat), rv)
             satfb += over
             r_blk[i] = a
             bnorm += mag
         norms[jn + j] = bnorm
-    return satq, satfb, nan, norm
+    return satq, satfb, top > INF_BITS, norm
 
 
 @nb.njit(inline="always", nogil=True, cache=True)
@@ -239,8 +256,9 @@ def _save(r_lo, lo, hi, scratch, undo, log, nlog):
 def pass1_guarded(gbits, r, B, norms, M, k, rbits, tsat, jlo, jhi, undo, log, nlog, r_lo):
     """Pass 1 over blocks [jlo, jhi) (r <- a, norms filled), NaNs counted on the way and the
     old residual of every saturated unit saved (undo indexed like r; log entries are r_lo +
-    offsets into r). Returns (sat_q, sat_fb, nan, nlog)."""
+    offsets into r). Returns (sat_q, sat_fb, units holding a NaN, nlog)."""
     n = gbits.size
+    gbits = gbits.view(np.int32)              # sign-extending loads (quantise_sbits)
     scratch = np.empty(UNIT, dtype=np.int32)
     satq = 0
     satfb = 0
@@ -281,8 +299,9 @@ def pass1_guarded(gbits, r, B, norms, M, k, rbits, tsat, jlo, jhi, undo, log, nl
 def restore(gbits, r, undo, log, nlog, r_lo, M, k, tsat):
     """Undo pass1_guarded over all of r (r_lo: r's offset in the log's numbering): a - Q(g)
     everywhere, then the saved units back."""
+    gbits = gbits.view(np.int32)
     for i in range(r.size):
-        r[i] = r[i] - quantise_bits(np.int64(gbits[i]), M, k, tsat)
+        r[i] = r[i] - quantise_sbits(np.int64(gbits[i]), M, k, tsat)
     for t in range(0, nlog, 2):
         lo = log[t] - r_lo
         hi = log[t + 1] - r_lo

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gradblock.refmodel import compress, fast
 from gradblock.refmodel import step_kernels as K
@@ -92,3 +94,30 @@ def test_thread_count_follows_message_size(rng):
     assert fast.message_threads(_plan(), 1, min_parallel=0) == 1
     with pytest.raises(ValueError):
         fast.message_threads(_plan(), 0)
+
+
+RANGES = [10.0, 1.0, 1e-3, 3e38, 1e-40, float(QMAX), 0.1]
+
+
+@given(st.sampled_from(RANGES), st.integers(0, 2**32 - 1), st.sampled_from([1, 5, 64]))
+def test_message_on_random_bits_matches_the_reference(R, seed, B):
+    """Any float32 bits but NaN (±0, subnormals, ±Inf, huge), any residual, several ranges:
+    the guarded message step's frames, residuals and counts are the reference's."""
+    rng = np.random.default_rng(seed)
+    shapes = [(3, B), (7,), (2, B + 1)]
+    n = sum(int(np.prod(s)) for s in shapes)
+    bits = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    nan = (bits & 0x7FFFFFFF) > 0x7F800000
+    bits[nan] &= 0xFF800000                                   # NaN -> ±Inf
+    g = bits.view(np.float32)
+    r = rng.integers(-2**31 + 1, 2**31, n).astype(np.int32)
+    plan = fast.message_plan(shapes, k=1)
+    eo = plan.elem_offsets
+    ref = [compress.compress_layer(g[eo[i]:eo[i + 1]].reshape(s), r[eo[i]:eo[i + 1]].reshape(s),
+                                   R=R, k=1, layer_id=i) for i, s in enumerate(shapes)]
+    res = r.copy()
+    msg, info = fast.compress_message(g, res, plan, R)
+    assert np.array_equal(msg, np.concatenate([s.frame for s in ref]))
+    assert np.array_equal(res, np.concatenate([s.residual_out.ravel() for s in ref]))
+    assert list(info.sat_quant) == [s.sat_quant for s in ref]
+    assert list(info.sat_feedback) == [s.sat_feedback for s in ref]
