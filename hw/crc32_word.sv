@@ -6,40 +6,75 @@
 //   en, data   absorb one word. With init in the same cycle, data is the first word.
 //   crc        CRC-32 of every word absorbed since the last init (registered, valid the cycle
 //              after the last en).
+//   crc_next   combinational: what crc will be after this cycle (this cycle's init/en/data
+//              applied), for a caller that must emit the CRC in the cycle its last word is
+//              absorbed.
+//
+// Timing. One word is 32 shift/XOR steps of the bit-serial CRC, a linear map over GF(2):
+// next = M·(state ^ data) = M·state ^ M·data. Each bit of M·x is written as the XOR of the x bits
+// its row of M selects (12 to 17 of them), so synthesis sees balanced XOR trees rather than a
+// 32-deep chain of conditional XORs, and init/en act last (init replaces M·state by the
+// constant M·SEED): the loop state -> state is about three LUT levels.
 module crc32_word (
     input  logic        clk,
     input  logic        rst,
     input  logic        init,
     input  logic        en,
     input  logic [31:0] data,
-    output logic [31:0] crc
+    output logic [31:0] crc,
+    output logic [31:0] crc_next
 );
     localparam logic [31:0] POLY = 32'hEDB88320;
     localparam logic [31:0] SEED = 32'hFFFFFFFF;
 
-    // One word through the bit-serial reflected CRC, unrolled: 32 shift/XOR steps.
-    function automatic logic [31:0] crc_step(input logic [31:0] state, input logic [31:0] word);
+    // M·x: the bit-serial reflected CRC, 32 steps (elaboration only, on constants)
+    function automatic logic [31:0] steps32(input logic [31:0] x);
         logic [31:0] c;
-        c = state ^ word;
+        c = x;
         for (int i = 0; i < 32; i++) begin
             c = c[0] ? ((c >> 1) ^ POLY) : (c >> 1);
         end
-        crc_step = c;
+        steps32 = c;
     endfunction
 
-    logic [31:0] state;
-    logic [31:0] base;
+    // row i of M: which bits of x feed bit i of M·x (column j is M applied to bit j alone;
+    // self-contained because Icarus's constant functions may not call other functions)
+    function automatic logic [31:0] row_mask(input logic [4:0] i);
+        logic [31:0] m;
+        logic [31:0] c;
+        m = 32'd0;
+        for (int j = 0; j < 32; j++) begin
+            c = 32'd1 << j;
+            for (int k = 0; k < 32; k++) begin
+                c = c[0] ? ((c >> 1) ^ POLY) : (c >> 1);
+            end
+            m[j] = c[i];
+        end
+        row_mask = m;
+    endfunction
 
-    assign base = init ? SEED : state;
-    assign crc  = ~state;
+    localparam logic [31:0] M_SEED = steps32(SEED);   // M·state right after init
+
+    logic [31:0] state, state_next;
+    logic [31:0] m_state, m_data;
+
+    for (genvar i = 0; i < 32; i++) begin : g_rows
+        localparam logic [31:0] ROW = row_mask(5'(i));
+        assign m_state[i] = ^(state & ROW);
+        assign m_data[i]  = ^(data & ROW);
+    end
+
+    always_comb begin
+        if (en)        state_next = m_data ^ (init ? M_SEED : m_state);
+        else if (init) state_next = SEED;
+        else           state_next = state;
+    end
+
+    assign crc      = ~state;
+    assign crc_next = ~state_next;
 
     always_ff @(posedge clk) begin
-        if (rst) begin
-            state <= SEED;
-        end else if (en) begin
-            state <= crc_step(base, data);
-        end else if (init) begin
-            state <= SEED;
-        end
+        if (rst) state <= SEED;
+        else     state <= state_next;
     end
 endmodule

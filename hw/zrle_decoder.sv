@@ -61,133 +61,186 @@ module zrle_decoder #(
     output logic [31:0] token_count
 );
 
-    localparam logic [2:0] P_HDR   = 3'd0;  // header word hdr_idx (idle = waiting for h0)
-    localparam logic [2:0] P_Z     = 3'd1;
-    localparam logic [2:0] P_L     = 3'd2;
-    localparam logic [2:0] P_LIT   = 3'd3;
-    localparam logic [2:0] P_T0    = 3'd4;
-    localparam logic [2:0] P_T1    = 3'd5;
-    localparam logic [2:0] P_WAIT  = 3'd6;  // trailer good: wait for the last values to go out
-    localparam logic [2:0] P_DRAIN = 3'd7;  // error: discard words up to s_tlast
+    localparam logic [3:0] P_HDR   = 4'd0;  // header word hdr_idx (idle = waiting for h0)
+    localparam logic [3:0] P_Z     = 4'd1;
+    localparam logic [3:0] P_L     = 4'd2;
+    localparam logic [3:0] P_LIT   = 4'd3;
+    localparam logic [3:0] P_T0    = 4'd4;
+    localparam logic [3:0] P_T1    = 4'd5;
+    localparam logic [3:0] P_T1CHK = 4'd6;  // t1 taken: its CRC compare and s_tlast, registered
+    localparam logic [3:0] P_WAIT  = 4'd7;  // trailer good: wait for the last values to go out
+    localparam logic [3:0] P_DRAIN = 4'd8;  // error: discard words up to s_tlast
+
+    // ---------------------------------------------------------------- input slice
+    // Frame words enter a register slice together with flags computed from the word alone, so
+    // every check below starts from flops. `hold` closes the input after a word with s_tlast
+    // until the parse side has finished that frame (as before the slice, the next frame's
+    // words wait for the previous frame's status). cfg_* are sampled with the frame's first
+    // word (h0) as it is taken.
+    localparam int IW = 32 + 7;
+    logic          in_valid, in_last, in_zero, in_magic, in_version_ok, in_lmax_ok, in_range_ok;
+    logic          in_gt_lmax;      // w > LMAX (meaningful for L words: LMAX is set at h1, before
+                                    // any L word can enter the two-entry slice)
+    logic [31:0]   w;               // the frame word the parse side sees
+    logic          slice_ready, hold, at_h0, take_in;
+    logic          p_ready;         // the parse side takes the slice's word this cycle if valid
+    logic          check_n_r;
+    logic [31:0]   expected_n_r;
+
+    axis_skid_buffer #(.W(IW)) u_in (
+        .clk     (clk),
+        .rst     (rst),
+        .s_data  ({s_tlast,
+                   s_tdata == 32'd0,
+                   s_tdata == gradblock_pkg::ZRLE_MAGIC,
+                   s_tdata[7:0] == gradblock_pkg::ZRLE_VERSION,
+                   (s_tdata[31:16] == 16'd0)
+                       && (s_tdata[15:8] >= 8'(gradblock_pkg::ZRLE_LMAX_LOG2_MIN))
+                       && (s_tdata[15:8] <= 8'(gradblock_pkg::ZRLE_LMAX_LOG2_MAX)),
+                   !s_tdata[31] && (s_tdata[30:23] != 8'hFF) && (s_tdata != 32'd0),
+                   s_tdata > lmax,
+                   s_tdata}),
+        .s_valid (s_tvalid && !hold),
+        .s_ready (slice_ready),
+        .m_data  ({in_last, in_zero, in_magic, in_version_ok, in_lmax_ok, in_range_ok, in_gt_lmax,
+                   w}),
+        .m_valid (in_valid),
+        .m_ready (p_ready)
+    );
+
+    assign s_tready = slice_ready && !hold;
+    assign take_in  = s_tvalid && s_tready;
 
     // ---------------------------------------------------------------- parse state
-    logic [2:0]  p_state;
+    logic [3:0]  p_state;
     logic [2:0]  hdr_idx;
     logic [31:0] widx;              // index in the frame of the word being offered
-    logic        check_n_r;
-    logic [31:0] expected_n_r;
     logic [31:0] lmax;              // 2^LMAX_LOG2 of this frame
-    logic [31:0] produced;          // values covered by the tokens accepted so far
+    logic        n_mismatch;        // h3 != cfg_expected_n (decided at h4 when checked)
+    logic [31:0] rem;               // values the tokens read so far leave to the frame (n - produced)
+    logic        rem_zero;          // rem == 0
     logic [31:0] tok_z;
+    logic        tok_z_zero;
+    logic [31:0] rz;                // rem - z of the current token (mod 2^32)
+    logic        z_over;            // z > rem
+    logic        rz_nonzero;        // z != rem (so z < rem when !z_over)
     logic [31:0] lit_left;          // literals of the current token still to read
+    logic        lit_last;          // lit_left == 1
     logic        prev_full;         // previous token had L = LMAX (or this is the first token)
     logic        zero_seen;         // a zero literal was read in this token
     logic [31:0] zero_at;           // frame index of that literal
     logic        t0_bad;
-    logic [31:0] crc;
+    logic        t1_bad, t1_last;   // t1 != CRC; t1 carried s_tlast
+    logic [31:0] crc, crc_next_unused;
 
-    logic        fire;
-    logic [31:0] w;
+    logic        fire, act, parse_idle;
     logic [3:0]  chk_code;
     logic [31:0] chk_word;
-    logic [31:0] remaining;
-    logic [32:0] z_plus_l;
-    logic        version_ok, range_ok, lmax_ok;
     logic        in_frame;
     logic        queue_full, queue_empty;
     logic        push;
     logic [32:0] push_data;         // {is_zero_run, value or run length}
 
-    assign w         = s_tdata;
-    assign in_frame  = (p_state == P_HDR) || (p_state == P_Z) || (p_state == P_L) ||
-                       (p_state == P_LIT) || (p_state == P_T0) || (p_state == P_T1);
-    assign s_tready  = (in_frame && !queue_full) || (p_state == P_DRAIN);
-    assign fire      = s_tvalid && s_tready;
-    assign remaining = hdr_n - produced;
-    assign z_plus_l  = {1'b0, tok_z} + {1'b0, w};
-    assign version_ok = (w[7:0] == gradblock_pkg::ZRLE_VERSION);
-    assign range_ok  = !w[31] && (w[30:23] != 8'hFF) && (w != 32'd0);
-    assign lmax_ok   = (w[31:16] == 16'd0) && (w[15:8] >= 8'(gradblock_pkg::ZRLE_LMAX_LOG2_MIN))
-                       && (w[15:8] <= 8'(gradblock_pkg::ZRLE_LMAX_LOG2_MAX));
+    assign in_frame   = (p_state == P_HDR) || (p_state == P_Z) || (p_state == P_L) ||
+                        (p_state == P_LIT) || (p_state == P_T0) || (p_state == P_T1);
+    assign p_ready    = (in_frame && !queue_full) || (p_state == P_DRAIN);
+    assign fire       = in_valid && p_ready;
+    assign act        = fire || (p_state == P_T1CHK);   // the parse side decides this cycle
+    assign parse_idle = (p_state == P_HDR) && (hdr_idx == 3'd0);
 
-    // checks of the word on s_tdata, in the order of spec §3.5
+    // checks of the word w (or, in P_T1CHK, of the registered t1 verdict), spec §3.5; every
+    // operand is a register. Each check is its own flag and `bad` is their OR, so the flush
+    // decision is a shallow OR; the priority order of spec §3.5 only chooses err_code/err_word.
+    logic at_h0w, at_h1w, at_h4w, at_l, at_lit, at_t1, at_t1chk;
+    logic e_magic, e_version, e_lmax, e_range, e_size;
+    logic e_long, e_empty, e_split, e_overrun, e_early, e_zero_lit, e_t0, e_crc, e_extra, e_trunc;
+    logic bad;
+
+    assign at_h0w   = (p_state == P_HDR) && (hdr_idx == 3'd0);
+    assign at_h1w   = (p_state == P_HDR) && (hdr_idx == 3'd1);
+    assign at_h4w   = (p_state == P_HDR) && (hdr_idx == 3'd4);
+    assign at_l     = (p_state == P_L);
+    assign at_lit   = (p_state == P_LIT);
+    assign at_t1    = (p_state == P_T1);
+    assign at_t1chk = (p_state == P_T1CHK);
+
+    assign e_magic    = at_h0w && !in_magic;
+    assign e_version  = at_h1w && !in_version_ok;
+    assign e_lmax     = at_h1w && !in_lmax_ok;
+    assign e_range    = at_h4w && !in_range_ok;
+    assign e_size     = at_h4w && check_n_r && n_mismatch;
+    assign e_long     = at_l && in_gt_lmax;
+    assign e_empty    = at_l && tok_z_zero && in_zero;
+    assign e_split    = at_l && tok_z_zero && !prev_full;
+    assign e_overrun  = at_l && (z_over || w > rz);                 // z + L > n - produced
+    assign e_early    = at_l && in_zero && rz_nonzero;              // L = 0 with z < n - produced
+    assign e_zero_lit = at_lit && lit_last && (zero_seen || in_zero);
+    assign e_t0       = at_t1 && t0_bad;
+    assign e_crc      = at_t1chk && t1_bad;
+    assign e_extra    = at_t1chk && !t1_last;                       // words follow the trailer
+    assign e_trunc    = in_last && in_frame && !at_t1;               // the frame ends too early
+    assign bad = e_magic || e_version || e_lmax || e_range || e_size || e_long || e_empty ||
+                 e_split || e_overrun || e_early || e_zero_lit || e_t0 || e_crc || e_extra ||
+                 e_trunc;
+
+    // the error reported: the first failing check in the order of spec §3.5
     always_comb begin
-        chk_code = gradblock_pkg::FRAME_OK;
-        chk_word = widx;
-        case (p_state)
-            P_HDR: begin
-                case (hdr_idx)
-                    3'd0: begin
-                        if (w != gradblock_pkg::ZRLE_MAGIC)
-                            chk_code = gradblock_pkg::FRAME_ERR_BAD_MAGIC;
-                    end
-                    3'd1: begin
-                        if (!version_ok)     chk_code = gradblock_pkg::FRAME_ERR_BAD_VERSION;
-                        else if (!lmax_ok)   chk_code = gradblock_pkg::FRAME_ERR_BAD_LMAX;
-                    end
-                    3'd4: begin
-                        if (!range_ok) begin
-                            chk_code = gradblock_pkg::FRAME_ERR_BAD_RANGE;
-                        end else if (check_n_r && (hdr_n != expected_n_r)) begin
-                            chk_code = gradblock_pkg::FRAME_ERR_SIZE_MISMATCH;
-                            chk_word = 32'd3;
-                        end
-                    end
-                    default: ;
-                endcase
-            end
-            P_L: begin
-                chk_word = widx - 32'd1;      // token errors name the z word ...
-                if (w > lmax) begin
-                    chk_code = gradblock_pkg::FRAME_ERR_LITERAL_RUN_TOO_LONG;
-                    chk_word = widx;          // ... except those about L itself
-                end else if (tok_z == 32'd0 && w == 32'd0) begin
-                    chk_code = gradblock_pkg::FRAME_ERR_EMPTY_TOKEN;
-                end else if (tok_z == 32'd0 && !prev_full) begin
-                    chk_code = gradblock_pkg::FRAME_ERR_SPLIT_LITERAL_RUN;
-                end else if (z_plus_l > {1'b0, remaining}) begin
-                    chk_code = gradblock_pkg::FRAME_ERR_OVERRUN;
-                end else if (w == 32'd0 && tok_z < remaining) begin
-                    chk_code = gradblock_pkg::FRAME_ERR_EARLY_ZERO_LENGTH;
-                    chk_word = widx;
-                end
-            end
-            P_LIT: begin
-                if (lit_left == 32'd1 && (zero_seen || w == 32'd0)) begin
-                    chk_code = gradblock_pkg::FRAME_ERR_ZERO_LITERAL;
-                    chk_word = zero_seen ? zero_at : widx;
-                end
-            end
-            P_T1: begin
-                if (t0_bad) begin
-                    chk_code = gradblock_pkg::FRAME_ERR_TOKEN_COUNT_MISMATCH;
-                    chk_word = widx - 32'd1;
-                end else if (w != crc) begin
-                    chk_code = gradblock_pkg::FRAME_ERR_CRC_MISMATCH;
-                end else if (!s_tlast) begin
-                    chk_code = gradblock_pkg::FRAME_ERR_TRUNCATED;   // words follow the trailer
-                    chk_word = widx + 32'd1;
-                end
-            end
-            default: ;
-        endcase
-        // the frame ends here but needs more words
-        if (chk_code == gradblock_pkg::FRAME_OK && s_tlast && in_frame
-            && p_state != P_T1) begin
-            chk_code = gradblock_pkg::FRAME_ERR_TRUNCATED;
-            chk_word = widx + 32'd1;
+        chk_code = gradblock_pkg::FRAME_ERR_TRUNCATED;
+        chk_word = widx + 32'd1;
+        if (e_magic) begin
+            chk_code = gradblock_pkg::FRAME_ERR_BAD_MAGIC;
+            chk_word = widx;
+        end else if (e_version) begin
+            chk_code = gradblock_pkg::FRAME_ERR_BAD_VERSION;
+            chk_word = widx;
+        end else if (e_lmax) begin
+            chk_code = gradblock_pkg::FRAME_ERR_BAD_LMAX;
+            chk_word = widx;
+        end else if (e_range) begin
+            chk_code = gradblock_pkg::FRAME_ERR_BAD_RANGE;
+            chk_word = widx;
+        end else if (e_size) begin
+            chk_code = gradblock_pkg::FRAME_ERR_SIZE_MISMATCH;
+            chk_word = 32'd3;
+        end else if (e_long) begin
+            chk_code = gradblock_pkg::FRAME_ERR_LITERAL_RUN_TOO_LONG;
+            chk_word = widx;                  // errors about L itself name the L word ...
+        end else if (e_empty) begin
+            chk_code = gradblock_pkg::FRAME_ERR_EMPTY_TOKEN;
+            chk_word = widx - 32'd1;          // ... other token errors the z word
+        end else if (e_split) begin
+            chk_code = gradblock_pkg::FRAME_ERR_SPLIT_LITERAL_RUN;
+            chk_word = widx - 32'd1;
+        end else if (e_overrun) begin
+            chk_code = gradblock_pkg::FRAME_ERR_OVERRUN;
+            chk_word = widx - 32'd1;
+        end else if (e_early) begin
+            chk_code = gradblock_pkg::FRAME_ERR_EARLY_ZERO_LENGTH;
+            chk_word = widx;
+        end else if (e_zero_lit) begin
+            chk_code = gradblock_pkg::FRAME_ERR_ZERO_LITERAL;
+            chk_word = zero_seen ? zero_at : widx;
+        end else if (e_t0) begin
+            chk_code = gradblock_pkg::FRAME_ERR_TOKEN_COUNT_MISMATCH;
+            chk_word = widx - 32'd1;
+        end else if (e_crc) begin             // widx has moved past t1
+            chk_code = gradblock_pkg::FRAME_ERR_CRC_MISMATCH;
+            chk_word = widx - 32'd1;
+        end else if (e_extra) begin
+            chk_word = widx;                  // TRUNCATED: index of the first extra word
         end
+        // otherwise e_trunc: TRUNCATED, index of the first missing word
     end
 
     // queue entries for a token that passed its checks, and for each literal
     always_comb begin
         push      = 1'b0;
         push_data = 33'd0;
-        if (fire && chk_code == gradblock_pkg::FRAME_OK) begin
-            if (p_state == P_L && tok_z != 32'd0) begin
+        if (fire && !bad) begin
+            if (p_state == P_L && !tok_z_zero) begin
                 push      = 1'b1;
                 push_data = {1'b1, tok_z};
-            end else if (p_state == P_LIT && w != 32'd0 && !zero_seen) begin
+            end else if (p_state == P_LIT && !in_zero && !zero_seen) begin
                 push      = 1'b1;
                 push_data = {1'b0, w};
             end
@@ -195,20 +248,25 @@ module zrle_decoder #(
     end
 
     // ---------------------------------------------------------------- queue and emit side
-    logic        flush;
+    logic        flush;             // the word (or t1 verdict) fails: stop the parse side now
+    logic        flush_q;           // a cycle later: clear the queue, report the error
+    logic [3:0]  chk_code_q;
+    logic [31:0] chk_word_q;
     logic        pop;
     logic [32:0] head;
     logic [31:0] run_left;          // zeros still to emit from the current run entry
-    logic [31:0] emitted;
+    logic        run_active;        // run_left != 0
+    logic [31:0] emit_left;         // values of the frame not yet emitted
+    logic        emit_last;         // emit_left == 1: the next value is the n-th
     logic        out_ready, emit, emit_idle;
     logic [31:0] emit_word;
 
-    assign flush = fire && (chk_code != gradblock_pkg::FRAME_OK);
+    assign flush = act && bad;
 
     sync_fifo #(.W(33), .AW(QUEUE_AW)) u_queue (
         .clk     (clk),
         .rst     (rst),
-        .clear   (flush),
+        .clear   (flush_q),
         .push    (push),
         .wr_data (push_data),
         .pop     (pop),
@@ -217,15 +275,15 @@ module zrle_decoder #(
         .empty   (queue_empty)
     );
 
-    assign emit      = out_ready && (run_left != 32'd0 || !queue_empty);
-    assign pop       = out_ready && (run_left == 32'd0) && !queue_empty;
-    assign emit_word = (run_left != 32'd0 || head[32]) ? 32'd0 : head[31:0];
-    assign emit_idle = (run_left == 32'd0) && queue_empty;
+    assign emit      = out_ready && (run_active || !queue_empty);
+    assign pop       = out_ready && !run_active && !queue_empty;
+    assign emit_word = (run_active || head[32]) ? 32'd0 : head[31:0];
+    assign emit_idle = !run_active && queue_empty;
 
     axis_skid_buffer #(.W(33)) u_out (
         .clk     (clk),
         .rst     (rst),
-        .s_data  ({emitted + 32'd1 == hdr_n, emit_word}),
+        .s_data  ({emit_last, emit_word}),
         .s_valid (emit),
         .s_ready (out_ready),
         .m_data  ({m_tlast, m_tdata}),
@@ -233,13 +291,15 @@ module zrle_decoder #(
         .m_ready (m_tready)
     );
 
+    // the CRC absorbs h0 .. t0 from the input slice (registered word)
     crc32_word u_crc (
-        .clk  (clk),
-        .rst  (rst),
-        .init (fire && p_state == P_HDR && hdr_idx == 3'd0),
-        .en   (fire && in_frame && p_state != P_T1),
-        .data (w),
-        .crc  (crc)
+        .clk      (clk),
+        .rst      (rst),
+        .init     (fire && p_state == P_HDR && hdr_idx == 3'd0),
+        .en       (fire && in_frame && p_state != P_T1),
+        .data     (w),
+        .crc      (crc),
+        .crc_next (crc_next_unused)
     );
 
     // ---------------------------------------------------------------- sequential logic
@@ -248,21 +308,34 @@ module zrle_decoder #(
         err_valid <= 1'b0;
         hdr_valid <= 1'b0;
         if (rst) begin
+            hold           <= 1'b0;
+            at_h0          <= 1'b1;
+            check_n_r      <= 1'b0;
+            expected_n_r   <= 32'd0;
             p_state        <= P_HDR;
             hdr_idx        <= 3'd0;
             widx           <= 32'd0;
-            check_n_r      <= 1'b0;
-            expected_n_r   <= 32'd0;
             lmax           <= 32'd2;
-            produced       <= 32'd0;
+            n_mismatch     <= 1'b0;
+            rem            <= 32'd0;
+            rem_zero       <= 1'b1;
             tok_z          <= 32'd0;
+            tok_z_zero     <= 1'b1;
+            rz             <= 32'd0;
+            z_over         <= 1'b0;
+            rz_nonzero     <= 1'b0;
             lit_left       <= 32'd0;
+            lit_last       <= 1'b0;
             prev_full      <= 1'b1;
             zero_seen      <= 1'b0;
             zero_at        <= 32'd0;
             t0_bad         <= 1'b0;
+            t1_bad         <= 1'b0;
+            t1_last        <= 1'b0;
             run_left       <= 32'd0;
-            emitted        <= 32'd0;
+            run_active     <= 1'b0;
+            emit_left      <= 32'd0;
+            emit_last      <= 1'b0;
             hdr_layer_id   <= 32'd0;
             hdr_n          <= 32'd0;
             hdr_range_bits <= 32'd0;
@@ -270,91 +343,137 @@ module zrle_decoder #(
             err_code       <= gradblock_pkg::FRAME_OK;
             err_word       <= 32'd0;
             token_count    <= 32'd0;
+            flush_q        <= 1'b0;
         end else begin
-            // ---- emit side
-            if (flush) begin
-                run_left <= 32'd0;
-            end else if (emit) begin
-                if (run_left != 32'd0) run_left <= run_left - 32'd1;
-                else if (head[32])     run_left <= head[31:0] - 32'd1;
+            // ---- input side
+            if (take_in) begin
+                at_h0 <= s_tlast;
+                if (at_h0) begin
+                    check_n_r    <= cfg_check_n;
+                    expected_n_r <= cfg_expected_n;
+                end
             end
-            if (emit) emitted <= emitted + 32'd1;
+            if (take_in && s_tlast)            hold <= 1'b1;
+            else if (parse_idle && !in_valid)  hold <= 1'b0;
+
+            // ---- emit side
+            if (flush_q) begin
+                run_active <= 1'b0;
+            end else if (emit) begin
+                if (run_active) begin
+                    run_left   <= run_left - 32'd1;
+                    run_active <= (run_left != 32'd1);
+                end else if (head[32]) begin
+                    run_left   <= head[31:0] - 32'd1;
+                    run_active <= (head[31:0] != 32'd1);
+                end
+            end
+            if (emit) begin
+                emit_left <= emit_left - 32'd1;
+                emit_last <= (emit_left == 32'd2);
+            end
 
             // ---- parse side
-            if (fire) begin
+            // A failing word stops the parse side at once (p_state, and no queue entry); the
+            // rest of an error (queue cleared, run dropped, err_* reported) happens a cycle
+            // later from registers, so the checks do not fan out to every register. Meanwhile
+            // the parse side only drains or waits, and the emit side may hand out one more value
+            // of a token that passed its checks (values stay tentative until `done`). The parse
+            // registers below follow every word taken, failing or not: a frame that fails is
+            // parsed no further, and the next one starts over from h0.
+            flush_q    <= flush;
+            chk_code_q <= chk_code;
+            chk_word_q <= chk_word;
+            if (flush_q) begin
+                err_valid <= 1'b1;
+                err_code  <= chk_code_q;
+                err_word  <= chk_word_q;
+                widx      <= 32'd0;
+            end else if (fire) begin
                 // index of the next word; the words drained after an error do not count
                 widx <= (p_state == P_DRAIN) ? 32'd0 : widx + 32'd1;
-                if (flush) begin
-                    err_valid <= 1'b1;
-                    err_code  <= chk_code;
-                    err_word  <= chk_word;
-                    p_state   <= s_tlast ? P_HDR : P_DRAIN;
-                    hdr_idx   <= 3'd0;
-                    widx      <= 32'd0;
-                end else begin
-                    case (p_state)
-                        P_HDR: begin
-                            hdr_idx <= hdr_idx + 3'd1;
-                            case (hdr_idx)
-                                3'd0: begin
-                                    check_n_r    <= cfg_check_n;
-                                    expected_n_r <= cfg_expected_n;
-                                    produced     <= 32'd0;
-                                    prev_full    <= 1'b1;
-                                    t0_bad       <= 1'b0;
-                                    token_count  <= 32'd0;
-                                    emitted      <= 32'd0;
-                                    err_code     <= gradblock_pkg::FRAME_OK;
-                                    err_word     <= 32'd0;
-                                end
-                                3'd1: begin
-                                    hdr_lmax_log2 <= w[12:8];
-                                    lmax          <= 32'd1 << w[12:8];
-                                end
-                                3'd2: hdr_layer_id <= w;
-                                3'd3: hdr_n        <= w;
-                                default: begin
-                                    hdr_range_bits <= w;
-                                    hdr_valid      <= 1'b1;
-                                    hdr_idx        <= 3'd0;
-                                    p_state        <= (hdr_n == 32'd0) ? P_T0 : P_Z;
-                                end
-                            endcase
-                        end
-                        P_Z: begin
-                            tok_z   <= w;
-                            p_state <= P_L;
-                        end
-                        P_L: begin
-                            produced    <= produced + z_plus_l[31:0];
-                            prev_full   <= (w == lmax);
-                            token_count <= token_count + 32'd1;
-                            lit_left    <= w;
-                            zero_seen   <= 1'b0;
-                            // L = 0 passed EARLY_ZERO_LENGTH, so it ends the payload
-                            p_state     <= (w == 32'd0) ? P_T0 : P_LIT;
-                        end
-                        P_LIT: begin
-                            lit_left <= lit_left - 32'd1;
-                            if (w == 32'd0 && !zero_seen) begin
-                                zero_seen <= 1'b1;
-                                zero_at   <= widx;
+            end
+            if (p_state == P_T1CHK) begin
+                p_state <= P_WAIT;
+            end else if (fire) begin
+                case (p_state)
+                    P_HDR: begin
+                        hdr_idx <= hdr_idx + 3'd1;
+                        case (hdr_idx)
+                            3'd0: begin
+                                prev_full   <= 1'b1;
+                                t0_bad      <= 1'b0;
+                                token_count <= 32'd0;
+                                err_code    <= gradblock_pkg::FRAME_OK;
+                                err_word    <= 32'd0;
                             end
-                            if (lit_left == 32'd1) p_state <= (produced == hdr_n) ? P_T0 : P_Z;
+                            3'd1: begin
+                                hdr_lmax_log2 <= w[12:8];
+                                lmax          <= 32'd1 << w[12:8];
+                            end
+                            3'd2: hdr_layer_id <= w;
+                            3'd3: begin
+                                hdr_n      <= w;
+                                rem        <= w;
+                                rem_zero   <= in_zero;
+                                emit_left  <= w;
+                                emit_last  <= (w == 32'd1);
+                                n_mismatch <= (w != expected_n_r);
+                            end
+                            default: begin
+                                hdr_range_bits <= w;
+                                hdr_valid      <= !bad;
+                                hdr_idx        <= 3'd0;
+                                p_state        <= rem_zero ? P_T0 : P_Z;
+                            end
+                        endcase
+                    end
+                    P_Z: begin
+                        tok_z      <= w;
+                        tok_z_zero <= in_zero;
+                        {z_over, rz} <= {1'b0, rem} - {1'b0, w};
+                        rz_nonzero <= (w != rem);
+                        p_state    <= P_L;
+                    end
+                    P_L: begin
+                        rem         <= rz - w;
+                        rem_zero    <= (rz == w);
+                        prev_full   <= (w == lmax);
+                        token_count <= token_count + 32'd1;
+                        lit_left    <= w;
+                        lit_last    <= (w == 32'd1);
+                        zero_seen   <= 1'b0;
+                        // L = 0 passed EARLY_ZERO_LENGTH, so it ends the payload
+                        p_state     <= in_zero ? P_T0 : P_LIT;
+                    end
+                    P_LIT: begin
+                        lit_left <= lit_left - 32'd1;
+                        lit_last <= (lit_left == 32'd2);
+                        if (in_zero && !zero_seen) begin
+                            zero_seen <= 1'b1;
+                            zero_at   <= widx;
                         end
-                        P_T0: begin
-                            t0_bad  <= (w != token_count);
-                            p_state <= P_T1;
-                        end
-                        P_T1: begin
-                            p_state <= P_WAIT;
-                        end
-                        P_DRAIN: begin
-                            if (s_tlast) p_state <= P_HDR;
-                        end
-                        default: ;
-                    endcase
-                end
+                        if (lit_last) p_state <= rem_zero ? P_T0 : P_Z;
+                    end
+                    P_T0: begin
+                        t0_bad  <= (w != token_count);
+                        p_state <= P_T1;
+                    end
+                    P_T1: begin
+                        // the CRC has absorbed t0: compare now, decide next cycle
+                        t1_bad  <= (w != crc);
+                        t1_last <= in_last;
+                        p_state <= P_T1CHK;
+                    end
+                    P_DRAIN: begin
+                        if (in_last) p_state <= P_HDR;
+                    end
+                    default: ;
+                endcase
+            end
+            if (flush) begin
+                p_state <= (p_state == P_T1CHK ? t1_last : in_last) ? P_HDR : P_DRAIN;
+                hdr_idx <= 3'd0;
             end
 
             if (p_state == P_WAIT && emit_idle) begin

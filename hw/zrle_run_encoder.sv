@@ -87,9 +87,24 @@ module zrle_run_encoder #(
     assign lmax = LW'(1) << lmax_log2;
 
     // ---------------------------------------------------------------- literal ring, token queue
+    // The ring is read synchronously (block RAM on an FPGA, whose read data arrive late in the
+    // cycle): literals are fetched in order into a 4-entry flop buffer ahead of the drain side,
+    // so the word leaving comes from flops. A slot is fetched at the earliest the cycle after
+    // its write, and a literal reaches the buffer two cycles after its write, before the drain
+    // can need it (its token's z and L go out first).
+    localparam int PF_AW = 2;            // prefetch buffer: 2^PF_AW literals
     logic [31:0]   ring [RING];
-    logic [RW:0]   wr_ptr, rd_ptr;       // one extra bit tells full from empty
-    logic          ring_full;
+    logic [RW:0]   wr_ptr, fetch_ptr;    // one extra bit tells full from empty
+    logic [RW:0]   ring_used;            // literals written and not yet fetched (0 .. RING)
+    logic          ring_full, ring_write;
+    logic          fetch;                // read the ring at fetch_ptr this cycle
+    logic          fetched;              // ring_rd holds the literal read last cycle
+    logic [31:0]   ring_rd;              // the ring's registered read data
+    logic [PF_AW:0] pf_credit;           // prefetch slots neither filled nor claimed by a read
+    logic [(1<<PF_AW)-1:0][31:0] pf;     // prefetch buffer (flops)
+    logic [PF_AW:0] pf_wr, pf_rd;
+    logic          lit_avail;            // the buffer holds the oldest literal not yet out
+    logic          lit_pop;
     logic [31:0]   ring_head;            // oldest literal not yet out
 
     logic          q_push, q_pop, q_full, q_empty;
@@ -97,8 +112,10 @@ module zrle_run_encoder #(
     logic [31:0]   head_z;
     logic [LW-1:0] head_len;
 
-    assign ring_full = (wr_ptr[RW-1:0] == rd_ptr[RW-1:0]) && (wr_ptr[RW] != rd_ptr[RW]);
-    assign ring_head = ring[rd_ptr[RW-1:0]];
+    assign ring_full = ring_used[RW];
+    assign fetch     = (ring_used != '0) && (pf_credit != '0);
+    assign lit_avail = (pf_wr != pf_rd);
+    assign ring_head = pf[pf_rd[PF_AW-1:0]];
     assign head_z    = q_head[TW-1:LW];
     assign head_len  = q_head[LW-1:0];
 
@@ -124,17 +141,22 @@ module zrle_run_encoder #(
     logic [31:0]   zrun;                 // zeros since the last token boundary
     logic [31:0]   open_z;               // z of the open token
     logic [LW-1:0] lit_cnt;              // literals of the open token (0: none open)
+    logic          lit_open;             // lit_cnt != 0
+    logic [LW-1:0] slots_left;           // LMAX - lit_cnt
+    logic          last_slot;            // slots_left == 1: the next literal fills the token
+    logic          in_nz;                // in_word != 0 (decided as the word is taken)
+    logic          in_more;              // in_count != n_words: payload words still to take
 
     logic in_nonzero, closes, in_blocked, consume, take, tail_close;
     logic [LW-1:0] lit_next;
 
-    assign in_nonzero = (in_word != 32'd0);
+    assign in_nonzero = in_nz;
     assign lit_next   = lit_cnt + LW'(1);
     // does consuming in_word close a token?
-    assign closes     = in_nonzero ? (lit_next == lmax || in_last) : (lit_cnt != '0);
+    assign closes     = in_nonzero ? (last_slot || in_last) : lit_open;
     assign in_blocked = (in_nonzero && ring_full) || (closes && q_full);
     assign consume    = (in_state == IN_RUN) && in_full && !in_blocked;
-    assign s_tready   = (in_state == IN_RUN) && (in_count != n_words) && (!in_full || consume);
+    assign s_tready   = (in_state == IN_RUN) && in_more && (!in_full || consume);
     assign take       = s_tvalid && s_tready;
     assign take_step  = (s_tdata != 32'd0) ? 32'd1 : s_tcount;
     assign tail_close = (in_state == IN_TAIL) && !q_full;
@@ -144,7 +166,7 @@ module zrle_run_encoder #(
         q_wdata = '0;
         if (consume && closes) begin
             q_push  = 1'b1;
-            q_wdata = in_nonzero ? {(lit_cnt == '0) ? zrun : open_z, lit_next}
+            q_wdata = in_nonzero ? {lit_open ? open_z : zrun, lit_next}
                                  : {open_z, lit_cnt};
         end else if (tail_close) begin
             q_push  = 1'b1;
@@ -154,10 +176,11 @@ module zrle_run_encoder #(
 
     // ---------------------------------------------------------------- drain side
     logic [2:0]    d_state;
+    logic          crc_init, crc_en;     // the CRC unit's inputs, registered (see u_crc)
+    logic [31:0]   crc_data, crc_next, crc_unused;
     logic [2:0]    hdr_idx;
     logic [LW-1:0] lit_sent;             // literals of the head token already out
     logic [31:0]   tok_count;
-    logic [31:0]   crc;
 
     logic          out_ready;            // the skid buffer can take a word this cycle
     logic          produce;              // a frame word goes out this cycle
@@ -205,13 +228,15 @@ module zrle_run_encoder #(
                     q_pop    = (head_len == '0);
                 end
                 D_LIT: begin
-                    produce  = 1'b1;
-                    out_word = ring_head;
-                    q_pop    = (lit_sent + LW'(1) == head_len);
+                    if (lit_avail) begin
+                        produce  = 1'b1;
+                        out_word = ring_head;
+                        q_pop    = (lit_sent + LW'(1) == head_len);
+                    end
                 end
                 D_T1: begin
                     produce  = 1'b1;
-                    out_word = crc;
+                    out_word = crc_next;          // t0 is in crc_data, absorbed this cycle
                     out_last = 1'b1;
                 end
                 default: ;
@@ -219,14 +244,32 @@ module zrle_run_encoder #(
         end
     end
 
-    // CRC over every frame word up to and including t0
+    assign lit_pop    = produce && (d_state == D_LIT);
+    assign ring_write = consume && in_nonzero;
+
+    // CRC over every frame word up to and including t0. The word leaving is registered on its
+    // way to the CRC unit, so the output mux and the 32 CRC steps are separate cycles; t1, the
+    // cycle after t0, is the CRC with t0 (in crc_data) absorbed: crc_next, from registers.
+
+    always_ff @(posedge clk) begin
+        if (rst) begin
+            crc_init <= 1'b0;
+            crc_en   <= 1'b0;
+        end else begin
+            crc_init <= cfg_valid && cfg_ready;
+            crc_en   <= produce && (d_state != D_T1);
+        end
+        crc_data <= out_word;
+    end
+
     crc32_word u_crc (
-        .clk  (clk),
-        .rst  (rst),
-        .init (cfg_valid && cfg_ready),
-        .en   (produce && (d_state != D_T1)),
-        .data (out_word),
-        .crc  (crc)
+        .clk      (clk),
+        .rst      (rst),
+        .init     (crc_init),
+        .en       (crc_en),
+        .data     (crc_data),
+        .crc      (crc_unused),
+        .crc_next (crc_next)
     );
 
     axis_skid_buffer #(.W(33)) u_out (
@@ -245,13 +288,16 @@ module zrle_run_encoder #(
         if (rst) begin
             in_state   <= IN_IDLE;
             in_count   <= 32'd0;
+            in_more    <= 1'b0;
             in_full    <= 1'b0;
             in_last    <= 1'b0;
             zrun       <= 32'd0;
             open_z     <= 32'd0;
             lit_cnt    <= '0;
+            lit_open   <= 1'b0;
+            slots_left <= LW'(2);
+            last_slot  <= 1'b0;
             wr_ptr     <= '0;
-            rd_ptr     <= '0;
             d_state    <= D_IDLE;
             hdr_idx    <= 3'd0;
             lit_sent   <= '0;
@@ -269,11 +315,14 @@ module zrle_run_encoder #(
                 lmax_log2  <= cfg_lmax_clamped;
                 in_state   <= (cfg_n == 32'd0) ? IN_DONE : IN_RUN;
                 in_count   <= 32'd0;
+                in_more    <= (cfg_n != 32'd0);
                 in_full    <= 1'b0;
                 zrun       <= 32'd0;
                 lit_cnt    <= '0;
+                lit_open   <= 1'b0;
+                slots_left <= LW'(1) << cfg_lmax_clamped;
+                last_slot  <= 1'b0;              // LMAX >= 2
                 wr_ptr     <= '0;
-                rd_ptr     <= '0;
                 tok_count  <= 32'd0;
                 d_state    <= D_HDR;
                 hdr_idx    <= 3'd0;
@@ -282,8 +331,10 @@ module zrle_run_encoder #(
             // ---- input register
             if (take) begin
                 in_word  <= s_tdata;
+                in_nz    <= (s_tdata != 32'd0);
                 in_run   <= take_step;
                 in_last  <= (in_count + take_step == n_words);
+                in_more  <= (in_count + take_step != n_words);
                 in_count <= in_count + take_step;
                 in_full  <= 1'b1;
             end else if (consume) begin
@@ -294,16 +345,22 @@ module zrle_run_encoder #(
             if (consume) begin
                 if (in_nonzero) begin
                     wr_ptr <= wr_ptr + 1'b1;
-                    if (lit_cnt == '0) begin
+                    if (!lit_open) begin
                         open_z <= zrun;
                         zrun   <= 32'd0;
                     end
-                    lit_cnt <= closes ? '0 : lit_next;
+                    lit_cnt   <= closes ? '0 : lit_next;
+                    lit_open   <= !closes;
+                    slots_left <= closes ? lmax : slots_left - LW'(1);
+                    last_slot  <= !closes && (slots_left == LW'(2));
                     if (in_last) in_state <= IN_DONE;
                 end else begin
                     // a zero ends an open nonzero run (closing it) and counts toward the next
-                    lit_cnt <= '0;
-                    zrun    <= (lit_cnt != '0) ? in_run : zrun + in_run;
+                    lit_cnt   <= '0;
+                    lit_open   <= 1'b0;
+                    slots_left <= lmax;
+                    last_slot  <= 1'b0;
+                    zrun       <= lit_open ? in_run : zrun + in_run;
                     if (in_last) in_state <= IN_TAIL;
                 end
             end
@@ -333,7 +390,6 @@ module zrle_run_encoder #(
                     end
                     D_LIT: begin
                         lit_sent <= lit_sent + LW'(1);
-                        rd_ptr   <= rd_ptr + 1'b1;
                         if (q_pop) d_state <= D_Z;
                     end
                     D_T1: begin
@@ -345,9 +401,34 @@ module zrle_run_encoder #(
             end
         end
 
-        // ring writes need no reset: a slot is only read after its token has been queued
-        if (!rst && consume && in_nonzero) begin
+        // ring writes need no reset: a slot is only fetched after it has been written
+        if (!rst && ring_write) begin
             ring[wr_ptr[RW-1:0]] <= in_word;
+        end
+    end
+
+    // ring reads (the block RAM's read port) and the prefetch buffer
+    always_ff @(posedge clk) begin
+        if (fetch) ring_rd <= ring[fetch_ptr[RW-1:0]];
+    end
+
+    always_ff @(posedge clk) begin
+        if (fetched) pf[pf_wr[PF_AW-1:0]] <= ring_rd;
+        // a frame start finds the ring drained: every literal of the previous frame has left
+        if (rst || (cfg_valid && cfg_ready)) begin
+            fetch_ptr <= '0;
+            ring_used <= '0;
+            fetched   <= 1'b0;
+            pf_credit <= (PF_AW+1)'(1 << PF_AW);
+            pf_wr     <= '0;
+            pf_rd     <= '0;
+        end else begin
+            fetched <= fetch;
+            if (fetch)   fetch_ptr <= fetch_ptr + 1'b1;
+            ring_used <= ring_used + (RW+1)'(ring_write) - (RW+1)'(fetch);
+            if (fetched) pf_wr     <= pf_wr + 1'b1;
+            if (lit_pop) pf_rd     <= pf_rd + 1'b1;
+            pf_credit <= pf_credit - (PF_AW+1)'(fetch) + (PF_AW+1)'(lit_pop);
         end
     end
 endmodule
