@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from .compressors import Compressor, LayerInfo, WorkerState
@@ -181,7 +182,6 @@ def measure_compress(compressor: Compressor, layers: Sequence[LayerInfo], device
 def measure_comm_on_group(repeats: int, group=None) -> tuple[float, float]:
     """alpha (ms), beta (ms per byte) from all_gather over an initialised process group (every
     rank calls this; the fit is rank 0's)."""
-    import torch.distributed as dist
     from .merge_measure import _fit
     world = dist.get_world_size(group)
     sizes, times = [2**k for k in range(10, 21, 2)], []
@@ -211,7 +211,6 @@ def plan_for_run(kind: str, model: torch.nn.Module, layers: Sequence[LayerInfo],
     if kind == "none":
         return [[by_name[n].index] for n in order]
     if ddp:
-        import torch.distributed as dist
         alpha, beta = measure_comm_on_group(repeats)
     else:
         from .merge_measure import measure_comm

@@ -16,6 +16,7 @@ bytes then replace the numba step's in the model.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -251,8 +252,12 @@ def _execute_ddp_worker(rank: int, world: int, init_file: str, model_name: str, 
                 if i >= 2:
                     samples.append((time.perf_counter() - t0) * 1e3)
             result[name] = statistics.median(samples)
+            # DDP's reducer holds the process group: free it before the group goes away
+            del ddp, state
+            gc.collect()
         if rank == 0:
             Path(out).write_text(json.dumps(result))
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
