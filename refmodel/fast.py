@@ -33,7 +33,8 @@ from gradblock.codec.zrle import DEFAULT_LMAX_LOG2
 
 from . import step_kernels as K
 from .compress import LayerStep
-from .plan import MessagePlan, StepPlan, max_step_words, message_plan, step_plan
+from .plan import (MessagePlan, StepPlan, max_step_words, message_plan, step_plan,
+                   undo_log_size)
 from .quantiser import DEFAULT_RANGE, QuantConfig, QuantResult, saturation_bits
 from .selection import BlockLayout
 from .step_schedule import Job, StepInfo, nan_error, thread_count
@@ -168,13 +169,14 @@ def compress_step(grad: np.ndarray, residual: np.ndarray, cfg: QuantConfig | flo
     if threads > 1 and lay.n_blocks > 1:
         job = Job(cfg, [(gbits, r, plan)], out_words, [offset])
         return job.run(threads, where_of=lambda i: where)[0]
-    nan = nan_error(gbits, where)
-    if nan is not None:
-        raise nan
-    n_words, satq, satfb = K.step_kernel(gbits, r, lay.block_size, lay.n_blocks, plan.k_eff,
-                                         cfg.M, cfg.k, cfg.range_bits, saturation_bits(cfg),
-                                         out_words, offset,
-                                         plan.layer_id, plan.lmax_log2)
+    n_words, satq, satfb = K.layer_kernel(gbits, r, lay.block_size, lay.n_blocks, plan.k_eff,
+                                          cfg.M, cfg.k, cfg.range_bits, saturation_bits(cfg),
+                                          out_words, offset, plan.layer_id, plan.lmax_log2,
+                                          np.empty(lay.n, dtype=np.int32),
+                                          np.empty(undo_log_size(lay.n, lay.n_blocks,
+                                                                 lay.block_size), dtype=np.int64))
+    if n_words < 0:                   # a NaN: the kernel has restored the residual
+        raise nan_error(gbits, where)
     return StepInfo(int(n_words), plan.k_eff, lay.n_blocks, lay.block_size, int(satq), int(satfb))
 
 
@@ -244,21 +246,7 @@ def compress_layers(grads: Sequence[np.ndarray], residuals: Sequence[np.ndarray]
     layers = [(b, r.reshape(-1), p) for b, r, p in zip(bits, residuals, plan.layers)]
     offsets = [int(o) for o in plan.word_offsets[:-1]]
     scratch = np.empty(plan.max_words, dtype=np.uint32)   # pages never written cost nothing
-    if threads > 1 and count:
-        infos = Job(cfg, layers, scratch, offsets).run(threads, where_of=lambda i: f"layer {i}")
-    else:
-        nan = first_nan()
-        if nan is not None:
-            raise nan
-        infos = []
-        for (gbits, r, p), off in zip(layers, offsets):
-            lay = p.layout
-            n_words, satq, satfb = K.step_kernel(gbits, r, lay.block_size, lay.n_blocks, p.k_eff,
-                                                 cfg.M, cfg.k, cfg.range_bits,
-                                                 saturation_bits(cfg), scratch, off,
-                                                 p.layer_id, p.lmax_log2)
-            infos.append(StepInfo(int(n_words), p.k_eff, lay.n_blocks, lay.block_size,
-                                  int(satq), int(satfb)))
+    infos = Job(cfg, layers, scratch, offsets).run(threads, where_of=lambda i: f"layer {i}")
     n_words = np.array([i.n_words for i in infos], dtype=np.int64)
     message = np.empty(int(n_words.sum()), dtype=np.uint32)
     K.compact_frames(scratch, plan.word_offsets[:-1], n_words, message)

@@ -5,7 +5,9 @@ refmodel.validation first: these kernels trust B >= 1, B * n_blocks < 2**33, k_e
 n_blocks, and out having max_step_words words from base.
 
 Pass 1 reads the float32 bits and the residual once and produces the code, the
-error-feedback sum, both saturation counts and the block norms together; selection is a
+error-feedback sum, both saturation counts, the block norms and the NaN test together (the
+lean steps use the guarded pass 1, which can undo itself: a NaN costs no separate scan of
+the gradient, and still leaves every residual as it was); selection is a
 k-element heap with the exact tie rule; pass 2 visits only the selected blocks (everything
 else is a zero run for the encoder and its residual already holds `a`), streaming them
 through the ZRLE encoder of codec.zrle_numba, CRC included.
@@ -127,44 +129,6 @@ def pass1_keep(gbits, r, q_out, acc_out, B, norms, M, k, rbits, tsat):
             norm += mag
         norms[j] = norm
     return satq, satfb, nan
-
-
-@nb.njit(inline="always", nogil=True, cache=True)
-def pass1_inplace_blocks(gbits, r, B, norms, M, k, rbits, tsat, jlo, jhi):
-    """Blocks [jlo, jhi): r <- a in place, norms filled. Returns (sat_q, sat_fb)."""
-    n = gbits.size
-    satq = 0
-    satfb = 0
-    if B == 1:                          # blocks of one element (1-D tensors): a flat loop
-        g_run, r_run, n_run = gbits[jlo:jhi], r[jlo:jhi], norms[jlo:jhi]
-        for i in range(g_run.size):
-            b = np.int64(g_run[i])
-            satq += (b & ABS_MASK) > rbits
-            a, mag, over = feedback(quantise_bits(b, M, k, tsat), r_run[i])
-            satfb += over
-            r_run[i] = a
-            n_run[i] = mag
-        return satq, satfb
-    for j in range(jlo, jhi):
-        lo = j * B
-        hi = min(lo + B, n)
-        g_blk, r_blk = gbits[lo:hi], r[lo:hi]
-        norm = np.int64(0)
-        for i in range(g_blk.size):
-            b = np.int64(g_blk[i])
-            satq += (b & ABS_MASK) > rbits
-            a, mag, over = feedback(quantise_bits(b, M, k, tsat), r_blk[i])
-            satfb += over
-            r_blk[i] = a
-            norm += mag
-        norms[j] = norm
-    return satq, satfb
-
-
-@nb.njit(nogil=True, cache=True)
-def pass1_range(gbits, r, B, norms, M, k, rbits, tsat, jlo, jhi):
-    """Pass 1 over blocks [jlo, jhi) only: one task of a layer split across threads."""
-    return pass1_inplace_blocks(gbits, r, B, norms, M, k, rbits, tsat, jlo, jhi)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -441,16 +405,17 @@ def pass2_inplace(r, B, mask, out, base, layer_id, rbits, lmax_log2):
 
 
 @nb.njit(nogil=True, cache=True)
-def step_kernel(gbits, r, B, n_blocks, k_eff, M, k, rbits, tsat, out, base, layer_id,
-                lmax_log2):
-    """The whole lean step for one layer, GIL released. Returns (n_words, sat_q, sat_fb)."""
+def layer_kernel(gbits, r, B, n_blocks, k_eff, M, k, rbits, tsat, out, base, layer_id, lmax_log2,
+                 undo, log):
+    """One layer's lean step with the guarded pass 1 (no separate NaN scan): on a NaN the
+    residual is restored and n_words is -1. Returns (n_words, sat_q, sat_fb)."""
     norms = np.empty(n_blocks, dtype=np.int64)
-    satq, satfb = pass1_inplace_blocks(gbits, r, B, norms, M, k, rbits, tsat, 0, n_blocks)
-    selected = np.empty(k_eff, dtype=np.int64)
-    select_top_k(norms, k_eff, selected)
-    mask = selected_mask(selected, n_blocks)
-    n_words = pass2_inplace(r, B, mask, out, base, layer_id, rbits, lmax_log2)
-    return n_words, satq, satfb
+    satq, satfb, nan, nlog = pass1_guarded(gbits, r, B, norms, M, k, rbits, tsat, 0, n_blocks,
+                                           undo, log, 0, 0)
+    if nan:
+        restore(gbits, r, undo, log, nlog, 0, M, k, tsat)
+        return np.int64(-1), satq, satfb
+    return step_tail(r, B, norms, k_eff, out, base, layer_id, rbits, lmax_log2), satq, satfb
 
 
 @nb.njit(nogil=True, cache=True)

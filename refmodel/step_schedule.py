@@ -107,14 +107,14 @@ class Job:
         cfg, layers, lays = self.cfg, self.layers, self.lays
         count = len(layers)
         tasks = [t for i in range(count) for t in self._block_ranges(i)]
-        pool = _thread_pool(threads)
+        pool = _thread_pool(threads) if threads > 1 else None
 
         def spread(fn, tasks, cost, inline_below):
             # A phase whose work is below `inline_below` runs on this thread: a round trip
             # through the pool costs about as much. Otherwise make more groups than threads:
             # the pool hands them out as threads come free, so a thread that the OS runs
             # slowly takes fewer of them.
-            if sum(cost(t) for t in tasks) < inline_below:
+            if threads == 1 or sum(cost(t) for t in tasks) < inline_below:
                 return [fn(t) for t in tasks]
             groups = _balanced_groups(tasks, cost, self.GROUPS_PER_THREAD * threads)
             return [x for part in pool.map(lambda g: [fn(t) for t in g], groups) for x in part]
