@@ -99,19 +99,18 @@ module aggregate_engine #(
     localparam int XW = (ADDR_W > 35) ? ADDR_W + 1 : 36;   // base + 8n without overflow
     localparam int DW = ADDR_W + 9;                         // burst: {addr, beats}
 
-    typedef enum logic [1:0] {IDLE, CHECK, CLEAR, FRAMES} state_t;
+    typedef enum logic [2:0] {IDLE, CHECK, CHECK2, CLEAR, FRAMES} state_t;
     state_t state;
 
     // ---- configuration ---------------------------------------------------------------------
     logic [31:0]       n_r, workers_r;
     logic [ADDR_W-1:0] base_r;
     logic              clear_r;
-    logic [XW-1:0]     sums_end;
+    logic [XW-1:0]     sums_end;      // registered in CHECK, judged in CHECK2
     logic              bad_cfg;
 
     assign cfg_ready = state == IDLE;
     assign busy = state != IDLE;
-    assign sums_end = XW'(base_r) + XW'({n_r, 3'b000});
     assign bad_cfg = base_r[2:0] != 3'd0 || sums_end > (XW'(1) << ADDR_W) || workers_r == 32'd0;
 
     always_ff @(posedge clk) begin
@@ -156,9 +155,10 @@ module aggregate_engine #(
     logic              desc_push, desc_pop, desc_full, desc_empty;
     logic     [DW-1:0] desc_head;
     logic              bf_open, bf_full, bf_want, ending;
-    logic [ADDR_W-1:0] bf_addr, bf_next, lit_addr, lit_next;
+    logic [ADDR_W-1:0] bf_addr, lit_addr;
     logic        [8:0] bf_len, new_len;
-    logic       [31:0] v_idx;
+    logic [ADDR_W-1:0] v_addr;        // address of the next value's sum: base + 8 * index
+    logic              v_page_last;   // ... and it is the last sum of a 4 KiB page
 
     assign discard = frame_bad || layer_bad;
     assign val_ready = state == FRAMES && !lit_full && !desc_full;
@@ -169,8 +169,7 @@ module aggregate_engine #(
     // or when the frame has ended
     assign bf_want = bf_open && (bf_full || (val_fire && !is_lit) || ending);
     assign desc_push = bf_want && !desc_full;
-    assign lit_addr = base_r + ADDR_W'({v_idx, 3'b000});
-    assign lit_next = (bf_open && !bf_full) ? bf_next + ADDR_W'(8) : lit_addr + ADDR_W'(8);
+    assign lit_addr = v_addr;
     assign new_len = (bf_open && !bf_full) ? bf_len + 9'd1 : 9'd1;
 
     sync_fifo #(.W(32), .AW(LIT_FIFO_AW)) u_lit_fifo (
@@ -194,8 +193,8 @@ module aggregate_engine #(
                 if (!(bf_open && !bf_full)) bf_addr <= lit_addr;
                 bf_open <= 1'b1;
                 bf_len <= new_len;
-                bf_next <= lit_next;
-                bf_full <= new_len == MAX_B || lit_next[11:3] == 9'd0 || val_last;
+                // literals in a row have consecutive addresses: the burst ends at the page end
+                bf_full <= new_len == MAX_B || v_page_last || val_last;
             end
         end
     end
@@ -203,7 +202,7 @@ module aggregate_engine #(
     // ---- reads: bursts -> AR, R -> FIFO ----------------------------------------------------
     logic              ar_fire, rd_push, rd_pop, rd_full, rd_empty;
     logic       [63:0] rd_head;
-    logic       [31:0] inflight;      // sums requested and not yet taken from the FIFO
+    logic [RD_FIFO_AW:0] rd_room;     // FIFO places not yet promised to a read burst
     logic              awd_full, awd_empty, awd_pop;
     logic     [DW-1:0] awd_head;
     logic        [8:0] ar_len;
@@ -215,7 +214,7 @@ module aggregate_engine #(
     assign m_axi_arsize = 3'd3;
     assign m_axi_arburst = 2'b01;
     assign m_axi_arvalid = state == FRAMES && !desc_empty && !awd_full
-                         && inflight + {23'd0, ar_len} <= RD_DEPTH;
+                         && 32'(rd_room) >= 32'(ar_len);
     assign ar_fire = m_axi_arvalid && m_axi_arready;
     assign desc_pop = ar_fire;
     assign m_axi_rready = !rd_full;
@@ -233,15 +232,12 @@ module aggregate_engine #(
     );
 
     // ---- clear: write bursts of zeros over [0, n) -------------------------------------------
+    // a burst length takes two registered steps (min with MAX_BURST, then with the page end)
+    // and the next burst starts after the AW: 3 cycles a burst, under the W beats it carries
     logic [31:0]       clr_left;
     logic [ADDR_W-1:0] clr_addr;
-    logic        [8:0] clr_len, clr_to_4k;
-    logic       [31:0] clr_len32;
-
-    assign clr_to_4k = 9'd0 - clr_addr[11:3];        // 512 - beat index; 0 means 512
-    assign clr_len32 = (clr_left < 32'(MAX_BURST)) ? clr_left : 32'(MAX_BURST);
-    assign clr_len = (clr_to_4k != 9'd0 && {23'd0, clr_to_4k} < clr_len32) ? clr_to_4k
-                   : clr_len32[8:0];
+    logic        [8:0] clr_len, clr_to_4k, clr_len_a;
+    logic        [1:0] clr_step;      // 0: compute min(left, MAX), 1: min(page), 2: AW ready
 
     // ---- writes: AW (from the read bursts or the clear walker), W, B ------------------------
     logic       aw_fire, w_fire, b_fire, lenq_full, lenq_empty;
@@ -254,7 +250,7 @@ module aggregate_engine #(
     assign m_axi_awlen = 8'(aw_len - 9'd1);
     assign m_axi_awsize = 3'd3;
     assign m_axi_awburst = 2'b01;
-    assign m_axi_awvalid = !lenq_full && ((state == CLEAR) ? clr_left != 32'd0
+    assign m_axi_awvalid = !lenq_full && ((state == CLEAR) ? clr_step == 2'd2
                                           : (state == FRAMES && !awd_empty));
     assign aw_fire = m_axi_awvalid && m_axi_awready;
     assign awd_pop = aw_fire && state == FRAMES;
@@ -277,10 +273,11 @@ module aggregate_engine #(
 
     logic mem_idle;
     assign mem_idle = !bf_open && desc_empty && awd_empty && lenq_empty && lit_empty && rd_empty
-                    && inflight == 32'd0 && b_pending == 32'd0;
+                    && rd_room == (RD_FIFO_AW + 1)'(RD_DEPTH) && b_pending == 32'd0;
 
     // ---- frame end and the checks across workers --------------------------------------------
     logic dec_done_seen, dec_err_seen;
+    logic [31:0] frames_left;       // frames of the layer not yet finished
     logic range_bad, id_bad;
 
     // every value of the frame has been taken: it checked out (done, all values out) or it
@@ -330,11 +327,11 @@ module aggregate_engine #(
             tlast_in <= 1'b0;
             dec_done_seen <= 1'b0;
             dec_err_seen <= 1'b0;
-            inflight <= 32'd0;
+            rd_room <= (RD_FIFO_AW + 1)'(RD_DEPTH);
             b_pending <= 32'd0;
             w_beat <= 9'd0;
             clr_left <= 32'd0;
-            v_idx <= 32'd0;
+            clr_step <= 2'd0;
             lit_count <= 32'd0;
             rd_beats <= 32'd0;
             wr_beats <= 32'd0;
@@ -354,13 +351,20 @@ module aggregate_engine #(
                     wr_beats <= 32'd0;
                 end
                 CHECK: begin
+                    sums_end <= XW'(base_r) + XW'({n_r, 3'b000});
+                    state <= CHECK2;
+                end
+                CHECK2: begin
                     frame_bad <= 1'b0;
                     tlast_in <= 1'b0;
                     dec_done_seen <= 1'b0;
                     dec_err_seen <= 1'b0;
-                    v_idx <= 32'd0;
+                    v_addr <= base_r;
+                    v_page_last <= base_r[11:3] == 9'h1FF;
                     clr_addr <= base_r;
                     clr_left <= clear_r ? n_r : 32'd0;
+                    clr_step <= 2'd0;
+                    frames_left <= workers_r;
                     if (bad_cfg) begin
                         err_code <= gradblock_pkg::AGG_ERR_CONFIG;
                         err_valid <= 1'b1;
@@ -371,7 +375,25 @@ module aggregate_engine #(
                         state <= clear_r ? CLEAR : FRAMES;
                     end
                 end
-                CLEAR: if (clr_left == 32'd0 && lenq_empty && b_pending == 32'd0) state <= FRAMES;
+                CLEAR: begin
+                    if (clr_left == 32'd0 && lenq_empty && b_pending == 32'd0) begin
+                        state <= FRAMES;
+                    end else if (clr_left != 32'd0) begin
+                        if (clr_step == 2'd0) begin
+                            clr_len_a <= (clr_left < 32'(MAX_BURST)) ? clr_left[8:0] : MAX_B;
+                            clr_to_4k <= 9'd0 - clr_addr[11:3];   // 512 - beat; 0 means 512
+                            clr_step <= 2'd1;
+                        end else if (clr_step == 2'd1) begin
+                            clr_len <= (clr_to_4k != 9'd0 && clr_to_4k < clr_len_a) ? clr_to_4k
+                                     : clr_len_a;
+                            clr_step <= 2'd2;
+                        end else if (aw_fire) begin
+                            clr_left <= clr_left - {23'd0, clr_len};
+                            clr_addr <= clr_addr + ADDR_W'({clr_len, 3'b000});
+                            clr_step <= 2'd0;
+                        end
+                    end
+                end
                 FRAMES: if (ending && mem_idle) begin
                     // the barrier: every write of this frame is answered
                     frames_done <= frames_done + 32'd1;
@@ -379,8 +401,10 @@ module aggregate_engine #(
                     tlast_in <= 1'b0;
                     dec_done_seen <= 1'b0;
                     dec_err_seen <= 1'b0;
-                    v_idx <= 32'd0;
-                    if (frames_done + 32'd1 == workers_r) begin
+                    v_addr <= base_r;
+                    v_page_last <= base_r[11:3] == 9'h1FF;
+                    frames_left <= frames_left - 32'd1;
+                    if (frames_left == 32'd1) begin
                         state <= IDLE;
                         done <= 1'b1;
                     end
@@ -409,14 +433,14 @@ module aggregate_engine #(
                 err_word <= rec_word;
                 err_worker <= frames_done;
             end
-            if (val_fire) v_idx <= v_idx + 32'd1;
+            if (val_fire) begin
+                v_addr <= v_addr + ADDR_W'(8);
+                v_page_last <= v_addr[11:3] == 9'h1FE;
+            end
             if (is_lit) lit_count <= lit_count + 32'd1;
 
-            if (state == CLEAR && aw_fire) begin
-                clr_left <= clr_left - {23'd0, clr_len};
-                clr_addr <= clr_addr + ADDR_W'({clr_len, 3'b000});
-            end
-            inflight <= inflight + (ar_fire ? {23'd0, ar_len} : 32'd0) - {31'd0, rd_pop};
+            rd_room <= rd_room - (ar_fire ? (RD_FIFO_AW + 1)'(ar_len) : '0)
+                     + (RD_FIFO_AW + 1)'(rd_pop);
             b_pending <= b_pending + {31'd0, aw_fire} - {31'd0, b_fire};
             if (w_fire) begin
                 w_beat <= m_axi_wlast ? 9'd0 : w_beat + 9'd1;
