@@ -91,10 +91,19 @@ def enc_begin(out, base, n, layer_id, rbits, lmax_log2):
 
 @nb.njit(inline="always", nogil=True, cache=True)
 def _zero_run_end(src, i, hi):
-    """First index in [i, hi) with src[index] != 0, else hi; 64 words per test (an OR
-    reduction LLVM vectorises) on long runs, then 8, then 1."""
+    """First index in [i, hi) with src[index] != 0, else hi; 512 then 64 words per test (OR
+    reductions LLVM vectorises: a selected block is a few thousand words, the zero runs
+    between them a hundred times longer) on long runs, then 8, then 1."""
     u = np.uint64(i)
     end = np.uint64(hi)
+    while u + 512 <= end:
+        chunk = src[u:u + 512]
+        acc = np.int32(0)
+        for t in range(512):
+            acc |= chunk[t]
+        if acc != 0:
+            break
+        u += np.uint64(512)
     while u + 64 <= end:
         chunk = src[u:u + 64]
         acc = np.int32(0)
