@@ -199,18 +199,34 @@ def _check_out_words(out_words, offset, plans: list[StepPlan]) -> int:
     return offset
 
 
+# Below this many elements a message runs on one thread whatever n_threads asks: measured on
+# a 2-core machine, the pool's hand-offs cost more than a second thread gives there (ResNet-20,
+# 0.27 M elements: 3x slower on 2 threads), while ResNet-50 (25.6 M) gains (docs/benchmarks.md).
+PARALLEL_MIN_ELEMENTS = 1 << 21
+
+
+def message_threads(plan: MessagePlan, n_threads: int,
+                    min_parallel: int = PARALLEL_MIN_ELEMENTS) -> int:
+    """The threads compress_message uses: n_threads, or 1 for a message below min_parallel
+    elements."""
+    threads = thread_count(n_threads, "n_threads")
+    return threads if plan.n >= min_parallel else 1
+
+
 def compress_layers(grads: Sequence[np.ndarray], residuals: Sequence[np.ndarray], *,
                     R: float | QuantConfig = DEFAULT_RANGE, k: int | float = 1,
                     block_size: int | None | Sequence[int | None] = None,
                     layer_ids: Sequence[int] | None = None, lmax_log2: int = DEFAULT_LMAX_LOG2,
-                    n_threads: int | None = None) -> tuple[np.ndarray, list[StepInfo]]:
+                    n_threads: int | None = None,
+                    min_parallel: int = PARALLEL_MIN_ELEMENTS) -> tuple[np.ndarray, list[StepInfo]]:
     """compress_step over every layer (residuals updated in place) -> (message, infos).
 
     The message is the layers' frames concatenated in the order given. `k` and
     `block_size` may be one value or a list with one entry per layer; `layer_ids`
     defaults to 0, 1, 2, ... With n_threads > 1 (default: numba's thread count) the work
     is cut into chunks of about 256K elements, large layers included, and balanced over a
-    thread pool (the kernels release the GIL).
+    thread pool (the kernels release the GIL), for messages of at least min_parallel
+    elements (smaller ones run on one thread: message_threads).
 
     Everything is validated before any residual is modified, in the single-layer order
     generalised: R; every layer's arrays (dtype, layout); a NaN (the first layer holding
@@ -243,6 +259,7 @@ def compress_layers(grads: Sequence[np.ndarray], residuals: Sequence[np.ndarray]
         if nan is not None:
             raise nan from None
         raise
+    threads = message_threads(plan, threads, min_parallel)
     layers = [(b, r.reshape(-1), p) for b, r, p in zip(bits, residuals, plan.layers)]
     offsets = [int(o) for o in plan.word_offsets[:-1]]
     scratch = np.empty(plan.max_words, dtype=np.uint32)   # pages never written cost nothing
@@ -265,20 +282,6 @@ class MessageInfo:
         return [StepInfo(int(self.n_words[i]), p.k_eff, p.layout.n_blocks, p.layout.block_size,
                          int(self.sat_quant[i]), int(self.sat_feedback[i]))
                 for i, p in enumerate(self.plan.layers)]
-
-
-# Below this many elements a message runs on one thread whatever n_threads asks: measured on
-# a 2-core machine, the pool's hand-offs cost more than a second thread gives there (ResNet-20,
-# 0.27 M elements: 3x slower on 2 threads), while ResNet-50 (25.6 M) gains (docs/benchmarks.md).
-PARALLEL_MIN_ELEMENTS = 1 << 21
-
-
-def message_threads(plan: MessagePlan, n_threads: int,
-                    min_parallel: int = PARALLEL_MIN_ELEMENTS) -> int:
-    """The threads compress_message uses: n_threads, or 1 for a message below min_parallel
-    elements."""
-    threads = thread_count(n_threads, "n_threads")
-    return threads if plan.n >= min_parallel else 1
 
 
 def compress_message(grad: np.ndarray, residual: np.ndarray, plan: MessagePlan,

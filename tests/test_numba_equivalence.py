@@ -167,7 +167,7 @@ def test_layers_split_into_chunks_across_threads(monkeypatch, chunk, rng):
     refs = [compress.compress_layer(g, r, k=0.3, layer_id=i, lmax_log2=2)
             for i, (g, r) in enumerate(zip(grads, residuals))]
     rs = [r.copy() for r in residuals]
-    message, infos = fast.compress_layers(grads, rs, k=0.3, lmax_log2=2, n_threads=3)
+    message, infos = fast.compress_layers(grads, rs, k=0.3, lmax_log2=2, n_threads=3, min_parallel=0)
     assert np.array_equal(message, np.concatenate([s.frame for s in refs]))
     for ref, info, r in zip(refs, infos, rs):
         assert np.array_equal(r, ref.residual_out)
@@ -182,7 +182,7 @@ def test_layers_split_into_chunks_across_threads(monkeypatch, chunk, rng):
     grads[1][-1] = np.nan                            # in the last chunk of layer 1
     rs = [r.copy() for r in residuals]
     with pytest.raises(NonFiniteError, match="layer 1") as e:
-        fast.compress_layers(grads, rs, k=0.3, n_threads=2)
+        fast.compress_layers(grads, rs, k=0.3, n_threads=2, min_parallel=0)
     assert e.value.first_index == 49
     assert all(np.array_equal(a, b) for a, b in zip(rs, residuals))
 
@@ -294,7 +294,7 @@ def test_compress_layers_validates_everything_first(rng):
     grads[2][1, 1] = np.nan
     for threads in (1, 2):
         with pytest.raises(NonFiniteError, match="layer 2") as e:
-            fast.compress_layers(grads, rs, n_threads=threads)
+            fast.compress_layers(grads, rs, n_threads=threads, min_parallel=0)
         assert e.value.first_index == 4
         assert all(np.all(r == 7) for r in rs)        # no layer was touched
     grads[2][1, 1] = 0
@@ -380,7 +380,7 @@ def test_compress_message_matches_the_reference(rng, threads, k):
     assert plan is fast.message_plan([g.shape for g in grads], k=k)        # cached
     flat_g = np.concatenate([g.ravel() for g in grads])
     flat_r = np.concatenate([r.ravel() for r in res])
-    message, info = fast.compress_message(flat_g, flat_r, plan, n_threads=threads)
+    message, info = fast.compress_message(flat_g, flat_r, plan, n_threads=threads, min_parallel=0)
     assert np.array_equal(message, np.concatenate([s.frame for s in ref]))
     assert np.array_equal(flat_r, np.concatenate([s.residual_out.ravel() for s in ref]))
     assert list(info.sat_quant) == [s.sat_quant for s in ref]
@@ -400,7 +400,7 @@ def test_compress_message_nan_and_bad_arguments_touch_nothing(rng):
     flat_g[at] = np.nan
     for threads in (1, 2):
         with pytest.raises(NonFiniteError, match="layer 3") as e:
-            fast.compress_message(flat_g, flat_r, plan, n_threads=threads)
+            fast.compress_message(flat_g, flat_r, plan, n_threads=threads, min_parallel=0)
         assert e.value.first_index == 5 and np.array_equal(flat_r, keep)
     flat_g[at] = 0
     with pytest.raises(V.ShapeError, match="plan"):
