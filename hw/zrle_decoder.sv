@@ -61,7 +61,7 @@ module zrle_decoder #(
     output logic [31:0] token_count
 );
 
-    localparam logic [3:0] P_HDR   = 4'd0;  // header word hdr_idx (idle = waiting for h0)
+    localparam logic [3:0] P_HDR   = 4'd0;  // header word i where hdr_oh[i] (idle = waiting for h0)
     localparam logic [3:0] P_Z     = 4'd1;
     localparam logic [3:0] P_L     = 4'd2;
     localparam logic [3:0] P_LIT   = 4'd3;
@@ -113,7 +113,7 @@ module zrle_decoder #(
 
     // ---------------------------------------------------------------- parse state
     logic [3:0]  p_state;
-    logic [2:0]  hdr_idx;
+    logic [4:0]  hdr_oh;            // one-hot: which header word comes next
     logic [31:0] widx;              // index in the frame of the word being offered
     logic [31:0] lmax;              // 2^LMAX_LOG2 of this frame
     logic        n_mismatch;        // h3 != cfg_expected_n (decided at h4 when checked)
@@ -146,7 +146,7 @@ module zrle_decoder #(
     assign p_ready    = (in_frame && !queue_full) || (p_state == P_DRAIN);
     assign fire       = in_valid && p_ready;
     assign act        = fire || (p_state == P_T1CHK);   // the parse side decides this cycle
-    assign parse_idle = (p_state == P_HDR) && (hdr_idx == 3'd0);
+    assign parse_idle = (p_state == P_HDR) && hdr_oh[0];
 
     // checks of the word w (or, in P_T1CHK, of the registered t1 verdict), spec §3.5; every
     // operand is a register. Each check is its own flag and `bad` is their OR, so the flush
@@ -156,9 +156,9 @@ module zrle_decoder #(
     logic e_long, e_empty, e_split, e_overrun, e_early, e_zero_lit, e_t0, e_crc, e_extra, e_trunc;
     logic bad;
 
-    assign at_h0w   = (p_state == P_HDR) && (hdr_idx == 3'd0);
-    assign at_h1w   = (p_state == P_HDR) && (hdr_idx == 3'd1);
-    assign at_h4w   = (p_state == P_HDR) && (hdr_idx == 3'd4);
+    assign at_h0w   = (p_state == P_HDR) && hdr_oh[0];
+    assign at_h1w   = (p_state == P_HDR) && hdr_oh[1];
+    assign at_h4w   = (p_state == P_HDR) && hdr_oh[4];
     assign at_l     = (p_state == P_L);
     assign at_lit   = (p_state == P_LIT);
     assign at_t1    = (p_state == P_T1);
@@ -183,75 +183,77 @@ module zrle_decoder #(
                  e_split || e_overrun || e_early || e_zero_lit || e_t0 || e_crc || e_extra ||
                  e_trunc;
 
-    // the error reported: the first failing check in the order of spec §3.5
+    // the error reported: the first failing check in the order of spec §3.5, decided a cycle
+    // after the word from the registered flags (it is only needed for err_code/err_word)
+    logic q_magic, q_version, q_lmax, q_range, q_size, q_long, q_empty, q_split, q_overrun;
+    logic q_early, q_zero_lit, q_t0, q_crc, q_extra;
+    logic [31:0] widx_q, zero_word_q;
+
+    always_ff @(posedge clk) begin
+        {q_magic, q_version, q_lmax, q_range, q_size, q_long, q_empty, q_split, q_overrun}
+            <= {e_magic, e_version, e_lmax, e_range, e_size, e_long, e_empty, e_split, e_overrun};
+        {q_early, q_zero_lit, q_t0, q_crc, q_extra}
+            <= {e_early, e_zero_lit, e_t0, e_crc, e_extra};
+        widx_q      <= widx;
+        zero_word_q <= zero_seen ? zero_at : widx;
+    end
+
     always_comb begin
         chk_code = gradblock_pkg::FRAME_ERR_TRUNCATED;
-        chk_word = widx + 32'd1;
-        if (e_magic) begin
+        chk_word = widx_q + 32'd1;
+        if (q_magic) begin
             chk_code = gradblock_pkg::FRAME_ERR_BAD_MAGIC;
-            chk_word = widx;
-        end else if (e_version) begin
+            chk_word = widx_q;
+        end else if (q_version) begin
             chk_code = gradblock_pkg::FRAME_ERR_BAD_VERSION;
-            chk_word = widx;
-        end else if (e_lmax) begin
+            chk_word = widx_q;
+        end else if (q_lmax) begin
             chk_code = gradblock_pkg::FRAME_ERR_BAD_LMAX;
-            chk_word = widx;
-        end else if (e_range) begin
+            chk_word = widx_q;
+        end else if (q_range) begin
             chk_code = gradblock_pkg::FRAME_ERR_BAD_RANGE;
-            chk_word = widx;
-        end else if (e_size) begin
+            chk_word = widx_q;
+        end else if (q_size) begin
             chk_code = gradblock_pkg::FRAME_ERR_SIZE_MISMATCH;
             chk_word = 32'd3;
-        end else if (e_long) begin
+        end else if (q_long) begin
             chk_code = gradblock_pkg::FRAME_ERR_LITERAL_RUN_TOO_LONG;
-            chk_word = widx;                  // errors about L itself name the L word ...
-        end else if (e_empty) begin
+            chk_word = widx_q;                  // errors about L itself name the L word ...
+        end else if (q_empty) begin
             chk_code = gradblock_pkg::FRAME_ERR_EMPTY_TOKEN;
-            chk_word = widx - 32'd1;          // ... other token errors the z word
-        end else if (e_split) begin
+            chk_word = widx_q - 32'd1;          // ... other token errors the z word
+        end else if (q_split) begin
             chk_code = gradblock_pkg::FRAME_ERR_SPLIT_LITERAL_RUN;
-            chk_word = widx - 32'd1;
-        end else if (e_overrun) begin
+            chk_word = widx_q - 32'd1;
+        end else if (q_overrun) begin
             chk_code = gradblock_pkg::FRAME_ERR_OVERRUN;
-            chk_word = widx - 32'd1;
-        end else if (e_early) begin
+            chk_word = widx_q - 32'd1;
+        end else if (q_early) begin
             chk_code = gradblock_pkg::FRAME_ERR_EARLY_ZERO_LENGTH;
-            chk_word = widx;
-        end else if (e_zero_lit) begin
+            chk_word = widx_q;
+        end else if (q_zero_lit) begin
             chk_code = gradblock_pkg::FRAME_ERR_ZERO_LITERAL;
-            chk_word = zero_seen ? zero_at : widx;
-        end else if (e_t0) begin
+            chk_word = zero_word_q;
+        end else if (q_t0) begin
             chk_code = gradblock_pkg::FRAME_ERR_TOKEN_COUNT_MISMATCH;
-            chk_word = widx - 32'd1;
-        end else if (e_crc) begin             // widx has moved past t1
+            chk_word = widx_q - 32'd1;
+        end else if (q_crc) begin             // widx_q has moved past t1
             chk_code = gradblock_pkg::FRAME_ERR_CRC_MISMATCH;
-            chk_word = widx - 32'd1;
-        end else if (e_extra) begin
-            chk_word = widx;                  // TRUNCATED: index of the first extra word
+            chk_word = widx_q - 32'd1;
+        end else if (q_extra) begin
+            chk_word = widx_q;                  // TRUNCATED: index of the first extra word
         end
         // otherwise e_trunc: TRUNCATED, index of the first missing word
     end
 
-    // queue entries for a token that passed its checks, and for each literal
-    always_comb begin
-        push      = 1'b0;
-        push_data = 33'd0;
-        if (fire && !bad) begin
-            if (p_state == P_L && !tok_z_zero) begin
-                push      = 1'b1;
-                push_data = {1'b1, tok_z};
-            end else if (p_state == P_LIT && !in_zero && !zero_seen) begin
-                push      = 1'b1;
-                push_data = {1'b0, w};
-            end
-        end
-    end
+    // queue entries for a token that passed its checks, and for each literal (the entry's
+    // data does not wait for the checks; only `push` does)
+    assign push      = fire && !bad && ((at_l && !tok_z_zero) || (at_lit && !in_zero && !zero_seen));
+    assign push_data = at_l ? {1'b1, tok_z} : {1'b0, w};
 
     // ---------------------------------------------------------------- queue and emit side
     logic        flush;             // the word (or t1 verdict) fails: stop the parse side now
     logic        flush_q;           // a cycle later: clear the queue, report the error
-    logic [3:0]  chk_code_q;
-    logic [31:0] chk_word_q;
     logic        pop;
     logic [32:0] head;
     logic [31:0] run_left;          // zeros still to emit from the current run entry
@@ -295,7 +297,7 @@ module zrle_decoder #(
     crc32_word u_crc (
         .clk      (clk),
         .rst      (rst),
-        .init     (fire && p_state == P_HDR && hdr_idx == 3'd0),
+        .init     (fire && at_h0w),
         .en       (fire && in_frame && p_state != P_T1),
         .data     (w),
         .crc      (crc),
@@ -313,7 +315,7 @@ module zrle_decoder #(
             check_n_r      <= 1'b0;
             expected_n_r   <= 32'd0;
             p_state        <= P_HDR;
-            hdr_idx        <= 3'd0;
+            hdr_oh         <= 5'b00001;
             widx           <= 32'd0;
             lmax           <= 32'd2;
             n_mismatch     <= 1'b0;
@@ -382,12 +384,10 @@ module zrle_decoder #(
             // registers below follow every word taken, failing or not: a frame that fails is
             // parsed no further, and the next one starts over from h0.
             flush_q    <= flush;
-            chk_code_q <= chk_code;
-            chk_word_q <= chk_word;
             if (flush_q) begin
                 err_valid <= 1'b1;
-                err_code  <= chk_code_q;
-                err_word  <= chk_word_q;
+                err_code  <= chk_code;
+                err_word  <= chk_word;
                 widx      <= 32'd0;
             end else if (fire) begin
                 // index of the next word; the words drained after an error do not count
@@ -398,35 +398,31 @@ module zrle_decoder #(
             end else if (fire) begin
                 case (p_state)
                     P_HDR: begin
-                        hdr_idx <= hdr_idx + 3'd1;
-                        case (hdr_idx)
-                            3'd0: begin
-                                prev_full   <= 1'b1;
-                                t0_bad      <= 1'b0;
-                                token_count <= 32'd0;
-                                err_code    <= gradblock_pkg::FRAME_OK;
-                                err_word    <= 32'd0;
-                            end
-                            3'd1: begin
-                                hdr_lmax_log2 <= w[12:8];
-                                lmax          <= 32'd1 << w[12:8];
-                            end
-                            3'd2: hdr_layer_id <= w;
-                            3'd3: begin
-                                hdr_n      <= w;
-                                rem        <= w;
-                                rem_zero   <= in_zero;
-                                emit_left  <= w;
-                                emit_last  <= (w == 32'd1);
-                                n_mismatch <= (w != expected_n_r);
-                            end
-                            default: begin
-                                hdr_range_bits <= w;
-                                hdr_valid      <= !bad;
-                                hdr_idx        <= 3'd0;
-                                p_state        <= rem_zero ? P_T0 : P_Z;
-                            end
-                        endcase
+                        hdr_oh <= {hdr_oh[3:0], 1'b0};
+                        if (hdr_oh[0]) begin
+                            prev_full   <= 1'b1;
+                            t0_bad      <= 1'b0;
+                            token_count <= 32'd0;
+                            err_code    <= gradblock_pkg::FRAME_OK;
+                            err_word    <= 32'd0;
+                        end else if (hdr_oh[1]) begin
+                            hdr_lmax_log2 <= w[12:8];
+                            lmax          <= 32'd1 << w[12:8];
+                        end else if (hdr_oh[2]) begin
+                            hdr_layer_id <= w;
+                        end else if (hdr_oh[3]) begin
+                            hdr_n      <= w;
+                            rem        <= w;
+                            rem_zero   <= in_zero;
+                            emit_left  <= w;
+                            emit_last  <= (w == 32'd1);
+                            n_mismatch <= (w != expected_n_r);
+                        end else begin
+                            hdr_range_bits <= w;
+                            hdr_valid      <= !bad;
+                            hdr_oh         <= 5'b00001;
+                            p_state        <= rem_zero ? P_T0 : P_Z;
+                        end
                     end
                     P_Z: begin
                         tok_z      <= w;
@@ -473,7 +469,7 @@ module zrle_decoder #(
             end
             if (flush) begin
                 p_state <= (p_state == P_T1CHK ? t1_last : in_last) ? P_HDR : P_DRAIN;
-                hdr_idx <= 3'd0;
+                hdr_oh  <= 5'b00001;
             end
 
             if (p_state == P_WAIT && emit_idle) begin

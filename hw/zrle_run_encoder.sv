@@ -54,7 +54,7 @@ module zrle_run_encoder #(
     // tokens queued behind a long one do not stall the input when LMAX is small
     localparam int RW   = (LMAX_LOG2_MAX + 1 > 6) ? LMAX_LOG2_MAX + 1 : 6;
     localparam int RING = 1 << RW;
-    localparam int TW   = 32 + LW;                    // token queue entry {z, L}
+    localparam int TW   = 1 + 32 + LW;                // token queue entry {L == 0, z, L}
 
     // fill side states
     localparam logic [1:0] IN_IDLE = 2'd0;
@@ -111,12 +111,14 @@ module zrle_run_encoder #(
     logic [TW-1:0] q_wdata, q_head;
     logic [31:0]   head_z;
     logic [LW-1:0] head_len;
+    logic          head_empty;           // head_len == 0 (the final (z, 0) token)
 
     assign ring_full = ring_used[RW];
     assign fetch     = (ring_used != '0) && (pf_credit != '0);
     assign lit_avail = (pf_wr != pf_rd);
     assign ring_head = pf[pf_rd[PF_AW-1:0]];
-    assign head_z    = q_head[TW-1:LW];
+    assign head_empty = q_head[TW-1];
+    assign head_z    = q_head[TW-2:LW];
     assign head_len  = q_head[LW-1:0];
 
     sync_fifo #(.W(TW), .AW(TOKEN_QUEUE_AW)) u_tokens (
@@ -166,11 +168,11 @@ module zrle_run_encoder #(
         q_wdata = '0;
         if (consume && closes) begin
             q_push  = 1'b1;
-            q_wdata = in_nonzero ? {lit_open ? open_z : zrun, lit_next}
-                                 : {open_z, lit_cnt};
+            q_wdata = in_nonzero ? {1'b0, lit_open ? open_z : zrun, lit_next}
+                                 : {1'b0, open_z, lit_cnt};
         end else if (tail_close) begin
             q_push  = 1'b1;
-            q_wdata = {zrun, LW'(0)};
+            q_wdata = {1'b1, zrun, LW'(0)};
         end
     end
 
@@ -179,7 +181,8 @@ module zrle_run_encoder #(
     logic          crc_init, crc_en;     // the CRC unit's inputs, registered (see u_crc)
     logic [31:0]   crc_data, crc_next, crc_unused;
     logic [2:0]    hdr_idx;
-    logic [LW-1:0] lit_sent;             // literals of the head token already out
+    logic [LW-1:0] lit_rem;              // literals of the head token still to go out
+    logic          lit_final;            // lit_rem == 1
     logic [31:0]   tok_count;
 
     logic          out_ready;            // the skid buffer can take a word this cycle
@@ -225,13 +228,13 @@ module zrle_run_encoder #(
                 D_L: begin
                     produce  = 1'b1;
                     out_word = 32'(head_len);
-                    q_pop    = (head_len == '0);
+                    q_pop    = head_empty;
                 end
                 D_LIT: begin
                     if (lit_avail) begin
                         produce  = 1'b1;
                         out_word = ring_head;
-                        q_pop    = (lit_sent + LW'(1) == head_len);
+                        q_pop    = lit_final;
                     end
                 end
                 D_T1: begin
@@ -300,7 +303,8 @@ module zrle_run_encoder #(
             wr_ptr     <= '0;
             d_state    <= D_IDLE;
             hdr_idx    <= 3'd0;
-            lit_sent   <= '0;
+            lit_rem    <= '0;
+            lit_final  <= 1'b0;
             tok_count  <= 32'd0;
             layer_id   <= 32'd0;
             n_words    <= 32'd0;
@@ -385,11 +389,13 @@ module zrle_run_encoder #(
                         end
                     end
                     D_L: begin
-                        lit_sent <= '0;
-                        d_state  <= q_pop ? D_Z : D_LIT;
+                        lit_rem   <= head_len;
+                        lit_final <= (head_len == LW'(1));
+                        d_state   <= q_pop ? D_Z : D_LIT;
                     end
                     D_LIT: begin
-                        lit_sent <= lit_sent + LW'(1);
+                        lit_rem   <= lit_rem - LW'(1);
+                        lit_final <= (lit_rem == LW'(2));
                         if (q_pop) d_state <= D_Z;
                     end
                     D_T1: begin
