@@ -206,17 +206,29 @@ module aggregate_engine #(
     logic              awd_full, awd_empty, awd_pop;
     logic     [DW-1:0] awd_head;
     logic        [8:0] ar_len;
+    logic              ar_slot_valid; // the next read burst, in registers (off the FIFO RAM)
+    logic     [DW-1:0] ar_slot;
 
-    assign ar_len = desc_head[8:0];
+    assign ar_len = ar_slot[8:0];
     assign m_axi_arid = 1'b0;
-    assign m_axi_araddr = desc_head[DW-1:9];
+    assign m_axi_araddr = ar_slot[DW-1:9];
     assign m_axi_arlen = 8'(ar_len - 9'd1);
     assign m_axi_arsize = 3'd3;
     assign m_axi_arburst = 2'b01;
-    assign m_axi_arvalid = state == FRAMES && !desc_empty && !awd_full
-                         && 32'(rd_room) >= 32'(ar_len);
+    assign m_axi_arvalid = ar_slot_valid && !awd_full && 32'(rd_room) >= 32'(ar_len);
     assign ar_fire = m_axi_arvalid && m_axi_arready;
-    assign desc_pop = ar_fire;
+    assign desc_pop = !desc_empty && (!ar_slot_valid || ar_fire);
+
+    always_ff @(posedge clk) begin
+        if (rst) begin
+            ar_slot_valid <= 1'b0;
+        end else if (desc_pop) begin
+            ar_slot_valid <= 1'b1;
+            ar_slot <= desc_head;
+        end else if (ar_fire) begin
+            ar_slot_valid <= 1'b0;
+        end
+    end
     assign m_axi_rready = !rd_full;
     assign rd_push = m_axi_rvalid && m_axi_rready;
 
@@ -227,7 +239,7 @@ module aggregate_engine #(
 
     // a burst that was read waits here for its write address
     sync_fifo #(.W(DW), .AW(DESC_AW)) u_awd_fifo (
-        .clk, .rst, .clear(1'b0), .push(ar_fire), .wr_data(desc_head), .pop(awd_pop),
+        .clk, .rst, .clear(1'b0), .push(ar_fire), .wr_data(ar_slot), .pop(awd_pop),
         .rd_data(awd_head), .full(awd_full), .empty(awd_empty)
     );
 
@@ -272,7 +284,7 @@ module aggregate_engine #(
     assign b_fire = m_axi_bvalid;
 
     logic mem_idle;
-    assign mem_idle = !bf_open && desc_empty && awd_empty && lenq_empty && lit_empty && rd_empty
+    assign mem_idle = !bf_open && desc_empty && !ar_slot_valid && awd_empty && lenq_empty && lit_empty && rd_empty
                     && rd_room == (RD_FIFO_AW + 1)'(RD_DEPTH) && b_pending == 32'd0;
 
     // ---- frame end and the checks across workers --------------------------------------------
