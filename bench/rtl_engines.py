@@ -56,10 +56,12 @@ class Fmax:
     source: str              # where the figure comes from, for the table's notes
 
 
-def ecp5_fmax(module: str, path: Path = ECP5_JSON) -> tuple[Fmax | None, str]:
+def ecp5_fmax(module: str, path: Path = ECP5_JSON,
+              simulated: dict | None = None) -> tuple[Fmax | None, str]:
     """(the module's placed-and-routed Fmax, a note naming its source and date), or (None, why
     not). The file is `gradblock synth --target ecp5 --json`'s {"modules": {top: {"fmax_mhz",
-    "parameters", ...}}}; its date is its last commit's, else its modification time."""
+    "parameters", ...}}}; its date is its last commit's, else its modification time. The note
+    says so where the placed build's parameters differ from `simulated`, the bench's build."""
     try:
         doc = json.loads(path.read_text())
         figures = doc["modules"][module]
@@ -69,9 +71,14 @@ def ecp5_fmax(module: str, path: Path = ECP5_JSON) -> tuple[Fmax | None, str]:
     except (OSError, ValueError, KeyError, TypeError) as e:
         why = f"no {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {e}"
         return None, f"{module}: {NO_FMAX} ({_shown(path)}: {why})"
-    params = ", ".join(f"{k}={v}" for k, v in (figures.get("parameters") or {}).items())
+    placed = figures.get("parameters") or {}
+    params = ", ".join(f"{k}={v}" for k, v in placed.items())
     source = (f"{module}: Fmax {mhz:g} MHz from {_shown(path)} ({_file_date(path)}; "
               f"{doc.get('device', 'ECP5')}{'; ' + params if params else ''})")
+    differ = {k: v for k, v in (simulated or {}).items() if k in placed and placed[k] != v}
+    if differ:
+        source += ("; NOTE the simulated build differs: "
+                   + ", ".join(f"{k}={v}" for k, v in differ.items()))
     return Fmax(mhz, source), source
 
 
@@ -332,7 +339,7 @@ def run(ctx: BenchContext, speed: Table) -> list[Table]:
 
 def _run_compress(ctx: BenchContext, comp: Table, speed: Table, layers: list[EngineLayer],
                   work: Path) -> None:
-    fmax, fmax_note = ecp5_fmax("compress_engine")
+    fmax, fmax_note = ecp5_fmax("compress_engine", simulated=COMPRESS_PARAMETERS)
     comp.notes.append(fmax_note)
     cases, cell = ctx.attempt("rtl engines: layer cases", lambda: [
         engine_case(layer, ctx.R, ctx.k) for layer in layers])
@@ -370,7 +377,7 @@ def _run_compress(ctx: BenchContext, comp: Table, speed: Table, layers: list[Eng
 
 def _run_aggregate(ctx: BenchContext, agg: Table, speed: Table, layer: EngineLayer,
                    work: Path) -> None:
-    fmax, fmax_note = ecp5_fmax("aggregate_engine")
+    fmax, fmax_note = ecp5_fmax("aggregate_engine", simulated=AGGREGATE_PARAMETERS)
     agg.notes.append(fmax_note)
     cases, cell = ctx.attempt("rtl engines: exchange cases", lambda: [
         exchange_case(layer, ctx.R, k, AGGREGATE_WORKERS,

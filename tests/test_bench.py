@@ -293,6 +293,11 @@ def test_ecp5_fmax_says_why_there_is_none(tmp_path, ecp5_json):
     fmax, note = rtl_engines.ecp5_fmax("compress_engine", bad)
     assert fmax is None and "JSONDecodeError" in note
     assert rtl_engines.gbps(None, 1.0) == rtl_engines.NO_FMAX
+    _, note = rtl_engines.ecp5_fmax("compress_engine", ecp5_json, simulated={"K_MAX": 128})
+    assert "simulated build differs: K_MAX=128" in note
+    _, note = rtl_engines.ecp5_fmax("compress_engine", ecp5_json,
+                                    simulated=rtl_engines.COMPRESS_PARAMETERS)
+    assert "differs" not in note
 
 
 def test_engine_target_reads_table_4c(ecp5_json):
