@@ -71,6 +71,9 @@ def read_plan_file(path: str | Path) -> list[list[str]]:
     list of lists of names."""
     path = Path(path)
     try:
+        if not path.is_file():                 # a FIFO or a device would block or never end
+            raise MergePlanError(f"merge plan {path}: not a regular file (or does not exist); "
+                                 f"give a JSON file or one of {', '.join(PLAN_KINDS)}")
         if path.stat().st_size > MAX_PLAN_FILE_BYTES:
             raise MergePlanError(f"merge plan {path}: larger than {MAX_PLAN_FILE_BYTES} bytes")
         raw = json.loads(path.read_text())

@@ -224,9 +224,11 @@ def _execute_ddp_worker(rank: int, world: int, init_file: str, model_name: str, 
     """One rank: every plan through DistributedDataParallel and the merged communication hook
     (shim/merge_hook.py; one encode call and one all_gather per group), DDP buckets of about
     one parameter so the plan, not DDP's bucketing, decides what travels together. An
-    iteration is forward + backward, which returns once every bucket's future is complete."""
+    iteration is forward + backward, which returns once every bucket's future is complete;
+    the plans take turns iteration by iteration. A plan of None is the baseline: the plain hook (shim/hook.py) on DDP's default buckets."""
     from .compressors import layers_of
     from .exchange import MERGE_BUCKET_CAP_MB
+    from .hook import register
     from .merge_hook import register_merged
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
@@ -234,27 +236,35 @@ def _execute_ddp_worker(rank: int, world: int, init_file: str, model_name: str, 
         shape = IN_SHAPES[model_name]
         gen = torch.Generator().manual_seed(rank)
         x, y = torch.randn((batch, *shape), generator=gen), torch.randint(0, 10, (batch,), generator=gen)
-        result = {}
+        runs = {}
         for name, named in plans.items():
             model = build_model(model_name, 10, shape, seed=0)
             layers = layers_of(model)
             index = {lay.name: lay.index for lay in layers}
-            ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=MERGE_BUCKET_CAP_MB)
-            state = register_merged(ddp, _ddp_compressor(layers, world),
-                                    [[index[n] for n in g] for g in named])
-            samples = []
-            for i in range(repeats + 2):                 # two warm-ups: DDP rebuilds its buckets
+            if named is None:             # the baseline: the plain hook on DDP's own buckets
+                ddp = torch.nn.parallel.DistributedDataParallel(model)
+                state = register(ddp, _ddp_compressor(layers, world))
+            else:
+                ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=MERGE_BUCKET_CAP_MB)
+                state = register_merged(ddp, _ddp_compressor(layers, world),
+                                        [[index[n] for n in g] for g in named])
+            runs[name] = (model, ddp, state)
+        samples: dict[str, list[float]] = {name: [] for name in runs}
+        # plans take turns, one iteration each, so a change in the machine's load over the
+        # run hits every plan alike; two warm-up rounds (DDP rebuilds its buckets)
+        for i in range(repeats + 2):
+            for name, (model, ddp, state) in runs.items():
                 dist.barrier()
                 model.zero_grad(set_to_none=True)
                 state.reset_step()
                 t0 = time.perf_counter()
                 state.backward(torch.nn.functional.cross_entropy(ddp(x), y))
                 if i >= 2:
-                    samples.append((time.perf_counter() - t0) * 1e3)
-            result[name] = statistics.median(samples)
-            # DDP's reducer holds the process group: free it before the group goes away
-            del ddp, state
-            gc.collect()
+                    samples[name].append((time.perf_counter() - t0) * 1e3)
+        result = {name: statistics.median(v) for name, v in samples.items()}
+        # DDP's reducer holds the process group: free it before the group goes away
+        del runs, model, ddp, state
+        gc.collect()
         if rank == 0:
             Path(out).write_text(json.dumps(result))
         dist.barrier()
@@ -274,6 +284,7 @@ def ddp_inputs(times: LayerTimes, model_name: str, repeats: int, world: int) -> 
 
 
 EXECUTORS = {"hooks": _execute_worker, "ddp": _execute_ddp_worker}
+PLAIN_HOOK = "plain_hook_ddp_buckets"     # --execute ddp's baseline run (no plan)
 
 
 def execute_plans(model_name: str, plans: dict, batch: int, repeats: int, world: int,
@@ -346,8 +357,12 @@ def merge_plan_main(argv: list[str]) -> int:
                 times = replace(times, wire_bytes=tuple(4 * _bound_words(shape[n]) for n in times.names))
         report = plan_report(times) | {"measurement": extra}
         if args.execute:
-            report["measured_ms"] = execute_plans(args.model, report["plans"], args.batch, args.repeats,
-                                                  args.comm_workers, args.execute)
+            plans = report["plans"] | ({PLAIN_HOOK: None} if args.execute == "ddp" else {})
+            measured = execute_plans(args.model, plans, args.batch, args.repeats, args.comm_workers,
+                                     args.execute)
+            if args.execute == "ddp":
+                report["measured_plain_hook_ms"] = measured.pop(PLAIN_HOOK)
+            report["measured_ms"] = measured
             report["execute"] = args.execute
     except ValueError as err:
         print(f"gradblock merge-plan: {type(err).__name__}: {err}", file=sys.stderr)
@@ -355,7 +370,9 @@ def merge_plan_main(argv: list[str]) -> int:
     it = report["iteration_ms"]
     if "measured_ms" in report:
         m = report["measured_ms"]
-        print(f"measured iteration ({args.execute}): " + ", ".join(f"{k} {v:.3f} ms" for k, v in m.items()))
+        print(f"measured iteration ({args.execute}): " + ", ".join(f"{k} {v:.3f} ms" for k, v in m.items())
+              + (f"; plain hook on DDP's buckets {report['measured_plain_hook_ms']:.3f} ms"
+                 if "measured_plain_hook_ms" in report else ""))
     print(f"{len(times.sizes)} layers; modelled iteration: none {it['none']:.3f} ms, "
           f"dlgs_greedy {it['dlgs_greedy']:.3f} ms, exact {it['exact']:.3f} ms "
           f"({len(report['groups'])} groups)")

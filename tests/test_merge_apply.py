@@ -3,6 +3,7 @@ merging changes the call structure only, never the bits."""
 from __future__ import annotations
 
 import json
+import os
 import random
 
 import pytest
@@ -105,8 +106,11 @@ def test_plan_file_forms(tmp_path):
         (tmp_path / "b.json").write_text(bad)
         with pytest.raises(MergePlanError, match="merge plan"):
             read_plan_file(tmp_path / "b.json")
-    with pytest.raises(MergePlanError, match="No such file"):
+    with pytest.raises(MergePlanError, match="not a regular file"):
         read_plan_file(tmp_path / "missing.json")
+    os.mkfifo(tmp_path / "fifo")                    # would block a plain read for ever
+    with pytest.raises(MergePlanError, match="not a regular file"):
+        read_plan_file(tmp_path / "fifo")
 
 
 # ------------------------------------------------------------------------------ simulation
@@ -339,5 +343,5 @@ def test_merge_plan_executes_through_the_ddp_hook(tmp_path):
                             "--json", str(out)]) == 0
     r = json.loads(out.read_text())
     assert r["execute"] == "ddp" and set(r["measured_ms"]) == set(r["iteration_ms"])
-    assert all(v > 0 for v in r["measured_ms"].values())
+    assert all(v > 0 for v in r["measured_ms"].values()) and r["measured_plain_hook_ms"] > 0
     assert sum(r["inputs"]["wire_bytes"]) < sum(r["inputs"]["sizes"])    # k = 1 frames, not bounds
