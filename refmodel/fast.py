@@ -263,11 +263,37 @@ def compress_layers(grads: Sequence[np.ndarray], residuals: Sequence[np.ndarray]
     layers = [(b, r.reshape(-1), p) for b, r, p in zip(bits, residuals, plan.layers)]
     offsets = [int(o) for o in plan.word_offsets[:-1]]
     scratch = np.empty(plan.max_words, dtype=np.uint32)   # pages never written cost nothing
-    infos = Job(cfg, layers, scratch, offsets).run(threads, where_of=lambda i: f"layer {i}")
+    if threads > 1 or plan.n >= min_parallel:
+        infos = Job(cfg, layers, scratch, offsets).run(threads, where_of=lambda i: f"layer {i}")
+    else:
+        infos = _small_layers(cfg, layers, scratch, offsets, first_nan)
     n_words = np.array([i.n_words for i in infos], dtype=np.int64)
     message = np.empty(int(n_words.sum()), dtype=np.uint32)
     K.compact_frames(scratch, plan.word_offsets[:-1], n_words, message)
     return message, infos
+
+
+def _small_layers(cfg, layers, out, offsets, first_nan) -> list[StepInfo]:
+    """compress_layers on one thread for a small message: a NaN scan first (the message is
+    cache-sized, so a second read costs little), then one kernel call per layer, with one
+    undo buffer for all (never read back: no NaN is left to find). Fewer Python steps per
+    layer than the Job's tasks, which matters for many small layers."""
+    nan = first_nan()
+    if nan is not None:
+        raise nan
+    tsat = saturation_bits(cfg)
+    undo = np.empty(max((p.layout.n for _, _, p in layers), default=0), dtype=np.int32)
+    log = np.empty(max((undo_log_size(p.layout.n, p.layout.n_blocks, p.layout.block_size)
+                        for _, _, p in layers), default=0), dtype=np.int64)
+    infos = []
+    for (gbits, r, p), off in zip(layers, offsets):
+        lay = p.layout
+        n_words, satq, satfb = K.layer_kernel(gbits, r, lay.block_size, lay.n_blocks, p.k_eff,
+                                              cfg.M, cfg.k, cfg.range_bits, tsat, out, off,
+                                              p.layer_id, p.lmax_log2, undo, log)
+        infos.append(StepInfo(int(n_words), p.k_eff, lay.n_blocks, lay.block_size, int(satq),
+                              int(satfb)))
+    return infos
 
 
 @dataclass(frozen=True)
