@@ -7,9 +7,10 @@
 // beats, and the list is empty again for the next layer. Input is held off while emitting.
 //
 // Two stages, one pair per cycle: a pair is compared with every slot as it arrives (stage 1,
-// registered: which slots it will stay behind) and inserted a cycle later (stage 2). The pair
-// inserted meanwhile is accounted for by comparing the arriving pair with it too: the slots
-// it displaces move down one, so the arriving pair's comparisons move with them.
+// the results registered) and inserted a cycle later (stage 2). The pair inserted meanwhile is
+// accounted for by comparing the arriving pair with it too: the slots it displaced moved down
+// one, so the arriving pair's comparisons move with them (resolved at insertion, from
+// registers only).
 // cfg_k (1..K_MAX) must be held steady during a layer; outside that range cfg_err is raised and
 // k is clamped into it.
 module topk_select #(
@@ -41,13 +42,14 @@ module topk_select #(
     logic [31:0]         k_limit;
     logic                emitting, accept, shift_out;
 
-    // stage 1: the pair waiting to be inserted and the slots it stays behind once the pair
-    // ahead of it (if any) is in: keep1[i] = slot i beats it (larger norm, or equal norm and
-    // index <=); a prefix of the used slots
-    logic                v1, last1;
+    // stage 1: the pair waiting to be inserted, with its compares registered on arrival:
+    // kn1[i] = slot i beat it then (larger norm, or equal norm and index <=), ib1 = the pair
+    // inserted meanwhile (if pv1) beats it. keep1[i] = slot i beats it now, a prefix of the
+    // used slots, resolved from those and where the pair inserted meanwhile went (kprev)
+    logic                v1, last1, pv1, ib1;
     logic [63:0]         norm1;
     logic [31:0]         idx1;
-    logic [K_MAX-1:0]    keep1, keep1_down, keep_now, keep_new;
+    logic [K_MAX-1:0]    keep1, keep1_down, keep_now, kn1, kprev, kprev_down;
     logic                in_beaten;     // the pair in stage 1 beats the arriving pair
 
     assign cfg_err = (cfg_k == 32'd0) || (cfg_k > K_MAX_U);
@@ -59,6 +61,7 @@ module topk_select #(
     // the pair lands in the first slot not kept, right after the last kept one
     // (keep1_down[i] = keep1[i - 1], and 1 in front of slot 0)
     assign keep1_down = ~(~keep1 << 1);
+    assign kprev_down = ~(~kprev << 1);
 
     // (norm_a, idx_a) beats or ties (norm_b, idx_b): larger norm, or equal norm and index <=;
     // that is {norm, ~index} >= as 96-bit numbers, done as four 24-bit compares side by side
@@ -82,15 +85,14 @@ module topk_select #(
                            && beats(slot_norm[64*i +: 64], slot_idx[32*i +: 32],
                                     s_tdata[63:0], s_tdata[95:64]);
         assign slot_used[i] = I_U < k_limit;
-        // after stage 1's pair goes in: slots it stays behind are unchanged, it takes slot
-        // j = the first not kept, and the slots behind j hold their upper neighbour. (Only used
-        // slots are ever written, and a slot's keep matters only while it is used, so the
-        // unused ones need no case of their own: k stays off this path.)
+        // after the pair inserted meanwhile went in: slots it stayed behind are unchanged, it
+        // took slot j = the first not kept, and the slots behind j hold their upper neighbour.
+        // (Only used slots are ever written, and a slot's keep matters only while it is used,
+        // so the unused ones need no case of their own: k stays off this path.)
         if (i == 0) begin : g_first
-            assign keep_new[i] = (!v1 || keep1[i]) ? keep_now[i] : in_beaten;
+            assign keep1[i] = (!pv1 || kprev[i]) ? kn1[i] : kprev_down[i] && ib1;  // down = 1
         end else begin : g_rest
-            assign keep_new[i] = (!v1 || keep1[i]) ? keep_now[i]
-                               : keep1_down[i] ? in_beaten : keep_now[i-1];
+            assign keep1[i] = (!pv1 || kprev[i]) ? kn1[i] : kprev_down[i] ? ib1 : kn1[i-1];
         end
     end
     assign in_beaten = beats(norm1, idx1, s_tdata[63:0], s_tdata[95:64]);
@@ -110,6 +112,7 @@ module topk_select #(
         end else begin
             v1 <= accept;
             used2 <= slot_used;     // cfg_k is steady from the first pair on
+            kprev <= keep1;         // where this cycle's pair goes: the next one's correction
             if (v1 && last1) emitting <= 1'b1;
             else if (shift_out && m_tlast) emitting <= 1'b0;
         end
@@ -117,7 +120,9 @@ module topk_select #(
             norm1 <= s_tdata[63:0];
             idx1 <= s_tdata[95:64];
             last1 <= s_tlast;
-            keep1 <= keep_new;
+            kn1 <= keep_now;
+            ib1 <= in_beaten;
+            pv1 <= v1;              // a pair is inserted as this one arrives
         end
     end
 
