@@ -88,11 +88,15 @@ module zrle_run_encoder #(
 
     // ---------------------------------------------------------------- literal ring, token queue
     // The ring is read synchronously (block RAM on an FPGA, whose read data arrive late in the
-    // cycle): literals are fetched in order into a 4-entry flop buffer ahead of the drain side,
-    // so the word leaving comes from flops. A slot is fetched at the earliest the cycle after
-    // its write, and a literal reaches the buffer two cycles after its write, before the drain
-    // can need it (its token's z and L go out first).
+    // cycle: on an ECP5 DP16KD 4.3 ns after the clock) into a plain register, then in order into
+    // a small flop buffer ahead of the drain side, so the word leaving comes from flops. A slot
+    // is fetched at the earliest the cycle after its write and reaches the buffer three cycles
+    // after its write; the drain needs a token's first literal no sooner than that (its z and L
+    // go out first) except for a one-literal token closed by the payload's end, which may wait
+    // a cycle. A slot is never read in the cycle it is written (it is fetched only once
+    // written), so the read needs no write-to-read bypass (no_rw_check tells yosys).
     localparam int PF_AW = 2;            // prefetch buffer: 2^PF_AW literals
+    (* no_rw_check *)
     logic [31:0]   ring [RING];
     logic [RW:0]   wr_ptr, fetch_ptr;    // one extra bit tells full from empty
     logic [RW:0]   ring_used;            // literals written and not yet fetched (0 .. RING)
@@ -100,6 +104,8 @@ module zrle_run_encoder #(
     logic          fetch;                // read the ring at fetch_ptr this cycle
     logic          fetched;              // ring_rd holds the literal read last cycle
     logic [31:0]   ring_rd;              // the ring's registered read data
+    logic          staged;               // ring_q holds a fetched literal
+    logic [31:0]   ring_q;               // ring_rd, registered once more (no logic in between)
     logic [PF_AW:0] pf_credit;           // prefetch slots neither filled nor claimed by a read
     logic [(1<<PF_AW)-1:0][31:0] pf;     // prefetch buffer (flops)
     logic [PF_AW:0] pf_wr, pf_rd;
@@ -163,18 +169,11 @@ module zrle_run_encoder #(
     assign take_step  = (s_tdata != 32'd0) ? 32'd1 : s_tcount;
     assign tail_close = (in_state == IN_TAIL) && !q_full;
 
-    always_comb begin
-        q_push  = 1'b0;
-        q_wdata = '0;
-        if (consume && closes) begin
-            q_push  = 1'b1;
-            q_wdata = in_nonzero ? {1'b0, lit_open ? open_z : zrun, lit_next}
-                                 : {1'b0, open_z, lit_cnt};
-        end else if (tail_close) begin
-            q_push  = 1'b1;
-            q_wdata = {1'b1, zrun, LW'(0)};
-        end
-    end
+    // the token that closes (its data does not wait for the queue's room; only q_push does)
+    assign q_push  = (consume && closes) || tail_close;
+    assign q_wdata = (in_state == IN_TAIL) ? {1'b1, zrun, LW'(0)}
+                   : in_nonzero            ? {1'b0, lit_open ? open_z : zrun, lit_next}
+                   :                         {1'b0, open_z, lit_cnt};
 
     // ---------------------------------------------------------------- drain side
     logic [2:0]    d_state;
@@ -419,20 +418,23 @@ module zrle_run_encoder #(
     end
 
     always_ff @(posedge clk) begin
-        if (fetched) pf[pf_wr[PF_AW-1:0]] <= ring_rd;
+        ring_q <= ring_rd;
+        if (staged) pf[pf_wr[PF_AW-1:0]] <= ring_q;
         // a frame start finds the ring drained: every literal of the previous frame has left
         if (rst || (cfg_valid && cfg_ready)) begin
             fetch_ptr <= '0;
             ring_used <= '0;
             fetched   <= 1'b0;
+            staged    <= 1'b0;
             pf_credit <= (PF_AW+1)'(1 << PF_AW);
             pf_wr     <= '0;
             pf_rd     <= '0;
         end else begin
             fetched <= fetch;
+            staged  <= fetched;
             if (fetch)   fetch_ptr <= fetch_ptr + 1'b1;
             ring_used <= ring_used + (RW+1)'(ring_write) - (RW+1)'(fetch);
-            if (fetched) pf_wr     <= pf_wr + 1'b1;
+            if (staged)  pf_wr     <= pf_wr + 1'b1;
             if (lit_pop) pf_rd     <= pf_rd + 1'b1;
             pf_credit <= pf_credit - (PF_AW+1)'(fetch) + (PF_AW+1)'(lit_pop);
         end
