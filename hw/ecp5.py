@@ -76,10 +76,13 @@ def yosys_script(run: Ecp5Run, netlist: Path, files: list[str] | None = None) ->
 def parse_netlist_cells(text: str, top: str) -> dict:
     """ECP5 primitive counts of the (flattened) top in synth_ecp5's JSON netlist."""
     modules = json.loads(text)["modules"]
-    if top not in modules:
-        raise Ecp5FlowError(f"netlist has no module {top!r} (found {sorted(modules)[:5]})")
+    # yosys may keep a top it re-derived under `chparam` as $paramod\<top>\<parameters>
+    names = [m for m in modules if m == top or m.startswith(f"$paramod\\{top}\\")]
+    if len(names) != 1:
+        raise Ecp5FlowError(f"netlist has no module {top!r} (found "
+                            f"{sorted(m for m in modules if not m.startswith('$__'))[:5]})")
     cells: dict[str, int] = {}
-    for cell in modules[top]["cells"].values():
+    for cell in modules[names[0]]["cells"].values():
         cells[cell["type"]] = cells.get(cell["type"], 0) + 1
     count = lambda name: cells.get(name, 0)               # noqa: E731
     return {"lut4": count("LUT4") + 2 * count("CCU2C"), "ff": count("TRELLIS_FF"),

@@ -34,6 +34,13 @@ def test_netlist_cells_count_lut4_with_carry_halves():
         ecp5.parse_netlist_cells(json.dumps(net), "missing")
 
 
+def test_netlist_top_rederived_by_chparam():
+    """yosys can keep a chparam'ed top as $paramod\\<top>\\<params> (compress_engine does)."""
+    net = {"modules": {"$paramod\\top\\K=8": {"cells": {"a": {"type": "TRELLIS_FF"}}},
+                       "$paramod\\topk\\K=8": {"cells": {}}, "$__ABC9_DELAY": {"cells": {}}}}
+    assert ecp5.parse_netlist_cells(json.dumps(net), "top")["ff"] == 1
+
+
 def test_nextpnr_report_takes_the_slowest_clock():
     rep = {"fmax": {"clk": {"achieved": 151.234, "constraint": 150.0},
                     "clk2": {"achieved": 99.5, "constraint": 150.0}},
