@@ -107,7 +107,7 @@ module zrle_run_encoder #(
     logic          staged;               // ring_q holds a fetched literal
     logic [31:0]   ring_q;               // ring_rd, registered once more (no logic in between)
     logic [PF_AW:0] pf_credit;           // prefetch slots neither filled nor claimed by a read
-    logic [(1<<PF_AW)-1:0][31:0] pf;     // prefetch buffer (flops)
+    logic [32*(1<<PF_AW)-1:0] pf;        // prefetch buffer: flops, literal i at [32*i +: 32]
     logic [PF_AW:0] pf_wr, pf_rd;
     logic          lit_avail;            // the buffer holds the oldest literal not yet out
     logic          lit_pop;
@@ -122,7 +122,7 @@ module zrle_run_encoder #(
     assign ring_full = ring_used[RW];
     assign fetch     = (ring_used != '0) && (pf_credit != '0);
     assign lit_avail = (pf_wr != pf_rd);
-    assign ring_head = pf[pf_rd[PF_AW-1:0]];
+    assign ring_head = pf[32*pf_rd[PF_AW-1:0] +: 32];
     assign head_empty = q_head[TW-1];
     assign head_z    = q_head[TW-2:LW];
     assign head_len  = q_head[LW-1:0];
@@ -419,7 +419,7 @@ module zrle_run_encoder #(
 
     always_ff @(posedge clk) begin
         ring_q <= ring_rd;
-        if (staged) pf[pf_wr[PF_AW-1:0]] <= ring_q;
+        if (staged) pf[32*pf_wr[PF_AW-1:0] +: 32] <= ring_q;
         // a frame start finds the ring drained: every literal of the previous frame has left
         if (rst || (cfg_valid && cfg_ready)) begin
             fetch_ptr <= '0;

@@ -1,5 +1,6 @@
 """cocotb testbench for hw/crc32_word.sv: the running CRC must equal zlib.crc32 of the
-little-endian bytes of every word absorbed since the last init, after every cycle."""
+little-endian bytes of every word absorbed since the last init, after every cycle, and crc_next
+must show that value one cycle sooner (in the cycle the word is offered)."""
 from __future__ import annotations
 
 import random
@@ -7,7 +8,7 @@ import zlib
 
 import cocotb
 import numpy as np
-from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
+from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge
 
 from gradblock.sim import tb_util as tb
 
@@ -62,6 +63,12 @@ async def random_streams(dut):
         dut.data.value = word
         if cycle == 1500:                   # synchronous reset acts like init, ignoring en
             dut.rst.value = 1
+        else:
+            await ReadOnly()                # crc_next: this cycle's init/en/data applied
+            got = int(dut.crc_next.value)
+            want = zlib_crc(([] if init else absorbed) + ([word] if en else []))
+            assert got == want, (f"cycle {cycle}: crc_next 0x{got:08X}, zlib 0x{want:08X} "
+                                 f"(init {int(init)}, en {int(en)})")
         await RisingEdge(dut.clk)
         if cycle == 1500:
             dut.rst.value = 0
