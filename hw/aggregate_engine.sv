@@ -272,7 +272,9 @@ module aggregate_engine #(
         .rd_data(lenq_head), .full(lenq_full), .empty(lenq_empty)
     );
 
-    assign m_axi_wvalid = !lenq_empty && (state == CLEAR || (!rd_empty && !lit_empty));
+    // a sum in the read FIFO always has its literal in the literal FIFO already (the literal
+    // was queued before its burst was even formed), so lit_empty need not gate W
+    assign m_axi_wvalid = !lenq_empty && (state == CLEAR || !rd_empty);
     assign m_axi_wdata = (state == CLEAR) ? 64'd0
                        : rd_head + {{32{lit_head[31]}}, lit_head};
     assign m_axi_wstrb = 8'hFF;
