@@ -37,7 +37,7 @@ from .plan import (MessagePlan, StepPlan, max_step_words, message_plan, step_pla
                    undo_log_size)
 from .quantiser import DEFAULT_RANGE, QuantConfig, QuantResult, saturation_bits
 from .selection import BlockLayout
-from .step_schedule import Job, StepInfo, nan_error, thread_count
+from .step_schedule import Job, StepInfo, nan_error, run_message, thread_count
 from .validation import ShapeError, check_gradient, check_range, check_residual, check_step
 
 __all__ = ["compress_layer", "compress_step", "compress_layers", "quantise", "block_norms",
@@ -346,15 +346,7 @@ def compress_message(grad: np.ndarray, residual: np.ndarray, plan: MessagePlan,
     satq = np.zeros(count, dtype=np.int64)
     satfb = np.zeros(count, dtype=np.int64)
     if threads > 1 and count:
-        eo = plan.elem_offsets
-        layers = [(gbits[eo[i]:eo[i + 1]], residual[eo[i]:eo[i + 1]], p)
-                  for i, p in enumerate(plan.layers)]
-        scratch = np.empty(plan.max_words, dtype=np.uint32)
-        infos = Job(cfg, layers, scratch, [int(o) for o in plan.word_offsets[:-1]]).run(
-            threads, where_of=lambda i: f"layer {i}")
-        for i, info in enumerate(infos):
-            n_words[i], satq[i], satfb[i] = info.n_words, info.sat_quant, info.sat_feedback
-        total = K.compact_frames(scratch, plan.word_offsets[:-1], n_words, out)
+        total = run_message(cfg, gbits, residual, plan, out, threads, n_words, satq, satfb)
     else:
         bad, total = K.message_kernel(gbits, residual, plan.elem_offsets, plan.block_size,
                                       plan.n_blocks, plan.k_eff, plan.layer_id, plan.lmax_log2,

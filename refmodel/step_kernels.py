@@ -476,3 +476,47 @@ def compact_frames(out, offsets, n_words, dst):
             d[j] = src[j]
         at += n_words[i]
     return at
+
+
+# ---------------------------------------------------------------------------------------------
+# A message on several threads: each thread's share of tasks in ONE call per phase
+# ---------------------------------------------------------------------------------------------
+
+@nb.njit(nogil=True, cache=True)
+def pass1_group(gbits, r, undo, log, tasks, t_elo, t_ehi, t_B, t_nblk, t_noff, t_logoff, norms,
+                M, k, rbits, tsat, t_satq, t_satfb, t_nan, t_nlog):
+    """Guarded pass 1 of the tasks listed in `tasks` (indices into the t_* tables): task t is
+    message elements [t_elo, t_ehi) in blocks of t_B (t_nblk of them, their norms at
+    norms[t_noff:]), its undo log at log[t_logoff:]. Results per task, so that threads
+    running disjoint task lists never write the same entry."""
+    for x in range(tasks.size):
+        t = tasks[x]
+        lo = t_elo[t]
+        hi = t_ehi[t]
+        sq, sf, nan, nl = pass1_guarded(gbits[lo:hi], r[lo:hi], t_B[t],
+                                        norms[t_noff[t]:t_noff[t] + t_nblk[t]], M, k, rbits, tsat,
+                                        0, t_nblk[t], undo[lo:hi], log[t_logoff[t]:], 0, 0)
+        t_satq[t] = sq
+        t_satfb[t] = sf
+        t_nan[t] = nan
+        t_nlog[t] = nl
+
+
+@nb.njit(nogil=True, cache=True)
+def restore_tasks(gbits, r, undo, log, t_elo, t_ehi, t_logoff, t_nlog, M, k, tsat):
+    """Undo pass1_group for every task (the error path after a NaN)."""
+    for t in range(t_elo.size):
+        lo = t_elo[t]
+        hi = t_ehi[t]
+        restore(gbits[lo:hi], r[lo:hi], undo[lo:hi], log[t_logoff[t]:], t_nlog[t], 0, M, k,
+                tsat)
+
+
+@nb.njit(nogil=True, cache=True)
+def tail_group(r, layers, g_off, block, norms, b_off, k_eff, out, w_off, layer_id, rbits,
+               lmax_log2, n_words):
+    """Selection and pass 2 of the listed layers, each frame at out[w_off[i]:]."""
+    for x in range(layers.size):
+        i = layers[x]
+        n_words[i] = step_tail(r[g_off[i]:g_off[i + 1]], block[i], norms[b_off[i]:b_off[i + 1]],
+                               k_eff[i], out, w_off[i], layer_id[i], rbits, lmax_log2[i])

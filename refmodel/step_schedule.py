@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import concurrent.futures as cf
+import functools
 import operator
 import threading
 
@@ -162,3 +163,93 @@ class Job:
             n_words[i] = nw
         return [StepInfo(n_words[i], layers[i][2].k_eff, lays[i].n_blocks, lays[i].block_size,
                          satq[i], satfb[i]) for i in range(count)]
+
+
+@dataclass(frozen=True)
+class MessageTasks:
+    """A message plan cut into pass-1 tasks of about `chunk` elements (a large layer split
+    by block ranges, starting on block boundaries) and balanced into groups, as int64 tables
+    for the group kernels; built once per (plan, group count)."""
+    elo: np.ndarray          # per task: first message element
+    ehi: np.ndarray          # per task: end element
+    B: np.ndarray            # per task: block size
+    nblk: np.ndarray         # per task: blocks
+    noff: np.ndarray         # per task: first norm in the message's norms
+    logoff: np.ndarray       # per task: first entry of its undo log
+    log_size: int
+    b_off: np.ndarray        # per layer: first norm (count + 1 entries)
+    pass1_groups: list       # int64 arrays of task indices
+    tail_groups: list        # int64 arrays of layer indices
+
+
+@functools.lru_cache(maxsize=32)
+def message_tasks(plan, groups: int, chunk: int) -> MessageTasks:
+    rows = []                # (elo, ehi, B, nblk, noff)
+    b_off = [0]
+    for i, p in enumerate(plan.layers):
+        lay = p.layout
+        base = int(plan.elem_offsets[i])
+        per = max(1, chunk // lay.block_size)
+        for j in range(0, lay.n_blocks, per):
+            jhi = min(j + per, lay.n_blocks)
+            rows.append((base + j * lay.block_size, base + min(jhi * lay.block_size, lay.n),
+                         lay.block_size, jhi - j, b_off[-1] + j))
+        b_off.append(b_off[-1] + lay.n_blocks)
+    logs = [undo_log_size(hi - lo, nblk, B) for lo, hi, B, nblk, _ in rows]
+    logoff = np.concatenate([[0], np.cumsum(logs, dtype=np.int64)])
+    cols = [np.array(c, dtype=np.int64).reshape(-1) for c in zip(*rows)] if rows else \
+        [np.zeros(0, np.int64)] * 5
+
+    def grouped(items, cost):
+        return [np.array(g, dtype=np.int64)
+                for g in _balanced_groups(items, cost, groups)]
+
+    tail_cost = [p.layout.n_blocks + min(p.layout.n, p.k_eff * p.layout.block_size)
+                 for p in plan.layers]
+    return MessageTasks(*cols, logoff[:-1], int(logoff[-1]), np.array(b_off, dtype=np.int64),
+                        grouped(list(range(len(rows))), lambda t: rows[t][1] - rows[t][0]),
+                        grouped(list(range(plan.count)), lambda i: tail_cost[i]))
+
+
+def run_message(cfg: QuantConfig, gbits: np.ndarray, r: np.ndarray, plan, out: np.ndarray,
+                threads: int, n_words: np.ndarray, satq: np.ndarray, satfb: np.ndarray) -> int:
+    """compress_message on `threads` threads: pass 1 of every task (one kernel call per group
+    of tasks, Job.GROUPS_PER_THREAD groups per thread), then selection + pass 2 (one call per
+    group of layers) into per-layer slots of a scratch buffer, compacted into out. A NaN
+    anywhere: every residual restored, NonFiniteError for the first layer holding one.
+    Fills n_words/satq/satfb per layer and returns the message length."""
+    mt = message_tasks(plan, Job.GROUPS_PER_THREAD * threads, Job.CHUNK)
+    n_tasks = mt.elo.size
+    tsat = saturation_bits(cfg)
+    undo = np.empty(r.size, dtype=np.int32)            # pages written only where saturated
+    log = np.empty(mt.log_size, dtype=np.int64)
+    norms = np.empty(int(mt.b_off[-1]), dtype=np.int64)
+    t_satq, t_satfb, t_nan, t_nlog = (np.zeros(n_tasks, dtype=np.int64) for _ in range(4))
+    pool = _thread_pool(threads)
+
+    def pass1(tasks):
+        K.pass1_group(gbits, r, undo, log, tasks, mt.elo, mt.ehi, mt.B, mt.nblk, mt.noff,
+                      mt.logoff, norms, cfg.M, cfg.k, cfg.range_bits, tsat, t_satq, t_satfb,
+                      t_nan, t_nlog)
+
+    list(pool.map(pass1, mt.pass1_groups))
+    if t_nan.any():
+        K.restore_tasks(gbits, r, undo, log, mt.elo, mt.ehi, mt.logoff, t_nlog, cfg.M, cfg.k,
+                        tsat)
+        bad = int(np.searchsorted(plan.elem_offsets, mt.elo[np.argmax(t_nan > 0)], "right")) - 1
+        lo, hi = plan.elem_offsets[bad], plan.elem_offsets[bad + 1]
+        raise nan_error(gbits[lo:hi], f"layer {bad}")
+    layer_of = np.searchsorted(plan.elem_offsets, mt.elo, "right") - 1
+    satq[:] = 0
+    satfb[:] = 0
+    np.add.at(satq, layer_of, t_satq)
+    np.add.at(satfb, layer_of, t_satfb)
+    scratch = np.empty(plan.max_words, dtype=np.uint32)
+    w_off = plan.word_offsets
+
+    def tail(layers):
+        K.tail_group(r, layers, plan.elem_offsets, plan.block_size, norms, mt.b_off, plan.k_eff,
+                     scratch, w_off, plan.layer_id, cfg.range_bits, plan.lmax_log2, n_words)
+
+    list(pool.map(tail, mt.tail_groups))
+    return int(K.compact_frames(scratch, w_off[:-1], n_words, out))

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gradblock.refmodel import compress, fast
+from gradblock.refmodel import compress, fast, step_schedule
 from gradblock.refmodel import step_kernels as K
 from gradblock.refmodel.plan import UNDO_UNIT, undo_log_size
 from gradblock.refmodel.quantiser import QMAX, NonFiniteError, QuantConfig, saturation_bits
@@ -121,3 +121,24 @@ def test_message_on_random_bits_matches_the_reference(R, seed, B):
     assert np.array_equal(res, np.concatenate([s.residual_out.ravel() for s in ref]))
     assert list(info.sat_quant) == [s.sat_quant for s in ref]
     assert list(info.sat_feedback) == [s.sat_feedback for s in ref]
+
+
+@pytest.mark.parametrize("chunk", [1, 700, UNDO_UNIT + 1])
+def test_message_split_into_small_tasks(monkeypatch, rng, chunk):
+    """Layers cut into many pass-1 tasks on the pool: same frames and residuals as one
+    thread, and a NaN in the last task of a split layer restores everything."""
+    monkeypatch.setattr(step_schedule.Job, "CHUNK", chunk)
+    g, r = _case(rng)
+    plan = _plan()
+    res1, res2 = r.copy(), r.copy()
+    msg1, info1 = fast.compress_message(g, res1, plan)
+    msg2, info2 = fast.compress_message(g, res2, plan, n_threads=2, min_parallel=0)
+    assert np.array_equal(msg1, msg2) and np.array_equal(res1, res2)
+    assert np.array_equal(info1.sat_quant, info2.sat_quant)
+    assert np.array_equal(info1.sat_feedback, info2.sat_feedback)
+    at = int(plan.elem_offsets[3]) - 1                      # last element of layer 2
+    g[at] = np.nan
+    res = r.copy()
+    with pytest.raises(NonFiniteError, match="layer 2"):
+        fast.compress_message(g, res, plan, n_threads=2, min_parallel=0)
+    assert np.array_equal(res, r)
