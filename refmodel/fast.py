@@ -321,8 +321,9 @@ def compress_message(grad: np.ndarray, residual: np.ndarray, plan: MessagePlan,
     residual: int32 1-D C-contiguous writeable, plan.n elements; updated in place.
     out: optional uint32 1-D buffer of at least plan.max_words words (allocated if None).
     Returns (message, info): the message is a view out[:total], frames back to back.
-    n_threads > 1 runs the layers on the thread pool of compress_layers (large layers split),
-    for a message of at least min_parallel elements (message_threads).
+    n_threads > 1 runs the message on the thread pool (step_schedule.run_message: large
+    layers split, each thread's share in one kernel call per phase), for a message of at
+    least min_parallel elements (message_threads).
     NaN anywhere raises NonFiniteError naming the first layer, with nothing modified: it is
     found during the step's own read of the gradient, and the residuals are then restored
     (step_kernels.pass1_guarded / restore)."""

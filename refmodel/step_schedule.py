@@ -1,6 +1,8 @@
 """The thread scheduler of the numba compress step: validated layers, cut into tasks of
 about CHUNK elements (a large layer split by block ranges), balanced over a thread pool
-(the kernels release the GIL)."""
+(the kernels release the GIL). `Job` runs separate layer arrays (compress_layers,
+compress_step) one kernel call per task; `run_message` runs a flat message
+(compress_message) one kernel call per group of tasks, from tables cached per plan."""
 from __future__ import annotations
 
 from dataclasses import dataclass
