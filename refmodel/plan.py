@@ -64,11 +64,15 @@ UNDO_UNIT = 4096
 
 
 def undo_log_size(n: int, n_blocks: int, block_size: int) -> int:
-    """Log entries pass1_guarded may fill over n elements in n_blocks blocks of block_size:
-    two per unit (runs of whole blocks, or slices of one block larger than a unit)."""
+    """Log entries pass1_guarded may fill over n elements (starting on a block boundary) in
+    n_blocks blocks of block_size: two per unit. A unit is a run of UNDO_UNIT // block_size
+    whole blocks, or for larger blocks one of m = ceil(block_size / UNDO_UNIT) equal slices
+    of ceil(block_size / m) elements (a short last block: as many as it needs)."""
     if block_size <= UNDO_UNIT:
         return 2 * (-(-n_blocks // (UNDO_UNIT // block_size)))
-    return 2 * (n_blocks + -(-n // UNDO_UNIT))
+    m = -(-block_size // UNDO_UNIT)
+    step = -(-block_size // m)
+    return 2 * ((n // block_size) * m + -(-(n % block_size) // step))
 
 
 def _frozen(values, dtype=np.int64) -> np.ndarray:

@@ -66,25 +66,33 @@ def test_late_nan_restores_every_residual(rng, threads, layer, at):
 
 def test_restore_is_exact_on_random_bits(rng):
     """pass1_guarded then restore gives back the residual for any float bits and residual,
-    with a range that saturates most elements (the log holds most units)."""
+    with a range that saturates most elements; with residuals at ±QMAX beside them every
+    unit saturates, which fills the undo log exactly to the size refmodel.plan gives it."""
     cfg = QuantConfig.from_range(1e-3)
-    for B in (1, 3, 700, UNDO_UNIT, UNDO_UNIT + 1, 3 * UNDO_UNIT + 11):
-        n = 5 * B + 2
+    tsat = saturation_bits(cfg)
+    # (UNDO_UNIT + 1, 2050): slices of 2049, so a short last block of 2050 takes two
+    for B, tail in ((1, 0), (3, 2), (700, 2), (UNDO_UNIT, 2), (UNDO_UNIT + 1, 2),
+                    (UNDO_UNIT + 1, 2050), (3 * UNDO_UNIT + 11, 2), (3 * UNDO_UNIT + 11, 9000)):
+        n = 5 * B + tail
         n_blocks = -(-n // B)
         gbits = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
         gbits[n // 2] = 0x7FC00001                            # a NaN mid-layer
-        r0 = rng.integers(-2**31, 2**31, n).astype(np.int32)
-        r0[r0 == -2**31] = 0
-        r = r0.copy()
-        undo = np.empty(n, np.int32)
-        log = np.empty(undo_log_size(n, n_blocks, B), np.int64)
-        norms = np.empty(n_blocks, np.int64)
-        satq, satfb, nan, nlog = K.pass1_guarded(gbits, r, B, norms, cfg.M, cfg.k,
-                                                 cfg.range_bits, saturation_bits(cfg), 0,
-                                                 n_blocks, undo, log, 0, 0)
-        assert nlog <= log.size and nan > 0 and satfb > 0
-        K.restore(gbits, r, undo, log, nlog, 0, cfg.M, cfg.k, saturation_bits(cfg))
-        assert np.array_equal(r, r0), B
+        random_r = rng.integers(-2**31 + 1, 2**31, n).astype(np.int32)
+        same_sign = np.where(gbits >> 31, -QMAX, QMAX).astype(np.int32)
+        same_sign[gbits & 0x7FFFFFFF < 0x3F800000] = QMAX     # |g| < 1 may quantise to 0
+        gbits[gbits & 0x7FFFFFFF < 0x3F800000] |= 0x3F800000  # so make every |g| >= 1
+        for r0, full in ((random_r, False), (same_sign, True)):
+            r = r0.copy()
+            undo = np.empty(n, np.int32)
+            log = np.empty(undo_log_size(n, n_blocks, B), np.int64)
+            norms = np.empty(n_blocks, np.int64)
+            satq, satfb, nan, nlog = K.pass1_guarded(gbits, r, B, norms, cfg.M, cfg.k,
+                                                     cfg.range_bits, tsat, 0, n_blocks, undo,
+                                                     log, 0, 0)
+            assert nan > 0 and satfb > 0
+            assert nlog == log.size if full else nlog <= log.size, (B, tail)
+            K.restore(gbits, r, undo, log, nlog, 0, cfg.M, cfg.k, tsat)
+            assert np.array_equal(r, r0), (B, tail)
 
 
 def test_thread_count_follows_message_size(rng):
