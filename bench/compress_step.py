@@ -120,7 +120,8 @@ class NumbaStep(_NumbaInPlace):
 
 
 class NumbaLayers(_NumbaInPlace):
-    """compress_layers: every layer on a thread pool of the row's thread count."""
+    """compress_layers: every layer on a thread pool of the row's thread count (one thread for
+    a message below refmodel.fast.PARALLEL_MIN_ELEMENTS, as the library chooses)."""
     label = "numba compress_layers (thread pool over layers)"
 
     def __init__(self, prep: Prepared):
@@ -139,8 +140,9 @@ class NumbaLayers(_NumbaInPlace):
 
 class NumbaMessage(Impl):
     """compress_message: the model's gradient and residual each in one flat buffer (as a DDP
-    bucket holds them), the whole step in one jitted call (with several threads, the layers
-    on the thread pool of compress_layers). The flat gradient is built once, untimed."""
+    bucket holds them), the whole step in one jitted call (with several threads and a message
+    of at least refmodel.fast.PARALLEL_MIN_ELEMENTS, one call per thread's group of tasks and
+    phase: step_schedule.run_message). The flat gradient is built once, untimed."""
     label = "numba compress_message (one call per message)"
 
     def __init__(self, prep: Prepared):
