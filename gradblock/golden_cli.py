@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gradblock.refmodel.golden_format import GoldenCase, GoldenError, load_golden
+from gradblock.refmodel.golden_format import GoldenCase, GoldenError, load_exchange, load_golden
 
 from .golden_check import CheckResult, check_golden
 from .golden_compute import generate_golden
@@ -41,6 +41,23 @@ def summary_table(cases: list[GoldenCase] | list[dict], results: list[CheckResul
     return "\n".join(lines)
 
 
+def exchange_table(entries: list[dict], results: list[CheckResult] | None = None) -> str:
+    """The exchange cases (N worker frames -> int64 sums): workers, n, frame words, outcome."""
+    status = {r.name: ("ok" if r.ok else "FAIL") for r in results or []}
+    head = (f"{'exchange case':<28} {'workers':>7} {'n':>6} {'words':>7}  outcome"
+            + ("  check" if results else ""))
+    lines = [head, "-" * len(head)]
+    for m in entries:
+        err = m.get("error")
+        outcome = "sums" if err is None else f"{err['name']} (worker {err['worker']})"
+        line = (f"{m['name']:<28} {m['n_workers']:>7} {m['n']:>6} {sum(m['frame_words']):>7}  "
+                f"{outcome}")
+        if results:
+            line += f"  {status.get(m['name'], '?')}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def golden_main(argv: list[str]) -> int:
     from .realgrads import REAL_SOURCES
 
@@ -68,11 +85,13 @@ def golden_main(argv: list[str]) -> int:
     try:
         if args.check:
             cases = load_golden(args.out_dir)
+            exchange = [c.meta for c in load_exchange(args.out_dir)]
         else:
             manifest = generate_golden(args.out_dir, quick=args.quick,
                                        real_source=args.real_source, seed=args.seed,
                                        data_dir=args.data_dir)
             cases = manifest["cases"]
+            exchange = manifest.get("exchange", [])
             print(f"wrote {len(cases)} cases to {args.out_dir} ({manifest['generator']})")
         results = None if args.no_check and not args.check else check_golden(args.out_dir)
     except (GoldenError, DatasetError, BackendError, OSError) as e:
@@ -83,6 +102,9 @@ def golden_main(argv: list[str]) -> int:
               f"project's [torch] extra", file=sys.stderr)
         return 2
     print(summary_table(cases, results))
+    if exchange:
+        print()
+        print(exchange_table(exchange, results))
     if results is None:
         return 0
     bad = [r for r in results if not r.ok]
