@@ -1,7 +1,11 @@
 // Small synchronous first-word-fall-through FIFO of 2^AW entries.
 // rd_data shows the head entry while !empty; pop removes it. push is ignored when full and pop
-// when empty (callers check full/empty, which are functions of registers only). clear empties
-// the FIFO (used to discard queued work after an error).
+// when empty (callers check full/empty, which are registers). clear empties the FIFO (used to
+// discard queued work after an error).
+//
+// full and empty are kept as flags updated with each push and pop (from "one entry from full /
+// empty", itself a function of the pointers) rather than compared from the pointers each
+// cycle, so callers that decide push or pop from them start from a flop.
 module sync_fifo #(
     parameter int W  = 33,
     parameter int AW = 2
@@ -20,19 +24,33 @@ module sync_fifo #(
 
     logic [W-1:0] mem [DEPTH];
     logic [AW:0]  wr_ptr, rd_ptr;   // one extra bit tells full from empty
+    logic [AW:0]  count;
+    logic         do_push, do_pop, near_full, near_empty;
 
-    assign empty   = (wr_ptr == rd_ptr);
-    assign full    = (wr_ptr[AW-1:0] == rd_ptr[AW-1:0]) && (wr_ptr[AW] != rd_ptr[AW]);
-    assign rd_data = mem[rd_ptr[AW-1:0]];
+    assign rd_data    = mem[rd_ptr[AW-1:0]];
+    assign do_push    = push && !full;
+    assign do_pop     = pop && !empty;
+    assign count      = wr_ptr - rd_ptr;
+    assign near_full  = (count == (AW+1)'(DEPTH - 1));
+    assign near_empty = (count == (AW+1)'(1));
 
     always_ff @(posedge clk) begin
         if (rst || clear) begin
             wr_ptr <= '0;
             rd_ptr <= '0;
+            full   <= 1'b0;
+            empty  <= 1'b1;
         end else begin
-            if (push && !full) wr_ptr <= wr_ptr + 1'b1;
-            if (pop && !empty) rd_ptr <= rd_ptr + 1'b1;
+            if (do_push) wr_ptr <= wr_ptr + 1'b1;
+            if (do_pop)  rd_ptr <= rd_ptr + 1'b1;
+            if (do_push && !do_pop) begin
+                full  <= near_full;
+                empty <= 1'b0;
+            end else if (do_pop && !do_push) begin
+                full  <= 1'b0;
+                empty <= near_empty;
+            end
         end
-        if (push && !full) mem[wr_ptr[AW-1:0]] <= wr_data;
+        if (do_push) mem[wr_ptr[AW-1:0]] <= wr_data;
     end
 endmodule

@@ -100,6 +100,7 @@ module zrle_run_encoder #(
     logic [31:0]   ring [RING];
     logic [RW:0]   wr_ptr, fetch_ptr;    // one extra bit tells full from empty
     logic [RW:0]   ring_used;            // literals written and not yet fetched (0 .. RING)
+    logic [RW:0]   ring_used_w, ring_used_nw;   // its next value with and without a write
     logic          ring_full, ring_write;
     logic          fetch;                // read the ring at fetch_ptr this cycle
     logic          fetched;              // ring_rd holds the literal read last cycle
@@ -121,6 +122,8 @@ module zrle_run_encoder #(
 
     assign ring_full = ring_used[RW];
     assign fetch     = (ring_used != '0) && (pf_credit != '0);
+    assign ring_used_nw = ring_used - (RW+1)'(fetch);
+    assign ring_used_w  = ring_used + (RW+1)'(!fetch);
     assign lit_avail = (pf_wr != pf_rd);
     assign ring_head = pf[32*pf_rd[PF_AW-1:0] +: 32];
     assign head_empty = q_head[TW-1];
@@ -433,7 +436,8 @@ module zrle_run_encoder #(
             fetched <= fetch;
             staged  <= fetched;
             if (fetch)   fetch_ptr <= fetch_ptr + 1'b1;
-            ring_used <= ring_used + (RW+1)'(ring_write) - (RW+1)'(fetch);
+            // both sums from registers; the late ring_write only selects
+            ring_used <= ring_write ? ring_used_w : ring_used_nw;
             if (staged)  pf_wr     <= pf_wr + 1'b1;
             if (lit_pop) pf_rd     <= pf_rd + 1'b1;
             pf_credit <= pf_credit - (PF_AW+1)'(fetch) + (PF_AW+1)'(lit_pop);
