@@ -77,8 +77,8 @@ def read_plan_file(path: str | Path) -> list[list[str]]:
         if path.stat().st_size > MAX_PLAN_FILE_BYTES:
             raise MergePlanError(f"merge plan {path}: larger than {MAX_PLAN_FILE_BYTES} bytes")
         raw = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise MergePlanError(f"merge plan {path}: {err}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        raise MergePlanError(f"merge plan {path}: {type(err).__name__}: {err}") from None
     groups = raw.get("groups") if isinstance(raw, dict) else raw
     if isinstance(groups, list):
         groups = [g.get("layers") if isinstance(g, dict) else g for g in groups]

@@ -102,8 +102,9 @@ def test_plan_file_forms(tmp_path):
     assert read_plan_file(tmp_path / "r.json") == [["a", "b"], ["c"]]
     (tmp_path / "l.json").write_text(json.dumps([["a"], ["b", "c"]]))
     assert read_plan_file(tmp_path / "l.json") == [["a"], ["b", "c"]]
-    for bad in ("{", "[]", "[[]]", '[["a", 3]]', '{"groups": 5}'):
-        (tmp_path / "b.json").write_text(bad)
+    for bad in ("{", "[]", "[[]]", '[["a", 3]]', '{"groups": 5}', "[" * 100000 + "]" * 100000,
+                "\udcff"):
+        (tmp_path / "b.json").write_bytes(bad.encode("utf-8", "surrogateescape"))
         with pytest.raises(MergePlanError, match="merge plan"):
             read_plan_file(tmp_path / "b.json")
     with pytest.raises(MergePlanError, match="not a regular file"):
