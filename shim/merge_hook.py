@@ -82,7 +82,10 @@ class MergedHookState(GradblockHookState):
         it = self._iter
         if it.launched == len(self.groups):       # the previous backward pass is done
             it = self._iter = self._new_iteration()
-        rec = _Bucket(torch.futures.Future(), bucket.buffer(), {})
+        buffer = bucket.buffer()
+        # a future holding CUDA tensors must name their device (stream synchronisation)
+        fut = torch.futures.Future(devices=[buffer.device] if buffer.device.type == "cuda" else None)
+        rec = _Bucket(fut, buffer, {})
         offset, touched = 0, set()
         for p, g in zip(bucket.parameters(), bucket.gradients()):
             info = self.layer_of(p)
