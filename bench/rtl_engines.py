@@ -439,7 +439,8 @@ def target_line(tables: dict[str, Table]) -> str:
                 worst[r["simulator"]], "elements/cycle"):
             worst[r["simulator"]] = r
     head = (f"- compress_engine ≥ {LINE_RATE_TARGET:.2f} elements/cycle when k_eff·B ≤ "
-            f"{LINE_RATE_SHARE:.0%} of n (slowest such layer per simulator): ")
+            f"{LINE_RATE_SHARE:.0%} of n (judged on S, the selected elements, = k_eff·B where "
+            f"the blocks are whole; the slowest such layer per simulator): ")
     if not worst:
         measured = any(_cell(r, "elements/cycle") is not None for r in rows)
         return head + ("not measured (no layer with S ≤ 2 % of n)" if measured
