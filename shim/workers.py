@@ -64,8 +64,8 @@ class SimulatedCluster:
         # a merge plan (shim/merge_apply.py): per worker one encode call per group, one
         # exchange (decode of every worker's message) per group; None: the whole model at once
         self.groups = [list(range(len(self.layers)))] if groups is None else [list(g) for g in groups]
-        if sorted(i for g in self.groups for i in g) != list(range(len(self.layers))) \
-                or not all(self.groups):
+        if groups is not None and (not all(self.groups) or sorted(
+                i for g in self.groups for i in g) != list(range(len(self.layers)))):
             raise ValueError(f"merge groups must cover layers 0..{len(self.layers) - 1} exactly once")
 
     def _sync(self) -> None:
