@@ -3,13 +3,17 @@
 // and a status report per frame.
 //
 // Structure
+//   input slice frame words enter a two-entry register slice with flags of the word alone, so
+//               every check starts from flops (one cycle of latency, no loss of rate).
 //   parse side  takes one frame word per cycle and runs the checks of spec §3.5 in their order.
 //               A valid token becomes queue entries: one "zero run of z" entry (if z > 0) and one
 //               entry per literal.
 //   emit side   pops the queue and writes one value per cycle into an axis_skid_buffer; a zero
 //               run entry is expanded there, so runs cost no input words and the parse side can
 //               read ahead (the next token's z, L, literals) while zeros go out.
-//   s_tready depends on registers only (state and queue fullness), never on m_tready.
+//   s_tready is a register (the slice's), never dependent on m_tready.
+// Timing (150 MHz on an ECP5, docs/hw.md): checks use values prepared a word ahead, a failing
+// check stops the parse side at once, and the queue clear and err_* follow a cycle later.
 //
 // Errors and TRUNCATED. The checks and their error codes are those of codec.zrle.decode_frame,
 // including what it reads before it checks: BAD_RANGE and SIZE_MISMATCH are decided at h4;
@@ -28,9 +32,10 @@
 //
 // Frame constants and err_code values are gradblock_pkg's (MAGIC, VERSION, FRAME_ERR_*).
 //
-// cfg_check_n / cfg_expected_n are sampled with the frame's first word (h0).
+// cfg_check_n / cfg_expected_n are sampled as the frame's first word (h0) is taken.
 // hdr_valid pulses once the header has passed its checks; the hdr_* outputs hold the header
-// fields until the next frame starts. token_count holds the tokens read so far in the frame.
+// fields until the next frame starts. token_count holds the tokens whose L word was read so far
+// in the frame.
 module zrle_decoder #(
     parameter int QUEUE_AW = 4          // 2^QUEUE_AW queue entries between parse and emit
 ) (

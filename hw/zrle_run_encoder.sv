@@ -19,7 +19,7 @@
 // full token drains while the next fills) and the queue 2^TOKEN_QUEUE_AW tokens, so short tokens
 // do not hold up the input while a long one drains. The input waits only when the ring is full or a
 // token must close into a full queue; at those times the output is busy with queued words.
-// The ring is read asynchronously (flops or distributed RAM).
+// The ring is read synchronously (block RAM) through a small prefetch buffer (see below).
 //
 // cfg_lmax_log2 outside 1..LMAX_LOG2_MAX is clamped into that range and the clamped value is what
 // h1 carries, so the frame always describes itself correctly. cfg_range_bits is copied to h4 as
