@@ -39,7 +39,6 @@ module topk_select #(
     logic [K_MAX-1:0]    slot_valid, valid_down;
     logic [K_MAX-1:0]    slot_used;   // slot i < k
     logic [K_MAX-1:0]    used2;       // slot_used a cycle later: what stage 2 inserts under
-    logic [31:0]         k_limit;
     logic                emitting, accept, shift_out;
 
     // stage 1: the pair waiting to be inserted, with its compares registered on arrival:
@@ -53,7 +52,6 @@ module topk_select #(
     logic                in_beaten;     // the pair in stage 1 beats the arriving pair
 
     assign cfg_err = (cfg_k == 32'd0) || (cfg_k > K_MAX_U);
-    assign k_limit = (cfg_k == 32'd0) ? 32'd1 : (cfg_k > K_MAX_U) ? K_MAX_U : cfg_k;
 
     assign norm_down = slot_norm << 64;       // entry i of *_down: the slot below slot i
     assign idx_down = slot_idx << 32;
@@ -84,7 +82,8 @@ module topk_select #(
         assign keep_now[i] = slot_valid[i]
                            && beats(slot_norm[64*i +: 64], slot_idx[32*i +: 32],
                                     s_tdata[63:0], s_tdata[95:64]);
-        assign slot_used[i] = I_U < k_limit;
+        // i < k clamped into 1..K_MAX (i < K_MAX always): one compare per slot, no clamp mux
+        assign slot_used[i] = i == 0 || cfg_k > I_U;
         // after the pair inserted meanwhile went in: slots it stayed behind are unchanged, it
         // took slot j = the first not kept, and the slots behind j hold their upper neighbour.
         // (Only used slots are ever written, and a slot's keep matters only while it is used,
