@@ -3,10 +3,12 @@
 // summed exactly, as int64, into n sums in external memory behind an AXI4 master with a 64-bit
 // data bus (sum i at cfg_sum_base + 8i, little endian). The layer is never buffered on chip.
 //
-//   decode     zrle_decoder (as is) checks each frame (spec §3.5, size checked against cfg_n)
-//              and gives its values in order, one per cycle. A literal is never 0 (spec §3.2),
-//              so a nonzero value is a literal and a zero is part of a zero run.
-//   bursts     zero values cost no memory traffic at all. Consecutive literals are gathered into
+//   decode     zrle_decoder (RUN_OUT = 1) checks each frame (spec §3.5, size checked against
+//              cfg_n) and gives its values in order, one beat per cycle: a literal, or a whole
+//              zero run as one beat (value 0, count = its length). A literal is never 0 (spec
+//              §3.2), so a nonzero value is a literal. A run advances the element index by its
+//              count in one cycle, so a frame costs about its words + O(1) cycles, not n.
+//   bursts     zero runs cost no memory traffic at all. Consecutive literals are gathered into
 //              one INCR burst (at most MAX_BURST beats, never across 4 KiB); a burst is closed
 //              by a zero, by the frame's last value, or when it is full.
 //   memory     each burst: a read burst of those sums into a FIFO (issued only when the FIFO
@@ -124,7 +126,7 @@ module aggregate_engine #(
 
     // ---- frame input and decoder -----------------------------------------------------------
     logic        feed, tlast_in, dec_s_ready;
-    logic [31:0] val;
+    logic [31:0] val, val_count;      // a beat: a literal (count 1) or a zero run of count
     logic        val_valid, val_ready, val_last, val_fire;
     logic        hdr_valid;
     logic [31:0] dec_layer_id, dec_n, dec_range_bits, dec_err_word, dec_tokens;
@@ -135,10 +137,11 @@ module aggregate_engine #(
     assign feed = state == FRAMES && !tlast_in;
     assign s_tready = feed && dec_s_ready;
 
-    zrle_decoder #(.QUEUE_AW(QUEUE_AW)) u_decoder (
+    zrle_decoder #(.QUEUE_AW(QUEUE_AW), .RUN_OUT(1'b1)) u_decoder (
         .clk, .rst, .cfg_check_n(1'b1), .cfg_expected_n(n_r),
         .s_tdata, .s_tvalid(s_tvalid && feed), .s_tready(dec_s_ready), .s_tlast,
         .m_tdata(val), .m_tvalid(val_valid), .m_tready(val_ready), .m_tlast(val_last),
+        .m_tcount(val_count),
         .hdr_valid, .hdr_layer_id(dec_layer_id), .hdr_n(dec_n), .hdr_range_bits(dec_range_bits),
         .hdr_lmax_log2(dec_lmax_log2), .done(dec_done), .err_valid(dec_err),
         .err_code(dec_err_code), .err_word(dec_err_word), .token_count(dec_tokens)
@@ -157,7 +160,7 @@ module aggregate_engine #(
     logic              bf_open, bf_full, bf_want, ending;
     logic [ADDR_W-1:0] bf_addr, lit_addr;
     logic        [8:0] bf_len, new_len;
-    logic [ADDR_W-1:0] v_addr;        // address of the next value's sum: base + 8 * index
+    logic [ADDR_W-1:0] v_addr;        // address of the next beat's first sum: base + 8 * index
     logic              v_page_last;   // ... and it is the last sum of a 4 KiB page
 
     assign discard = frame_bad || layer_bad;
@@ -448,8 +451,9 @@ module aggregate_engine #(
                 err_worker <= frames_done;
             end
             if (val_fire) begin
-                v_addr <= v_addr + ADDR_W'(8);
-                v_page_last <= v_addr[11:3] == 9'h1FE;
+                // a literal moves one sum on, a zero run its length (no memory touched)
+                v_addr <= v_addr + ADDR_W'({val_count, 3'b000});
+                v_page_last <= 9'(v_addr[11:3] + val_count[8:0]) == 9'h1FF;
             end
             if (is_lit) lit_count <= lit_count + 32'd1;
 

@@ -36,8 +36,16 @@
 // hdr_valid pulses once the header has passed its checks; the hdr_* outputs hold the header
 // fields until the next frame starts. token_count holds the tokens whose L word was read so far
 // in the frame.
+//
+// RUN_OUT = 1: a zero run leaves as ONE beat (m_tdata = 0, m_tcount = its length >= 1) instead
+// of m_tcount beats; a literal beat has m_tcount = 1 (the encoder's s_tcount, mirrored). A
+// consumer that only needs to skip zeros then spends a cycle per run, not per zero. m_tlast
+// marks the beat that holds the n-th value; it travels through the queue with its entry (set
+// by the parse side from registers), so no 32-bit count compare sits on the emit path.
+// RUN_OUT = 0 (default): one beat per value, m_tcount = 1 always.
 module zrle_decoder #(
-    parameter int QUEUE_AW = 4          // 2^QUEUE_AW queue entries between parse and emit
+    parameter int QUEUE_AW = 4,         // 2^QUEUE_AW queue entries between parse and emit
+    parameter bit RUN_OUT = 1'b0        // 1: a zero run is one beat carrying its length
 ) (
     input  logic        clk,
     input  logic        rst,
@@ -53,6 +61,7 @@ module zrle_decoder #(
     output logic        m_tvalid,
     input  logic        m_tready,
     output logic        m_tlast,
+    output logic [31:0] m_tcount,       // values in this beat (> 1 only for a zero run, RUN_OUT)
     // status
     output logic        hdr_valid,
     output logic [31:0] hdr_layer_id,
@@ -143,8 +152,11 @@ module zrle_decoder #(
     logic [31:0] chk_word;
     logic        in_frame;
     logic        queue_full, queue_empty;
+    localparam int QW = RUN_OUT ? 34 : 33;
     logic        push;
-    logic [32:0] push_data;         // {is_zero_run, value or run length}
+    logic [QW-1:0] push_data;       // {[holds the n-th value, RUN_OUT only,] is_zero_run,
+                                    //  value or run length}
+    logic        push_last;         // this entry ends the frame's values
 
     assign in_frame   = (p_state == P_HDR) || (p_state == P_Z) || (p_state == P_L) ||
                         (p_state == P_LIT) || (p_state == P_T0) || (p_state == P_T1);
@@ -254,13 +266,22 @@ module zrle_decoder #(
     // queue entries for a token that passed its checks, and for each literal (the entry's
     // data does not wait for the checks; only `push` does)
     assign push      = fire && !bad && ((at_l && !tok_z_zero) || (at_lit && !in_zero && !zero_seen));
-    assign push_data = at_l ? {1'b1, tok_z} : {1'b0, w};
+    // a run ends the values when its token has L = 0 and z = rem; a literal when it is its
+    // token's last and the token leaves nothing (rem_zero was set at the L word)
+    assign push_last = at_l ? (in_zero && !rz_nonzero) : (lit_last && rem_zero);
+    if (RUN_OUT) begin : g_push
+        assign push_data = at_l ? {push_last, 1'b1, tok_z} : {push_last, 1'b0, w};
+    end else begin : g_push
+        logic unused_push_last;
+        assign unused_push_last = push_last;
+        assign push_data = at_l ? {1'b1, tok_z} : {1'b0, w};
+    end
 
     // ---------------------------------------------------------------- queue and emit side
     logic        flush;             // the word (or t1 verdict) fails: stop the parse side now
     logic        flush_q;           // a cycle later: clear the queue, report the error
     logic        pop;
-    logic [32:0] head;
+    logic [QW-1:0] head;
     logic [31:0] run_left;          // zeros still to emit from the current run entry
     logic        run_active;        // run_left != 0
     logic [31:0] emit_left;         // values of the frame not yet emitted
@@ -270,7 +291,7 @@ module zrle_decoder #(
 
     assign flush = act && bad;
 
-    sync_fifo #(.W(33), .AW(QUEUE_AW)) u_queue (
+    sync_fifo #(.W(QW), .AW(QUEUE_AW)) u_queue (
         .clk     (clk),
         .rst     (rst),
         .clear   (flush_q),
@@ -282,21 +303,43 @@ module zrle_decoder #(
         .empty   (queue_empty)
     );
 
-    assign emit      = out_ready && (run_active || !queue_empty);
-    assign pop       = out_ready && !run_active && !queue_empty;
-    assign emit_word = (run_active || head[32]) ? 32'd0 : head[31:0];
-    assign emit_idle = !run_active && queue_empty;
+    if (RUN_OUT) begin : g_emit
+        // one beat per queue entry: a run goes out whole (run_left/run_active stay idle)
+        logic unused_emit;
+        assign unused_emit = ^{emit_last, emit_left, run_left};
+        assign emit      = out_ready && !queue_empty;
+        assign pop       = emit;
+        assign emit_word = head[32] ? 32'd0 : head[31:0];
+        assign emit_idle = queue_empty;
 
-    axis_skid_buffer #(.W(33)) u_out (
-        .clk     (clk),
-        .rst     (rst),
-        .s_data  ({emit_last, emit_word}),
-        .s_valid (emit),
-        .s_ready (out_ready),
-        .m_data  ({m_tlast, m_tdata}),
-        .m_valid (m_tvalid),
-        .m_ready (m_tready)
-    );
+        axis_skid_buffer #(.W(65)) u_out (
+            .clk     (clk),
+            .rst     (rst),
+            .s_data  ({head[33], head[32] ? head[31:0] : 32'd1, emit_word}),
+            .s_valid (emit),
+            .s_ready (out_ready),
+            .m_data  ({m_tlast, m_tcount, m_tdata}),
+            .m_valid (m_tvalid),
+            .m_ready (m_tready)
+        );
+    end else begin : g_emit
+        assign emit      = out_ready && (run_active || !queue_empty);
+        assign pop       = out_ready && !run_active && !queue_empty;
+        assign emit_word = (run_active || head[32]) ? 32'd0 : head[31:0];
+        assign emit_idle = !run_active && queue_empty;
+        assign m_tcount  = 32'd1;
+
+        axis_skid_buffer #(.W(33)) u_out (
+            .clk     (clk),
+            .rst     (rst),
+            .s_data  ({emit_last, emit_word}),
+            .s_valid (emit),
+            .s_ready (out_ready),
+            .m_data  ({m_tlast, m_tdata}),
+            .m_valid (m_tvalid),
+            .m_ready (m_tready)
+        );
+    end
 
     // the CRC absorbs h0 .. t0 from the input slice (registered word)
     crc32_word u_crc (
@@ -370,7 +413,7 @@ module zrle_decoder #(
                 if (run_active) begin
                     run_left   <= run_left - 32'd1;
                     run_active <= (run_left != 32'd1);
-                end else if (head[32]) begin
+                end else if (!RUN_OUT && head[32]) begin
                     run_left   <= head[31:0] - 32'd1;
                     run_active <= (head[31:0] != 32'd1);
                 end

@@ -10,6 +10,12 @@ Tests
   reset_mid_frame  reset while a frame is in flight, then a clean frame must be exact
   ready_paths      s_tready does not change when only m_tready does
   throughput       unthrottled cycle counts against an ideal decoder (TB_METRICS)
+
+Built with RUN_OUT = 1 the decoder gives a zero run as one beat (m_tdata 0, m_tcount = its
+length); the output recorder expands every beat by m_tcount, so every test compares the same
+values, m_tlast (on the beat holding the n-th value) and prefixes as with RUN_OUT = 0, and it
+checks each beat's shape: m_tcount >= 1, a literal (nonzero) beat has m_tcount 1, and with
+RUN_OUT = 0 m_tcount is always 1. The ideal decoder of `throughput` then gives one beat per run.
 """
 from __future__ import annotations
 
@@ -38,6 +44,41 @@ class Status:
     cycle: int
 
 
+class ValueRecorder(tb.WordRecorder):
+    """The decoder's output beats expanded into values (a beat holds m_tcount values), with the
+    beats themselves in `beats` (data, count, last, cycle) and malformed beats in `bad`."""
+
+    def __init__(self, dut):
+        self.count = dut.m_tcount
+        self.run_out = bool(tb.hdl_parameter("RUN_OUT", dut))
+        self.beats: list[tuple[int, int, bool, int]] = []
+        self.bad: list[str] = []
+        super().__init__(dut, "m")
+
+    async def _run(self):
+        while True:
+            await RisingEdge(self.clk)
+            if self.valid.value == 1 and self.ready.value == 1:
+                data, count = int(self.data.value), int(self.count.value)
+                last, now = self.last.value == 1, tb.cycle_now()
+                self.beats.append((data, count, last, now))
+                if count < 1 or (data != 0 and count != 1) or (not self.run_out and count != 1):
+                    self.bad.append(f"beat {len(self.beats) - 1}: m_tdata {data:#x} with "
+                                    f"m_tcount {count} (RUN_OUT {int(self.run_out)})")
+                    count = max(count, 1)
+                if count > 1 << 20:         # a corrupted frame can describe billions of zeros
+                    self.bad.append(f"beat {len(self.beats) - 1}: run of {count} zeros")
+                    count = 1
+                self.words += [data] * count
+                self.lasts += [False] * (count - 1) + [last]
+                self.cycles += [now] * count
+
+    def clear(self):
+        super().clear()
+        self.beats.clear()
+        self.bad.clear()
+
+
 class DecoderEnv:
     def __init__(self, dut):
         self.dut = dut
@@ -46,7 +87,7 @@ class DecoderEnv:
         self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m"), dut.clk, dut.rst,
                                   byte_size=32)
         tb.quiet(self.source, self.sink)
-        self.out = tb.WordRecorder(dut, "m")
+        self.out = ValueRecorder(dut)
         self.inp = tb.WordRecorder(dut, "s")
         self.status: list[Status] = []
         self.headers: list[tuple[int, int, int, int]] = []
@@ -304,6 +345,7 @@ async def decode_cases(dut, traffic):
         at += c.n
     if len(env.out.words) != at:
         problems.append(f"{tag} {len(env.out.words)} values out, frames hold {at}")
+    problems += [f"{tag} {b}" for b in env.out.bad[:5]]
     if len(env.status) != len(cases):
         problems.append(f"{tag} {len(env.status)} status reports for {len(cases)} frames")
     tb.write_case_results("zrle_decoder", {c.name: ("fail", failed[c.name]) if c.name in failed
@@ -347,6 +389,7 @@ async def run_one(env, dut, name, words, expected_n, slack=10.0):
         n = int(words[3]) if len(words) > 3 else 0
         if any(env.out.lasts) and not (len(got) == n and env.out.lasts[-1] and sum(env.out.lasts) == 1):
             problems.append(f"{name}: m_tlast on a value other than the n-th")
+    problems += [f"{name}: {b}" for b in env.out.bad[:3]]
     # every word offered was taken (the decoder drains to s_tlast)
     if len(env.inp.words) != len(words):
         problems.append(f"{name}: decoder took {len(env.inp.words)} of {len(words)} words")
@@ -447,17 +490,17 @@ async def ready_paths(dut):
     assert frames_sent >= 2, f"only {frames_sent} frames went in while probing"
 
 
-def ideal_cycles(case: tb.CodecCase) -> int:
+def ideal_cycles(case: tb.CodecCase, run_out: bool = False) -> int:
     """Cycles from the first frame word to the last value for an ideal decoder: one word in and
-    one value out per cycle, unlimited read-ahead. A zero can leave once its token's L word is
-    read, a literal once it is read."""
+    one beat out per cycle, unlimited read-ahead. A zero can leave once its token's L word is
+    read, a literal once it is read. A beat is one value, or with run_out a whole zero run."""
     lmax = 1 << case.lmax_log2
     z, L, lit_s = zrle.tokens(case.payload, lmax)
     ready = []                                 # cycle at which each value becomes available
     pos = zrle.HEADER_WORDS
     for zk, lk in zip(z, L):
         l_word_cycle = pos + 2                 # 1-based cycle of reading word pos + 1
-        ready += [l_word_cycle] * int(zk)
+        ready += [l_word_cycle] * (min(int(zk), 1) if run_out else int(zk))
         ready += [l_word_cycle + 1 + j for j in range(int(lk))]
         pos += 2 + int(lk)
     t = 0
@@ -468,8 +511,8 @@ def ideal_cycles(case: tb.CodecCase) -> int:
 
 @cocotb.test()
 async def throughput(dut):
-    """Unthrottled cycle counts: values leave at one per cycle through zero runs, frame words
-    are read at one per cycle through literals."""
+    """Unthrottled cycle counts: values (with RUN_OUT, beats) leave at one per cycle through
+    zero runs, frame words are read at one per cycle through literals."""
     rng = np.random.default_rng(4)
     n = 2048
 
@@ -487,6 +530,7 @@ async def throughput(dut):
     await tb.start(dut)
     env = DecoderEnv(dut)
     env.traffic(0.0, 0.0, random.Random(0))
+    run_out = env.out.run_out
     problems = []
     for name, payload, lg in patterns:
         case = tb.make_case(name, payload, lg, 2)
@@ -498,10 +542,12 @@ async def throughput(dut):
                                                    env.out.words)] if m]
         first_in, last_out = env.inp.cycles[0], env.out.cycles[-1]
         cycles = last_out - first_in + 1
-        ideal = ideal_cycles(case)
+        ideal = ideal_cycles(case, run_out)
+        problems += env.out.bad[:3]
         out_span = env.out.cycles[-1] - env.out.cycles[0] + 1
         in_span = env.inp.cycles[-1] - env.inp.cycles[0] + 1
-        rec = {"module": "zrle_decoder", "pattern": name, "lmax_log2": lg, "n": case.n,
+        rec = {"module": "zrle_decoder", "run_out": int(run_out), "pattern": name,
+               "lmax_log2": lg, "n": case.n, "beats": len(env.out.beats),
                "frame_words": int(case.frame.size), "cycles": int(cycles), "ideal_cycles": int(ideal),
                "overhead_cycles": int(cycles - ideal), "cycles_per_value": out_span / case.n,
                "cycles_per_frame_word": in_span / case.frame.size,

@@ -130,6 +130,30 @@ def test_decoder(sim, queue_aw, tmp_path):
         assert rec["dense_lg8"]["cycles_per_frame_word"] == 1.0
 
 
+@pytest.mark.parametrize("sim", SIMS)
+def test_decoder_run_out(sim, tmp_path):
+    """RUN_OUT = 1 (a zero run is one beat with its length on m_tcount): the same tests, with
+    the beats expanded by their counts, must give codec.zrle's values, m_tlast, errors and
+    prefixes exactly under backpressure; and a frame then costs its words, not n values."""
+    need(sim)
+    metrics = tmp_path / "metrics.json"
+    res = run_rtl("zrle_decoder", None, "gradblock.sim.tb_zrle_decoder", sim,
+                  parameters={"QUEUE_AW": 4, "RUN_OUT": 1}, run_name=f"run_out-{sim}",
+                  env={"TB_TRAFFIC": traffic_for(sim),
+                       "TB_FUZZ": 200 if sim == "verilator" else 100,
+                       "TB_METRICS": metrics})
+    check(res)
+    assert {"decode_cases", "decode_errors", "reset_mid_frame", "ready_paths",
+            "throughput"} <= base_names(res)
+    rec = {r["pattern"]: r for r in json.loads(metrics.read_text())}
+    assert all(r["run_out"] == 1 for r in rec.values())
+    # an all-zero frame is one beat; a sparse one is read at a word per cycle, not n cycles
+    assert rec["all_zero"]["beats"] == 1
+    assert rec["all_zero"]["cycles"] <= rec["all_zero"]["frame_words"] + 8
+    assert rec["sparse_1pct"]["cycles"] <= rec["sparse_1pct"]["frame_words"] + 8
+    assert rec["dense_lg8"]["cycles_per_frame_word"] == 1.0
+
+
 # ------------------------------------------------------------------ layer-sized frames
 @pytest.mark.slow
 def test_long_layers_on_verilator(tmp_path):
