@@ -24,7 +24,7 @@ PACKAGE_FILES = [f for f in HW_FILES if deps.scan(f)[0] == "package"]
 EXTRA_PARAMS = {
     "zrle_encoder": [{"LMAX_LOG2_MAX": 1}, {"LMAX_LOG2_MAX": 3}, {"LMAX_LOG2_MAX": 12},
                      {"TOKEN_QUEUE_AW": 1}],
-    "zrle_decoder": [{"QUEUE_AW": 1}],
+    "zrle_decoder": [{"QUEUE_AW": 1}, {"RUN_OUT": 1}],
     "sync_fifo": [{"AW": 1, "W": 8}],
     "axis_skid_buffer": [{"W": 1}],
 }
