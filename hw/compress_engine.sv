@@ -284,11 +284,13 @@ module compress_engine #(
     logic                prep_rd_valid, prep_rd_last;
     logic [31:0]         prep_index;
     logic [63:0]         prep_product;
-    // delay line beside the multiply: {valid, last, slot} of the slot read 1..5 cycles ago
-    localparam int PD = 5;
+    // delay line beside the multiply: {valid, last, slot} of the slot read 1..6 cycles ago
+    localparam int PD = 6;
     logic [PD:1]         prep_v, prep_l;
     logic [SW-1:0]       prep_s [PD:1];
     logic [31:0]         prep_start5, prep_left5;   // stage 5: start, n - start
+    logic [31:0]         prep_end6;                 // stage 6: the end, registered before it
+                                                    // fans out to the K_MAX slots of `ends`
 
     // (Icarus 11 miscompiles an enum comparison written in a port connection: named signals)
     logic sort_clear;
@@ -313,8 +315,9 @@ module compress_engine #(
         // j*B < n for a selected block: the low 32 bits are the product
         prep_start5 <= prep_product[31:0];
         prep_left5 <= n_r - prep_product[31:0];
+        prep_end6 <= (prep_left5 <= bs_r) ? n_r : prep_start5 + bs_r;
         if (prep_v[PD]) begin
-            ends[32*prep_s[PD] +: 32] <= (prep_left5 <= bs_r) ? n_r : prep_start5 + bs_r;
+            ends[32*prep_s[PD] +: 32] <= prep_end6;
         end
     end
 
