@@ -19,13 +19,14 @@ import numpy as np
 
 import cocotb
 from cocotb.triggers import ClockCycles, RisingEdge
-from cocotbext.axi import AxiBus, AxiRam, AxiStreamFrame
+from cocotbext.axi import AxiStreamFrame
 
 from gradblock.codec import zrle
 from gradblock.hw.sv_constants import codes
 from gradblock.refmodel.golden_format import load_exchange
 from gradblock.sim import tb_datapath_common as tbc
 from gradblock.sim import tb_util
+from gradblock.sim.tb_engine_common import AxiEngineBench
 
 MODULE = "aggregate_engine"
 GUARD_WORDS = 16
@@ -70,37 +71,17 @@ def literals(case) -> int:
                for f in worker_frames(case))
 
 
-class Engine:
+class Engine(AxiEngineBench):
     def __init__(self, dut, mem_bytes: int):
-        self.dut = dut
+        super().__init__(dut, mem_bytes)
         self.src = tbc.source(dut, "s")
-        self.ram = AxiRam(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst, size=mem_bytes)
-        self.mem_channels = [self.ram.read_if.ar_channel, self.ram.read_if.r_channel,
-                             self.ram.write_if.aw_channel, self.ram.write_if.w_channel,
-                             self.ram.write_if.b_channel]
-        tb_util.quiet(self.ram.read_if, self.ram.write_if, *self.mem_channels)
-        self.inputs = [self.src] + self.mem_channels
-        dut.cfg_valid.value = 0
-        self.done_seen = self.done_cycle = self.cycle = 0
-        self.beats = dict.fromkeys(("ar", "r", "aw", "w"), 0)
-        self._handshakes = [(ch, getattr(dut, f"m_axi_{ch}valid"), getattr(dut, f"m_axi_{ch}ready"))
-                            for ch in self.beats]
+        self.inputs.insert(0, self.src)
         self.rng = np.random.default_rng(5)
         self.r_stalls = 0           # cycles with rvalid high and rready low: must stay 0
-        cocotb.start_soon(self._count())
 
-    async def _count(self):
-        while True:
-            await RisingEdge(self.dut.clk)
-            self.cycle += 1
-            if self.dut.done.value == 1:
-                self.done_seen += 1
-                self.done_cycle = self.cycle
-            for ch, valid, ready in self._handshakes:
-                if valid.value == 1 and ready.value == 1:
-                    self.beats[ch] += 1
-            if self.dut.m_axi_rvalid.value == 1 and self.dut.m_axi_rready.value == 0:
-                self.r_stalls += 1
+    def on_cycle(self) -> None:
+        if self.dut.m_axi_rvalid.value == 1 and self.dut.m_axi_rready.value == 0:
+            self.r_stalls += 1
 
     # ---- memory
     def write_sums(self, base: int, values) -> None:
@@ -127,28 +108,8 @@ class Engine:
 
     # ---- control
     async def configure(self, n: int, workers: int, base: int, clear: bool) -> int:
-        d = self.dut
-        d.cfg_n.value = n
-        d.cfg_workers.value = workers
-        d.cfg_sum_base.value = base
-        d.cfg_clear.value = int(clear)
-        d.cfg_valid.value = 1
-        for _ in range(1000):
-            await RisingEdge(d.clk)
-            if d.cfg_ready.value == 1:
-                break
-        else:
-            raise AssertionError("cfg_ready did not rise within 1000 cycles")
-        taken = self.cycle
-        d.cfg_valid.value = 0
-        return taken
-
-    async def wait_done(self, before: int, cycles: int, what: str) -> None:
-        for _ in range(cycles):
-            if self.done_seen > before:
-                return
-            await RisingEdge(self.dut.clk)
-        raise AssertionError(f"{what}: done did not pulse within {cycles} cycles")
+        return await self.present_config({"n": n, "workers": workers, "sum_base": base,
+                                          "clear": int(clear)})
 
     def status(self) -> dict:
         d = self.dut

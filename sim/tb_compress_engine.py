@@ -14,10 +14,11 @@ import numpy as np
 
 import cocotb
 from cocotb.triggers import ClockCycles, RisingEdge
-from cocotbext.axi import AxiBus, AxiRam, AxiStreamFrame
+from cocotbext.axi import AxiStreamFrame
 
 from gradblock.sim import tb_datapath_common as tbc
 from gradblock.sim import tb_util
+from gradblock.sim.tb_engine_common import AxiEngineBench
 
 MODULE = "compress_engine"
 GOLDEN_MODULE = "compress_top"      # the engine runs the golden "top" stage
@@ -88,38 +89,13 @@ def line_rate_case(case) -> bool:
     return 50 * selected_elements(case) <= n and 100 * fixed_cycles(case) <= n
 
 
-class Engine:
+class Engine(AxiEngineBench):
     def __init__(self, dut, mem_bytes: int):
-        self.dut = dut
+        super().__init__(dut, mem_bytes)
         self.src = tbc.source(dut, "s_grad")
         self.frame = tbc.sink(dut, "m_frame")
-        self.ram = AxiRam(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst, size=mem_bytes)
-        self.mem_channels = [self.ram.read_if.ar_channel, self.ram.read_if.r_channel,
-                             self.ram.write_if.aw_channel, self.ram.write_if.w_channel,
-                             self.ram.write_if.b_channel]
-        tb_util.quiet(self.ram.read_if, self.ram.write_if, *self.mem_channels)
-        self.inputs = [self.src] + self.mem_channels
+        self.inputs.insert(0, self.src)
         self.outputs = [self.frame]
-        dut.cfg_valid.value = 0
-        self.done_seen = 0
-        self.done_cycle = 0
-        self.cycle = 0
-        # AXI handshakes per channel (valid & ready at a rising edge), for the throughput record
-        self.beats = dict.fromkeys(("ar", "r", "aw", "w"), 0)
-        self._handshakes = [(ch, getattr(dut, f"m_axi_{ch}valid"), getattr(dut, f"m_axi_{ch}ready"))
-                            for ch in self.beats]
-        cocotb.start_soon(self._count())
-
-    async def _count(self):
-        while True:
-            await RisingEdge(self.dut.clk)
-            self.cycle += 1
-            if self.dut.done.value == 1:
-                self.done_seen += 1
-                self.done_cycle = self.cycle
-            for ch, valid, ready in self._handshakes:
-                if valid.value == 1 and ready.value == 1:
-                    self.beats[ch] += 1
 
     def load_residual(self, case, base: int) -> None:
         n = case.meta["n"]
@@ -133,27 +109,9 @@ class Engine:
 
     async def configure(self, cfg: dict) -> int:
         """Present the config until it is taken; returns the cycle of the handshake."""
-        d = self.dut
-        for name in ("n", "block_size", "n_blocks", "k", "m", "k_shift", "range_bits",
-                     "layer_id", "lmax_log2", "res_base"):
-            getattr(d, f"cfg_{name}").value = cfg[name]
-        d.cfg_valid.value = 1
-        for _ in range(1000):
-            await RisingEdge(d.clk)
-            if d.cfg_ready.value == 1:
-                break
-        else:
-            raise AssertionError("cfg_ready did not rise within 1000 cycles")
-        taken = self.cycle
-        d.cfg_valid.value = 0
-        return taken
-
-    async def wait_done(self, before: int, cycles: int, what: str) -> None:
-        for _ in range(cycles):
-            if self.done_seen > before:
-                return
-            await RisingEdge(self.dut.clk)
-        raise AssertionError(f"{what}: done did not pulse within {cycles} cycles")
+        return await self.present_config({name: cfg[name] for name in (
+            "n", "block_size", "n_blocks", "k", "m", "k_shift", "range_bits", "layer_id",
+            "lmax_log2", "res_base")})
 
     def status(self) -> dict:
         d = self.dut
