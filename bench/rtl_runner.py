@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import tempfile
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,8 +76,8 @@ def run_throughput(bench: RtlBench, sim: str, vectors_dir: Path | None, work: Pa
         raise Unavailable(f"{tb_file} not present")
     if not re.search(r"^async def throughput\(|stage_tests\(", Path(spec.origin).read_text(), re.M):
         raise Unavailable(f"{tb_file} has no `throughput` test")
-    metrics = work / f"{bench.toplevel}-{sim}.json"
-    metrics.unlink(missing_ok=True)
+    # a fresh directory of our own per run, so no earlier file is ever read or removed
+    metrics = Path(tempfile.mkdtemp(prefix=f"{bench.toplevel}-{sim}-", dir=work)) / "metrics.json"
     env = {**bench.env, "TB_METRICS": str(metrics)}
     if bench.needs_vectors:
         env[bench.golden_env] = str(vectors_dir)
