@@ -92,6 +92,26 @@ class GradblockHookState:
             raise
 
     # -- PowerSGD's pattern: what a checkpoint needs to continue this rank bit for bit
+    def send(self, layers: list[LayerInfo], grads: list[torch.Tensor]):
+        """Encode `layers` in one call, pass the message through the outgoing filter and start
+        its all_gather; the statistics and compress time are counted here. Returns
+        (future, gathered, lengths, t_sent): a peer's message is gathered[r][:lengths[r]]."""
+        t0 = time.perf_counter()
+        message, stats = encode_group(self.compressor, layers, grads, self.worker_state)
+        if message.device != grads[0].device:
+            message = message.to(grads[0].device)
+        if self.outgoing_filter is not None:
+            message = self.outgoing_filter(message, layers, self.rank)
+        if self.timed:
+            _sync(message)
+        t_sent = time.perf_counter()
+        fut, gathered, lengths, width = all_gather_varlen_async(message, self.group)
+        with self._lock:
+            self.stats.add(stats)
+            self.padded_bytes += 4 * width
+            self.times.compress_s += t_sent - t0
+        return fut, gathered, lengths, t_sent
+
     def state_dict(self) -> dict:
         from .state import compressor_state
         return compressor_state(self.compressor, {self.rank: self.worker_state})
@@ -148,21 +168,8 @@ def gradblock_hook(state: GradblockHookState, bucket: dist.GradBucket
     # real (not string) annotations: DDP checks them when the hook is registered
     grads = bucket.gradients()
     layers = [state.layer_of(p) for p in bucket.parameters()]
-    t0 = time.perf_counter()
-    message, stats = encode_group(state.compressor, layers, grads, state.worker_state)
-    if message.device != grads[0].device:
-        message = message.to(grads[0].device)
-    if state.outgoing_filter is not None:
-        message = state.outgoing_filter(message, layers, state.rank)
-    if state.timed:
-        _sync(message)
-    t1 = time.perf_counter()
-    fut, gathered, lengths, width = all_gather_varlen_async(message, state.group)
+    fut, gathered, lengths, t1 = state.send(layers, grads)
     buffer = bucket.buffer()
-    with state._lock:
-        state.stats.add(stats)
-        state.padded_bytes += 4 * width
-        state.times.compress_s += t1 - t0
 
     def decode(done: torch.futures.Future) -> torch.Tensor:
         done.wait()                               # surfaces a failed collective

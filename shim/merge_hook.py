@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from .compressors import Compressor, WorkerState, decode_group, encode_group
-from .hook import GradblockHookState, _sync, all_gather_varlen_async
+from .compressors import Compressor, WorkerState, decode_group
+from .hook import GradblockHookState, _sync
 from .merge_apply import Groups, check_groups
 
 
@@ -112,24 +112,11 @@ class MergedHookState(GradblockHookState):
         targets = [(it.bucket_of[i], i) for i in members]
         buckets = list({id(b): b for b, _ in targets}.values())
         self.max_buckets_per_group = max(self.max_buckets_per_group, len(buckets))
-        t0 = time.perf_counter()
         try:
-            message, stats = encode_group(self.compressor, layers, grads, self.worker_state)
+            fut, gathered, lengths, t1 = self.send(layers, grads)
         except Exception as e:
             self._fail(buckets, e)
             raise
-        if message.device != grads[0].device:
-            message = message.to(grads[0].device)
-        if self.outgoing_filter is not None:
-            message = self.outgoing_filter(message, layers, self.rank)
-        if self.timed:
-            _sync(message)
-        t1 = time.perf_counter()
-        fut, gathered, lengths, width = all_gather_varlen_async(message, self.group)
-        with self._lock:
-            self.stats.add(stats)
-            self.padded_bytes += 4 * width
-            self.times.compress_s += t1 - t0
 
         def decode(done: torch.futures.Future) -> None:
             try:
