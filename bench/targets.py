@@ -4,8 +4,13 @@ from __future__ import annotations
 from . import rtl_engines
 from .tables import NOT_AVAILABLE, Table
 
-BANDWIDTH_TARGET = 0.50      # numba compress step, fraction of the copy bandwidth
-TOPK_TARGET = 20.0           # numba compress step vs torch.topk selection
+# numba compress step on one thread, fraction of the copy bandwidth: ResNet-50 streams from DRAM,
+# ResNet-20 (1 MiB, cache-resident) is judged against a lower bar (issue 12's targets)
+BANDWIDTH_TARGETS = {"ResNet-50": 0.50, "ResNet-20": 0.25}
+BANDWIDTH_TARGET = 0.50      # a workload not named above
+TOPK_TARGET = 20.0           # numba compress step vs torch.topk selection, one thread
+SCALING_TARGET = 1.7         # ResNet-50 compress_message: 1-thread time / 2-thread time
+SCALING_WORKLOAD = "ResNet-50"
 ZSTD_TARGET = 2.0            # ZRLE numba encode / decode vs zstd level 1
 RTL_TARGET = 1.00            # words per cycle
 
@@ -45,20 +50,27 @@ def _best(rows, key, group, pick) -> list[tuple[tuple, dict]]:
 def evaluate(tables: dict[str, Table]) -> list[str]:
     lines = []
 
+    # judged on one thread (the issue's targets); other thread counts are listed for reference
     comp = _best(_rows(tables.get("compress")), "of copy", ("workload", "threads"),
                  lambda r: r["implementation"].startswith("numba"))
-    parts = [f"{w} ×{t}: {_num(r['of copy']):.0%} of copy, {_num(r['of read-sum']):.0%} of read-sum "
-             f"({r['implementation']}) — {_verdict(_num(r['of copy']), BANDWIDTH_TARGET)}"
-             for (w, t), r in comp]
-    lines.append(f"- numba compress step ≥ {BANDWIDTH_TARGET:.0%} of memory bandwidth: "
-                 + ("; ".join(parts) if parts else "not measured"))
+    parts = []
+    for (w, t), r in comp:
+        target = BANDWIDTH_TARGETS.get(w, BANDWIDTH_TARGET)
+        verdict = (f"target {target:.0%}: {_verdict(_num(r['of copy']), target)}" if t == "1"
+                   else "for reference")
+        parts.append(f"{w} ×{t}: {_num(r['of copy']):.0%} of copy, {_num(r['of read-sum']):.0%} of "
+                     f"read-sum ({r['implementation']}) — {verdict}")
+    lines.append("- numba compress step, one thread, ≥ "
+                 + ", ".join(f"{v:.0%} of copy bandwidth on {w}" for w, v in BANDWIDTH_TARGETS.items())
+                 + ": " + ("; ".join(parts) if parts else "not measured"))
 
     sel = _best(_rows(tables.get("selection")), "speed-up vs torch.topk",
                 ("workload", "threads", "device"), lambda r: r["method"].startswith("whole step: numba"))
     parts = [f"{w} ×{t}: {_num(r['speed-up vs torch.topk']):.3g}× ({r['method'].split(': ', 1)[1]}) — "
-             f"{_verdict(_num(r['speed-up vs torch.topk']), TOPK_TARGET)}" for (w, t, _), r in sel]
+             + (_verdict(_num(r['speed-up vs torch.topk']), TOPK_TARGET) if t == "1" else "for reference")
+             for (w, t, _), r in sel]
     lines.append(f"- numba compress step ≥ {TOPK_TARGET:g}× faster than torch.topk selection at the "
-                 f"same density: " + ("; ".join(parts) if parts else "not measured"))
+                 f"same density, one thread: " + ("; ".join(parts) if parts else "not measured"))
 
     # the better numba row (per layer, or one call per message) by its weaker direction
     best_codec: dict[tuple, dict] = {}
@@ -99,5 +111,26 @@ def evaluate(tables: dict[str, Table]) -> list[str]:
                  f"or a codec's busier side, against a zero-latency one-word-per-cycle design, "
                  f"rounded to 2 decimals): "
                  + ("; ".join(parts) if parts else "not measured (run with --rtl)"))
+    lines.append(_scaling_line(_rows(tables.get("compress"))))
     lines.append(rtl_engines.target_line(tables))       # table 4c: the engine's line rate
     return lines
+
+
+def _scaling_line(rows) -> str:
+    """compress_message's speed-up from one thread to the most threads measured, per workload."""
+    times: dict[str, dict[int, float]] = {}
+    for r in rows:
+        if r["implementation"].startswith("numba compress_message") and _num(r["time (ms)"]):
+            times.setdefault(r["workload"], {})[int(r["threads"])] = _num(r["time (ms)"])
+    parts = []
+    for w, by_t in sorted(times.items()):
+        most = max(by_t)
+        if 1 not in by_t or most == 1:
+            continue
+        ratio = by_t[1] / by_t[most]
+        verdict = (_verdict(ratio, SCALING_TARGET) if w == SCALING_WORKLOAD and most == 2
+                   else "for reference")
+        parts.append(f"{w}: {ratio:.2f}× on {most} threads ({by_t[1]:.4g} → {by_t[most]:.4g} ms) — "
+                     f"{verdict}")
+    return (f"- numba compress_message on 2 threads ≥ {SCALING_TARGET:g}× its one-thread speed on "
+            f"{SCALING_WORKLOAD}: " + ("; ".join(parts) if parts else "not measured (one thread only)"))

@@ -193,9 +193,20 @@ def test_targets_read_the_tables():
                                    "of read-sum", "of copy", "speed-up vs numpy"])
     comp.add("R", "1", "numba compress_step", 1.0, 2.0, 0.4, 0.6, 10.0)
     comp.add("R", "1", "numba compress_layers", 1.0, 2.0, 0.2, 0.3, 10.0)
+    comp.add("ResNet-20", "1", "numba compress_message", 1.0, 2.0, 0.2, 0.3, 10.0)
+    comp.add("ResNet-20", "2", "numba compress_message", 0.5, 4.0, 0.2, 0.9, 10.0)
+    comp.add("ResNet-50", "1", "numba compress_message", 10.0, 2.0, 0.2, 0.45, 10.0)
+    comp.add("ResNet-50", "2", "numba compress_message", 6.0, 2.0, 0.2, 0.7, 10.0)
     lines = targets.evaluate({"compress": comp})
-    assert "60% of copy" in lines[0] and "met" in lines[0]
+    # one thread is judged, at 25% for ResNet-20 and 50% for ResNet-50; more threads are listed
+    assert "R ×1: 60% of copy" in lines[0] and "target 50%: met" in lines[0]
+    assert "ResNet-20 ×1: 30% of copy" in lines[0] and "target 25%: met" in lines[0]
+    assert "ResNet-50 ×1: 45% of copy" in lines[0] and "target 50%: missed" in lines[0]
+    assert "ResNet-50 ×2: 70% of copy" in lines[0] and lines[0].count("for reference") == 2
     assert "not measured" in lines[1] and "not measured" in lines[3]
+    # scaling: judged on ResNet-50 (10 → 6 ms = 1.67×, missed), ResNet-20 listed
+    assert "ResNet-50: 1.67× on 2 threads (10 → 6 ms) — missed" in lines[4]
+    assert "ResNet-20: 2.00× on 2 threads" in lines[4] and "for reference" in lines[4]
     cols = ["simulator", "module", "case", "stream", "words", "cycles", "ideal cycles",
             "cycles/word", "words/cycle", "of ideal"]
     rtl_table = Table("rtl", "4", cols)
