@@ -13,8 +13,17 @@
 //           per element of a selected block; zeros are written over each selected block once
 //           its elements have been read (so r' = 0 there and a elsewhere, in place).
 //
+// Momentum correction (docs/spec.md §7), per layer when cfg_momentum_en: the velocity u lives
+// behind a second AXI4 master (m_axi_vel_*, element i at cfg_vel_base + 4i) so its traffic
+// does not share the residual's beats. Pass 1 reads u with bursts into its own FIFO (credits
+// as for r), carries it beside r through the quantiser, computes u' = clamp(mul(m, u) + Q(g))
+// in momentum_pipe (behind a register slice) and feeds {r, u'} to ef_add; u' is written back
+// in place. Pass 2, when cfg_momentum_mask and k_eff < n_blocks, writes zeros over u on the
+// selected blocks (writes only, the residual's zero-write bursts). With momentum off the
+// quantiser feeds ef_add directly, as before, and the velocity port stays idle.
+//
 // Cycles per layer, with a memory taking one beat per cycle: n + k_eff·B + O(k_eff + latency)
-// (pass 1 streams n, pass 2 reads k_eff·B while writing the zeros alongside).
+// (pass 1 streams n, pass 2 reads k_eff·B while writing the zeros alongside), momentum or not.
 // Residual element i is the int32 word at byte address cfg_res_base + 4i (little endian);
 // ADDR_W sets the address width, layers up to 2^32 - 1 elements.
 //
@@ -25,7 +34,11 @@
 //             finite float32 > 0; 8 M < 2^31 (1..8 refuse the config: nothing is read or
 //             written, done pulses after the check); 9 s_grad_tlast not exactly on beat n-1
 //             (the layer still runs, counted by n); 10 the memory answered SLVERR/DECERR
-//             (the layer still completes; its data are not to be trusted).
+//             (the layer still completes; its data are not to be trusted); with momentum on:
+//             11 velocity does not fit the address space, or cfg_vel_base not 4-aligned;
+//             12 the velocity and residual regions overlap (11 and 12 refuse the config; 11 is
+//             checked first of all, as spec §7.4 checks the velocity before the rest, 12 right
+//             after 1). The names are gradblock_pkg's ENGINE_ERR_*.
 module compress_engine #(
     parameter int ADDR_W = 32,          // AXI address width (bytes)
     parameter int K_MAX = 32,           // most blocks selected per layer
@@ -48,6 +61,10 @@ module compress_engine #(
     input  logic        [31:0] cfg_layer_id,
     input  logic         [4:0] cfg_lmax_log2,
     input  logic  [ADDR_W-1:0] cfg_res_base,
+    input  logic               cfg_momentum_en,   // momentum correction for this layer
+    input  logic        [15:0] cfg_m_fix,         // m = m_fix / 2^16 (spec §7.1)
+    input  logic               cfg_momentum_mask, // factor masking (spec §7.3 step 4)
+    input  logic  [ADDR_W-1:0] cfg_vel_base,      // velocity element 0 (momentum only)
     // gradient, float32 bits, n beats
     input  logic        [31:0] s_grad_tdata,
     input  logic               s_grad_tvalid,
@@ -88,13 +105,44 @@ module compress_engine #(
     input  logic         [1:0] m_axi_bresp,
     input  logic               m_axi_bvalid,
     output logic               m_axi_bready,
+    // AXI4 master, 32-bit data: velocity memory (idle unless cfg_momentum_en)
+    output logic               m_axi_vel_arid,
+    output logic  [ADDR_W-1:0] m_axi_vel_araddr,
+    output logic         [7:0] m_axi_vel_arlen,
+    output logic         [2:0] m_axi_vel_arsize,
+    output logic         [1:0] m_axi_vel_arburst,
+    output logic               m_axi_vel_arvalid,
+    input  logic               m_axi_vel_arready,
+    input  logic               m_axi_vel_rid,
+    input  logic        [31:0] m_axi_vel_rdata,
+    input  logic         [1:0] m_axi_vel_rresp,
+    input  logic               m_axi_vel_rlast,
+    input  logic               m_axi_vel_rvalid,
+    output logic               m_axi_vel_rready,
+    output logic               m_axi_vel_awid,
+    output logic  [ADDR_W-1:0] m_axi_vel_awaddr,
+    output logic         [7:0] m_axi_vel_awlen,
+    output logic         [2:0] m_axi_vel_awsize,
+    output logic         [1:0] m_axi_vel_awburst,
+    output logic               m_axi_vel_awvalid,
+    input  logic               m_axi_vel_awready,
+    output logic        [31:0] m_axi_vel_wdata,
+    output logic         [3:0] m_axi_vel_wstrb,
+    output logic               m_axi_vel_wlast,
+    output logic               m_axi_vel_wvalid,
+    input  logic               m_axi_vel_wready,
+    input  logic               m_axi_vel_bid,
+    input  logic         [1:0] m_axi_vel_bresp,
+    input  logic               m_axi_vel_bvalid,
+    output logic               m_axi_vel_bready,
     // status
     output logic               busy,
     output logic               done,
     output logic         [3:0] err_code,
     output logic        [31:0] sat_quant_count,
     output logic        [31:0] sat_feedback_count,
-    output logic        [31:0] nan_count
+    output logic        [31:0] nan_count,
+    output logic        [31:0] sat_momentum_count
 );
     localparam int SW = (K_MAX > 1) ? $clog2(K_MAX) : 1;
     localparam int RES_DEPTH = 1 << RES_FIFO_AW;
@@ -110,7 +158,10 @@ module compress_engine #(
     // ---- configuration ---------------------------------------------------------------------
     logic [31:0] n_r, bs_r, nb_r, k_r, m_r, ks_r, rb_r, id_r;
     logic  [4:0] lmax_r;
-    logic [ADDR_W-1:0] base_r;
+    logic [ADDR_W-1:0] base_r, vbase_r;
+    logic        mom_r, mask_r;  // momentum on; factor masking asked for
+    logic [15:0] m_fix_r;
+    logic        vmask_r;        // pass 2 zeroes the velocity: mask_r and k_eff < n_blocks
     // the check runs over several cycles, each step registered (150 MHz on ECP5): CHECK
     // registers k_eff, min(B, n), n + min(B, n) and the residual's end address; MUL waits for
     // span = n_blocks * min(B, n) (mul32_pipe, 3 cycles); CHECK_A registers each condition;
@@ -127,7 +178,8 @@ module compress_engine #(
     mul32_pipe u_span_mul (.clk, .a(nb_r), .b(bs_n), .p(span));
 
     logic bad_addr, bad_bs, bad_nb, bad_k, bad_k_max, bad_lmax, bad_range, bad_m;
-    logic [XW-1:0] res_end;
+    logic bad_vel, bad_overlap;
+    logic [XW-1:0] res_end, vel_end;
     always_ff @(posedge clk) begin
         if (state == CHECK) begin
             k_eff <= (k_r < nb_r) ? k_r : nb_r;
@@ -135,6 +187,7 @@ module compress_engine #(
             bs_n <= (bs_r < n_r) ? bs_r : n_r;
             n_plus_bs <= {1'b0, n_r} + {1'b0, ((bs_r < n_r) ? bs_r : n_r)};
             res_end <= XW'(base_r) + XW'({n_r, 2'b00});
+            vel_end <= XW'(vbase_r) + XW'({n_r, 2'b00});
         end
         if (state == CHECK_A) begin
             bad_addr <= base_r[1:0] != 2'd0 || res_end > (XW'(1) << ADDR_W);
@@ -148,11 +201,23 @@ module compress_engine #(
             bad_lmax <= lmax_r == 5'd0 || lmax_r > LMAX_LIMIT;
             bad_range <= rb_r[31] || rb_r[30:23] == 8'hFF || rb_r == 32'd0;
             bad_m <= !m_r[31];
+            bad_vel <= mom_r && (vbase_r[1:0] != 2'd0 || vel_end > (XW'(1) << ADDR_W));
+            // [vbase, vel_end) and [base, res_end) share a byte (both empty when n = 0)
+            bad_overlap <= mom_r && n_r != 32'd0 && XW'(vbase_r) < res_end
+                           && XW'(base_r) < vel_end;
         end
     end
-    assign check_code = bad_addr ? 4'd1 : bad_bs ? 4'd2 : bad_nb ? 4'd3 : bad_k ? 4'd4
-                      : bad_k_max ? 4'd5 : bad_lmax ? 4'd6 : bad_range ? 4'd7 : bad_m ? 4'd8
-                      : 4'd0;
+    assign check_code = bad_vel ? gradblock_pkg::ENGINE_ERR_VEL_ADDR
+                      : bad_addr ? gradblock_pkg::ENGINE_ERR_RES_ADDR
+                      : bad_overlap ? gradblock_pkg::ENGINE_ERR_VEL_OVERLAP
+                      : bad_bs ? gradblock_pkg::ENGINE_ERR_BLOCK_SIZE_ZERO
+                      : bad_nb ? gradblock_pkg::ENGINE_ERR_N_BLOCKS_MISMATCH
+                      : bad_k ? gradblock_pkg::ENGINE_ERR_K_ZERO
+                      : bad_k_max ? gradblock_pkg::ENGINE_ERR_K_OVER_K_MAX
+                      : bad_lmax ? gradblock_pkg::ENGINE_ERR_LMAX_RANGE
+                      : bad_range ? gradblock_pkg::ENGINE_ERR_RANGE_INVALID
+                      : bad_m ? gradblock_pkg::ENGINE_ERR_M_BELOW_HALF
+                      : gradblock_pkg::ENGINE_OK;
 
     always_ff @(posedge clk) begin
         if (cfg_valid && cfg_ready) begin
@@ -166,6 +231,10 @@ module compress_engine #(
             id_r <= cfg_layer_id;
             lmax_r <= cfg_lmax_log2;
             base_r <= cfg_res_base;
+            mom_r <= cfg_momentum_en;
+            m_fix_r <= cfg_m_fix;
+            mask_r <= cfg_momentum_mask;
+            vbase_r <= cfg_vel_base;
         end
     end
 
@@ -201,34 +270,110 @@ module compress_engine #(
         .rd_data(res_head), .full(res_full), .empty(res_empty)
     );
 
+    // ---- velocity reads (momentum, pass 1 only): AR walker over [0, n), FIFO, credits -------
+    logic [31:0] var_idx, var_elems, var_count, vaw_idx, vaw_rs, vaw_re, vaw_elems, vaw_count;
+    logic        var_req, var_fire, var_done, vaw_req, vaw_fire, vaw_done;
+    logic  [8:0] var_len, vaw_len;
+    logic [CW-1:0] vel_inflight;      // velocity words requested and not yet taken
+    logic        vel_push, vel_pop, vel_full, vel_empty;
+    logic [31:0] vel_head;
+
+    assign var_count = (mom_r && !phase2 && n_r != 32'd0) ? 32'd1 : 32'd0;
+
+    burst_walker #(.ADDR_W(ADDR_W), .MAX_BURST(MAX_BURST)) u_var_walk (
+        .clk, .rst, .start(walk_start), .base(vbase_r), .count(var_count),
+        .range_idx(var_idx), .range_start(32'd0), .range_end(n_r),
+        .req_valid(var_req), .req_fire(var_fire), .req_addr(m_axi_vel_araddr), .req_len(var_len),
+        .req_elems(var_elems), .done(var_done)
+    );
+
+    assign m_axi_vel_arvalid = var_req && vel_inflight + CW'(var_len) <= CW'(RES_DEPTH);
+    assign var_fire = m_axi_vel_arvalid && m_axi_vel_arready;
+    assign m_axi_vel_arid = 1'b0;
+    assign m_axi_vel_arlen = 8'(var_len - 9'd1);
+    assign m_axi_vel_arsize = 3'd2;
+    assign m_axi_vel_arburst = 2'b01;
+    assign m_axi_vel_rready = !vel_full;
+    assign vel_push = m_axi_vel_rvalid && m_axi_vel_rready;
+
+    sync_fifo #(.W(32), .AW(RES_FIFO_AW)) u_vel_fifo (
+        .clk, .rst, .clear(1'b0), .push(vel_push), .wr_data(m_axi_vel_rdata), .pop(vel_pop),
+        .rd_data(vel_head), .full(vel_full), .empty(vel_empty)
+    );
+
     // bursts are counted by beats (rlast); only resp[1] (SLVERR/DECERR) matters; the AR
-    // walker's progress count and range index bits above SW are not needed
+    // walkers' progress counts and range index bits above SW are not needed
     logic unused_axi;
     assign unused_axi = ^{m_axi_rid, m_axi_bid, m_axi_rlast, m_axi_rresp[0], m_axi_bresp[0], ar_elems, ar_done,
-                          ar_idx[31:SW], aw_idx[31:SW]};
+                          ar_idx[31:SW], aw_idx[31:SW], m_axi_vel_rid, m_axi_vel_bid,
+                          m_axi_vel_rlast, m_axi_vel_rresp[0], m_axi_vel_bresp[0], var_idx,
+                          var_elems, var_done, vaw_idx[31:SW], vaw_elems};
 
     // ---- pass 1: gradient + residual -> quantiser -> ef_add -> write-back, norms, select ----
     logic [31:0] in_left;             // gradient elements still to take
     logic        in_open, in_last, q_s_valid, q_s_ready, p1_pop;
 
+    logic        words_in;            // the residual word (and velocity word) of the element
     assign in_open = state == PASS1 && in_left != 32'd0;
     assign in_last = in_left == 32'd1;
-    assign q_s_valid = s_grad_tvalid && in_open && !res_empty;
-    assign s_grad_tready = in_open && q_s_ready && !res_empty;
+    assign words_in = !res_empty && (!mom_r || !vel_empty);
+    assign q_s_valid = s_grad_tvalid && in_open && words_in;
+    assign s_grad_tready = in_open && q_s_ready && words_in;
     assign p1_pop = q_s_valid && q_s_ready;
+    assign vel_pop = p1_pop && mom_r;
 
-    logic [31:0] q_tdata, q_resid;
+    logic [31:0] q_tdata, q_resid, q_vel;
     logic  [1:0] q_flags;
     logic        q_tvalid, q_tready, q_tlast;
 
-    quantiser #(.UW(32)) u_quantiser (
+    // r and u ride beside the gradient through the quantiser's stages
+    quantiser #(.UW(64)) u_quantiser (
         .clk, .rst,
         .cfg_m(m_r), .cfg_k(ks_r), .cfg_range_bits(rb_r),
-        .s_tdata(s_grad_tdata), .s_tuser(res_head), .s_tvalid(q_s_valid),
+        .s_tdata(s_grad_tdata), .s_tuser({vel_head, res_head}), .s_tvalid(q_s_valid),
         .s_tready(q_s_ready), .s_tlast(in_last),
-        .m_tdata(q_tdata), .m_tuser({q_resid, q_flags}), .m_tvalid(q_tvalid),
+        .m_tdata(q_tdata), .m_tuser({q_vel, q_resid, q_flags}), .m_tvalid(q_tvalid),
         .m_tready(q_tready), .m_tlast(q_tlast)
     );
+
+    // momentum: a register slice (its ready is a flop, so the momentum stages' enable does not
+    // run on into the quantiser's), momentum_pipe, then {r, u'} to ef_add and u' to the
+    // velocity write-back FIFO together. Off: the quantiser feeds ef_add as it always did.
+    logic [96:0] mq_data;
+    logic        mq_valid, mq_ready, ms_ready, mq_s_ready;
+    logic [63:0] mo_tdata;
+    logic        mo_sat, mo_tvalid, mo_tready, mo_tlast, mo_accept;
+    logic        vwd_full, vwd_empty, vwd_pop;
+    logic [31:0] vwd_head;
+    logic        ef_s_valid, ef_s_ready, ef_s_last;
+    logic [63:0] ef_s_data;
+
+    axis_skid_buffer #(.W(97)) u_mom_slice (
+        .clk, .rst,
+        .s_data({q_tlast, q_resid, q_vel, q_tdata}), .s_valid(q_tvalid && mom_r),
+        .s_ready(mq_s_ready),
+        .m_data(mq_data), .m_valid(mq_valid), .m_ready(mq_ready)
+    );
+    assign mq_ready = ms_ready;
+
+    momentum_pipe u_momentum (
+        .clk, .rst, .m_fix(m_fix_r),
+        .s_tdata(mq_data[95:0]), .s_tvalid(mq_valid), .s_tready(ms_ready), .s_tlast(mq_data[96]),
+        .m_tdata(mo_tdata), .m_tuser(mo_sat), .m_tvalid(mo_tvalid), .m_tready(mo_tready),
+        .m_tlast(mo_tlast)
+    );
+    assign mo_tready = ef_s_ready && !vwd_full;
+    assign mo_accept = mo_tvalid && mo_tready;
+
+    sync_fifo #(.W(32), .AW(4)) u_vwd_fifo (
+        .clk, .rst, .clear(1'b0), .push(mo_accept), .wr_data(mo_tdata[31:0]), .pop(vwd_pop),
+        .rd_data(vwd_head), .full(vwd_full), .empty(vwd_empty)
+    );
+
+    assign q_tready = mom_r ? mq_s_ready : ef_s_ready;
+    assign ef_s_valid = mom_r ? mo_tvalid && !vwd_full : q_tvalid;
+    assign ef_s_data = mom_r ? mo_tdata : {q_resid, q_tdata};
+    assign ef_s_last = mom_r ? mo_tlast : q_tlast;
 
     logic [31:0] e_tdata, a_tdata;
     logic        e_sat, e_tvalid, e_tready, e_tlast;
@@ -236,7 +381,7 @@ module compress_engine #(
 
     ef_add u_ef_add (
         .clk, .rst,
-        .s_tdata({q_resid, q_tdata}), .s_tvalid(q_tvalid), .s_tready(q_tready), .s_tlast(q_tlast),
+        .s_tdata(ef_s_data), .s_tvalid(ef_s_valid), .s_tready(ef_s_ready), .s_tlast(ef_s_last),
         .m_tdata(e_tdata), .m_tuser(e_sat), .m_tvalid(e_tvalid), .m_tready(e_tready),
         .m_tlast(e_tlast)
     );
@@ -385,6 +530,51 @@ module compress_engine #(
     logic writes_idle;
     assign writes_idle = aw_done && lenq_empty && b_pending == 32'd0;
 
+    // ---- velocity write-back: u' over [0, n) in pass 1; zeros over the selected blocks in pass
+    // 2 when masking (no reads there, and pass 1's writes have all been answered by then) ----
+    logic       vlenq_full, vlenq_empty, vw_fire, vb_fire;
+    logic [8:0] vlenq_head, vw_beat;
+    logic [31:0] vb_pending;
+
+    assign vaw_count = phase2 ? (vmask_r ? k_eff : 32'd0)
+                     : ((mom_r && n_r != 32'd0) ? 32'd1 : 32'd0);
+    always_ff @(posedge clk) begin
+        vaw_rs <= phase2 ? blocks[32*vaw_idx[SW-1:0] +: 32] : 32'd0;
+        vaw_re <= phase2 ? ends[32*vaw_idx[SW-1:0] +: 32] : n_r;
+    end
+
+    burst_walker #(.ADDR_W(ADDR_W), .MAX_BURST(MAX_BURST)) u_vaw_walk (
+        .clk, .rst, .start(walk_start), .base(vbase_r), .count(vaw_count),
+        .range_idx(vaw_idx), .range_start(vaw_rs), .range_end(vaw_re),
+        .req_valid(vaw_req), .req_fire(vaw_fire), .req_addr(m_axi_vel_awaddr), .req_len(vaw_len),
+        .req_elems(vaw_elems), .done(vaw_done)
+    );
+
+    assign m_axi_vel_awvalid = vaw_req && !vlenq_full;
+    assign vaw_fire = m_axi_vel_awvalid && m_axi_vel_awready;
+    assign m_axi_vel_awid = 1'b0;
+    assign m_axi_vel_awlen = 8'(vaw_len - 9'd1);
+    assign m_axi_vel_awsize = 3'd2;
+    assign m_axi_vel_awburst = 2'b01;
+
+    sync_fifo #(.W(9), .AW(2)) u_vlenq (
+        .clk, .rst, .clear(1'b0), .push(vaw_fire), .wr_data(vaw_len),
+        .pop(vw_fire && m_axi_vel_wlast), .rd_data(vlenq_head), .full(vlenq_full),
+        .empty(vlenq_empty)
+    );
+
+    assign m_axi_vel_wvalid = !vlenq_empty && (phase2 || !vwd_empty);
+    assign m_axi_vel_wdata = phase2 ? 32'd0 : vwd_head;
+    assign m_axi_vel_wstrb = 4'hF;
+    assign m_axi_vel_wlast = vw_beat + 9'd1 == vlenq_head;
+    assign vw_fire = m_axi_vel_wvalid && m_axi_vel_wready;
+    assign vwd_pop = vw_fire && !phase2;
+    assign m_axi_vel_bready = 1'b1;
+    assign vb_fire = m_axi_vel_bvalid;
+
+    logic vel_writes_idle;
+    assign vel_writes_idle = vaw_done && vlenq_empty && vb_pending == 32'd0;
+
     // ---- pass 2: zero runs from counts, literals from the read FIFO -> run encoder ---------
     // per selected block (and once more for the gap after the last): SEL registers its start
     // and end, PREP the gap before it and its length, GAP sends the gap (a count), LIT its words
@@ -437,6 +627,10 @@ module compress_engine #(
             b_pending <= 32'd0;
             w_beat <= 9'd0;
             c_state <= C_END;
+            vel_inflight <= '0;
+            vb_pending <= 32'd0;
+            vw_beat <= 9'd0;
+            sat_momentum_count <= 32'd0;
             sat_quant_count <= 32'd0;
             sat_feedback_count <= 32'd0;
             nan_count <= 32'd0;
@@ -445,6 +639,7 @@ module compress_engine #(
                 IDLE: if (cfg_valid) begin
                     state <= CHECK;
                     err_code <= 4'd0;
+                    sat_momentum_count <= 32'd0;
                     sat_quant_count <= 32'd0;
                     sat_feedback_count <= 32'd0;
                     nan_count <= 32'd0;
@@ -472,8 +667,9 @@ module compress_engine #(
                     topk_done <= n_r == 32'd0;
                     prep_rd <= '0;
                     frame_done <= 1'b0;
+                    vmask_r <= mom_r && mask_r && k_eff < nb_r;
                 end
-                PASS1: if (topk_done && writes_idle) state <= (k_eff == 32'd0) ? ENC_CFG : PREP;
+                PASS1: if (topk_done && writes_idle && vel_writes_idle) state <= (k_eff == 32'd0) ? ENC_CFG : PREP;
                 PREP: begin
                     if (prep_rd_valid) prep_rd <= prep_rd + 1'b1;
                     if (prep_v[PD] && prep_l[PD]) state <= ENC_CFG;   // the last end is written
@@ -487,7 +683,7 @@ module compress_engine #(
                     c_pos <= 32'd0;
                     rd_got <= 32'd0;
                 end
-                PASS2: if (frame_done && writes_idle && c_state == C_END) begin
+                PASS2: if (frame_done && writes_idle && vel_writes_idle && c_state == C_END) begin
                     state <= IDLE;
                     done <= 1'b1;
                 end
@@ -497,19 +693,25 @@ module compress_engine #(
             if (sel_tvalid && sel_tlast) topk_done <= 1'b1;
             if (s_grad_tvalid && s_grad_tready) begin
                 in_left <= in_left - 32'd1;
-                if (s_grad_tlast != in_last) err_code <= 4'd9;
+                if (s_grad_tlast != in_last) err_code <= gradblock_pkg::ENGINE_ERR_TLAST_MISPLACED;
             end
             if (q_tvalid && q_tready) begin
                 sat_quant_count <= sat_quant_count + {31'd0, q_flags[0]};
                 nan_count <= nan_count + {31'd0, q_flags[1]};
             end
             if (a_accept) sat_feedback_count <= sat_feedback_count + {31'd0, a_sat};
+            if (mo_accept) sat_momentum_count <= sat_momentum_count + {31'd0, mo_sat};
 
             res_inflight <= res_inflight + (ar_fire ? CW'(ar_len) : CW'(0)) - CW'(res_pop);
             if (res_push && phase2) rd_got <= rd_got + 32'd1;
-            if ((res_push && m_axi_rresp[1]) || (b_fire && m_axi_bresp[1])) err_code <= 4'd10;
+            if ((res_push && m_axi_rresp[1]) || (b_fire && m_axi_bresp[1])
+                || (vel_push && m_axi_vel_rresp[1]) || (vb_fire && m_axi_vel_bresp[1]))
+                err_code <= gradblock_pkg::ENGINE_ERR_MEMORY;
             b_pending <= b_pending + {31'd0, aw_fire} - {31'd0, b_fire};
             if (w_fire) w_beat <= m_axi_wlast ? 9'd0 : w_beat + 9'd1;
+            vel_inflight <= vel_inflight + (var_fire ? CW'(var_len) : CW'(0)) - CW'(vel_pop);
+            vb_pending <= vb_pending + {31'd0, vaw_fire} - {31'd0, vb_fire};
+            if (vw_fire) vw_beat <= m_axi_vel_wlast ? 9'd0 : vw_beat + 9'd1;
             if (m_frame_tvalid && m_frame_tready && m_frame_tlast) frame_done <= 1'b1;
 
             // pass 2 consumer: a gap beat, then the block's words, block by block

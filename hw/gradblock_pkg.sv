@@ -59,5 +59,21 @@ package gradblock_pkg;
     localparam logic [4:0] AGG_ERR_MEMORY             = 5'd18; // SLVERR/DECERR from memory
     localparam logic [4:0] AGG_ERR_CONFIG             = 5'd19; // base/n/workers refused
 
+    // ---- compress_engine err_code (4 bits), its own code space like compress_top's: 1..8, 11
+    // and 12 refuse the configuration (nothing read or written); 9 and 10 follow a layer that ran
+    localparam logic [3:0] ENGINE_OK                    = 4'd0;
+    localparam logic [3:0] ENGINE_ERR_RES_ADDR          = 4'd1;  // residual unaligned / past ADDR_W
+    localparam logic [3:0] ENGINE_ERR_BLOCK_SIZE_ZERO   = 4'd2;
+    localparam logic [3:0] ENGINE_ERR_N_BLOCKS_MISMATCH = 4'd3;
+    localparam logic [3:0] ENGINE_ERR_K_ZERO            = 4'd4;
+    localparam logic [3:0] ENGINE_ERR_K_OVER_K_MAX      = 4'd5;
+    localparam logic [3:0] ENGINE_ERR_LMAX_RANGE        = 4'd6;
+    localparam logic [3:0] ENGINE_ERR_RANGE_INVALID     = 4'd7;
+    localparam logic [3:0] ENGINE_ERR_M_BELOW_HALF      = 4'd8;
+    localparam logic [3:0] ENGINE_ERR_TLAST_MISPLACED   = 4'd9;
+    localparam logic [3:0] ENGINE_ERR_MEMORY            = 4'd10; // SLVERR/DECERR on either port
+    localparam logic [3:0] ENGINE_ERR_VEL_ADDR          = 4'd11; // velocity unaligned / past ADDR_W
+    localparam logic [3:0] ENGINE_ERR_VEL_OVERLAP       = 4'd12; // velocity overlaps the residual
+
     /* verilator lint_on UNUSEDPARAM */
 endpackage

@@ -4,6 +4,14 @@ every layer (and the words around it checked untouched). Random idle cycles on t
 stream and on every AXI channel of the memory, backpressure on the frame; configuration errors;
 resets in either pass; cycles per layer against the budget n + 2 * (selected elements) + O(k).
 
+Momentum cases (golden stage "momentum", docs/spec.md §7) run with cfg_momentum_en: the velocity
+sits behind the second master port (m_axi_vel, an AxiRam of its own on the same memory, as two
+masters behind an interconnect, with its own random pauses) and is checked word for word against
+velocity_out after every layer, guards around it untouched, sat_momentum counted. A case whose
+residual_from is the case just run starts from what that layer left in memory (the multistep
+chains), not from a reload. Every other layer runs with momentum off, and the velocity port must
+not raise a single request during it.
+
 Build parameters come from the runner's record (tb_util.hdl_parameter): K_MAX, LMAX_LOG2_MAX,
 ADDR_W. A case the build cannot hold (k_eff > K_MAX, lmax_log2 > LMAX_LOG2_MAX) must be refused
 with its code without touching memory.
@@ -16,37 +24,69 @@ import cocotb
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiStreamFrame
 
+from gradblock.hw.sv_constants import codes
 from gradblock.sim import tb_datapath_common as tbc
 from gradblock.sim import tb_util
 from gradblock.sim.tb_engine_common import AxiEngineBench
 
 MODULE = "compress_engine"
-GOLDEN_MODULE = "compress_top"      # the engine runs the golden "top" stage
-ERR_OK, ERR_ADDR, ERR_BLOCK_SIZE, ERR_N_BLOCKS, ERR_K, ERR_K_MAX, ERR_LMAX, ERR_RANGE, ERR_M, \
-    ERR_TLAST, ERR_AXI = range(11)
-GUARD_WORDS = 16                    # checked-untouched words before and after the residual
+# the engine runs the golden "top" stage, and the "momentum" stage with momentum on
+GOLDEN_MODULES = ("compress_top", "momentum")
+_ERR = codes("ENGINE_ERR_")          # hw/gradblock_pkg.sv, the codes the RTL compiles
+ERR_OK = 0
+ERR_ADDR, ERR_BLOCK_SIZE, ERR_N_BLOCKS, ERR_K, ERR_K_MAX, ERR_LMAX, ERR_RANGE, ERR_M, \
+    ERR_TLAST, ERR_AXI, ERR_VEL_ADDR, ERR_VEL_OVERLAP = (_ERR[k] for k in (
+        "RES_ADDR", "BLOCK_SIZE_ZERO", "N_BLOCKS_MISMATCH", "K_ZERO", "K_OVER_K_MAX",
+        "LMAX_RANGE", "RANGE_INVALID", "M_BELOW_HALF", "TLAST_MISPLACED", "MEMORY", "VEL_ADDR",
+        "VEL_OVERLAP"))
+GUARD_WORDS = 16                    # checked-untouched words before and after each region
 GUARD = 0xA5C3_5A3C
+VEL_GUARD = 0x3C5A_C3A5
 # a base that is not 4 KiB aligned, so bursts must split at the boundary
 BASE = 0x1000 * 3 - 4 * 5
+VEL_PORT = "m_axi_vel"
+# with momentum off the velocity base is not looked at: an unaligned one must not be refused
+UNUSED_VEL_BASE = 2
 
 
 def param(name: str) -> int:
     return tb_util.hdl_parameter(name)
 
 
-def config_of(case, base: int = BASE) -> dict:
+def is_momentum(case) -> bool:
+    return "momentum" in case.meta["stages"]
+
+
+def vel_base_for(max_n: int) -> int:
+    """The velocity region: past the residual's (and its guards) in the one address space, on
+    another 4 KiB page, not page aligned either."""
+    end = BASE + 4 * (max_n + 2 * GUARD_WORDS)
+    return (end // 4096 + 2) * 4096 - 4 * 7
+
+
+def config_of(case, base: int = BASE, vel_base: int = UNUSED_VEL_BASE) -> dict:
     m = case.meta
+    mom = is_momentum(case)
     return {"n": m["n"], "block_size": m["block_size"], "n_blocks": m["n_blocks"],
             "k": m["k_eff"], "m": m["M"], "k_shift": m["k_shift"] & 0xFFFFFFFF,
             "range_bits": m["range_bits"], "layer_id": m["layer_id"],
-            "lmax_log2": m["lmax_log2"], "res_base": base}
+            "lmax_log2": m["lmax_log2"], "res_base": base, "momentum_en": int(mom),
+            "m_fix": m["m_fix"] if mom else 0, "momentum_mask": int(mom and m["momentum_mask"]),
+            "vel_base": vel_base if mom else UNUSED_VEL_BASE}
 
 
 def expected_error(cfg: dict) -> int:
-    """The code the RTL must report for this configuration (docs/hw.md, compress_engine)."""
+    """The code the RTL must report for this configuration (docs/hw.md, compress_engine): the
+    velocity first (spec §7.4), then the residual, then their overlap, then the rest."""
     n, bs, nb, k, rb = cfg["n"], cfg["block_size"], cfg["n_blocks"], cfg["k"], cfg["range_bits"]
-    if cfg["res_base"] % 4 or cfg["res_base"] + 4 * n > 2 ** param("ADDR_W"):
+    top = 2 ** param("ADDR_W")
+    res, vel = cfg["res_base"], cfg["vel_base"]
+    if cfg["momentum_en"] and (vel % 4 or vel + 4 * n > top):
+        return ERR_VEL_ADDR
+    if res % 4 or res + 4 * n > top:
         return ERR_ADDR
+    if cfg["momentum_en"] and n and vel < res + 4 * n and res < vel + 4 * n:
+        return ERR_VEL_OVERLAP
     if bs == 0:
         return ERR_BLOCK_SIZE
     if nb != (-(-n // bs) if n else 0):
@@ -90,19 +130,32 @@ def line_rate_case(case) -> bool:
 
 
 class Engine(AxiEngineBench):
-    def __init__(self, dut, mem_bytes: int):
-        super().__init__(dut, mem_bytes)
+    def __init__(self, dut, cases):
+        max_n = max(c.meta["n"] for c in cases)
+        self.vel_base = vel_base_for(max_n)
+        top = self.vel_base + 4 * (max_n + GUARD_WORDS) + 4096
+        super().__init__(dut, 1 << max(16, top.bit_length()), {VEL_PORT: None})
         self.src = tbc.source(dut, "s_grad")
         self.frame = tbc.sink(dut, "m_frame")
         self.inputs.insert(0, self.src)
         self.outputs = [self.frame]
+        self.carried: str | None = None     # the case whose outputs memory holds, exactly
 
-    def load_residual(self, case, base: int) -> None:
-        n = case.meta["n"]
-        guard = np.full(GUARD_WORDS, GUARD, np.uint32).tobytes()
-        self.ram.write(base - 4 * GUARD_WORDS, guard)
-        self.ram.write(base, case.arrays["residual_in"].view(np.uint32).tobytes())
-        self.ram.write(base + 4 * n, guard)
+    def config(self, case, base: int = BASE) -> dict:
+        return config_of(case, base, self.vel_base)
+
+    def _load(self, base: int, words, guard: int) -> None:
+        g = np.full(GUARD_WORDS, guard, np.uint32).tobytes()
+        data = np.asarray(words).view(np.uint32)
+        self.ram.write(base - 4 * GUARD_WORDS, g)
+        self.ram.write(base, data.tobytes())
+        self.ram.write(base + 4 * data.size, g)
+
+    def load_residual(self, case, base: int, cfg: dict | None = None) -> None:
+        """The case's residual (and, for a momentum config, its velocity) with guard words."""
+        self._load(base, case.arrays["residual_in"], GUARD)
+        if cfg and cfg["momentum_en"]:
+            self._load(cfg["vel_base"], case.arrays["velocity_in"], VEL_GUARD)
 
     def residual(self, base: int, n: int) -> np.ndarray:
         return np.frombuffer(self.ram.read(base, 4 * n), np.uint32)
@@ -111,19 +164,36 @@ class Engine(AxiEngineBench):
         """Present the config until it is taken; returns the cycle of the handshake."""
         return await self.present_config({name: cfg[name] for name in (
             "n", "block_size", "n_blocks", "k", "m", "k_shift", "range_bits", "layer_id",
-            "lmax_log2", "res_base")})
+            "lmax_log2", "res_base", "momentum_en", "m_fix", "momentum_mask", "vel_base")})
 
     def status(self) -> dict:
         d = self.dut
         return {"err_code": int(d.err_code.value), "sat_quant": int(d.sat_quant_count.value),
-                "sat_feedback": int(d.sat_feedback_count.value), "nan": int(d.nan_count.value)}
+                "sat_feedback": int(d.sat_feedback_count.value), "nan": int(d.nan_count.value),
+                "sat_momentum": int(d.sat_momentum_count.value)}
 
-    async def run_layer(self, case, cfg: dict | None = None, grad=None):
-        """One layer: residual into memory, config, gradient in, frame out, done.
-        Returns (frame, status, cycles from the config handshake to done)."""
-        cfg = cfg or config_of(case)
+    def check_carried(self, case, cfg: dict) -> None:
+        """Memory left by the previous layer is this step's input (the golden chain)."""
+        n = case.meta["n"]
+        tbc.check_words(case.name, f"residual carried from {self.carried}",
+                        case.arrays["residual_in"].view(np.uint32),
+                        self.residual(cfg["res_base"], n))
+        if cfg["momentum_en"]:
+            tbc.check_words(case.name, f"velocity carried from {self.carried}",
+                            case.arrays["velocity_in"].view(np.uint32),
+                            self.residual(cfg["vel_base"], n))
+
+    async def run_layer(self, case, cfg: dict | None = None, grad=None, load: bool = True):
+        """One layer: residual (and velocity) into memory unless `load` is false, config,
+        gradient in, frame out, done. Returns (frame, status, cycles from the config handshake
+        to done)."""
+        cfg = cfg or self.config(case)
         n, base = cfg["n"], cfg["res_base"]
-        self.load_residual(case, base)
+        if load:
+            self.load_residual(case, base, cfg)
+        else:
+            self.check_carried(case, cfg)
+        self.requests[VEL_PORT] = 0
         before = self.done_seen
         start = await self.configure(cfg)
         if n:
@@ -134,24 +204,43 @@ class Engine(AxiEngineBench):
         await self.wait_done(before, 20 * n + 2000, f"case {case.name}")
         return frame, self.status(), self.done_cycle - start
 
-    def check(self, case, frame, status, err=ERR_OK, base: int = BASE) -> None:
-        a, n = case.arrays, case.meta["n"]
-        tbc.check_words(case.name, "frame", a["frame"], frame.tdata)
-        tbc.check_words(case.name, "residual memory", a["residual_out"].view(np.uint32),
+    def check_region(self, case, what: str, expected, base: int, guard: int) -> None:
+        n = case.meta["n"]
+        tbc.check_words(case.name, f"{what} memory", np.asarray(expected).view(np.uint32),
                         self.residual(base, n))
         for where, addr in (("before", base - 4 * GUARD_WORDS), ("after", base + 4 * n)):
-            tbc.check_words(case.name, f"memory {where} the residual", [GUARD] * GUARD_WORDS,
+            tbc.check_words(case.name, f"memory {where} the {what}", [guard] * GUARD_WORDS,
                             self.residual(addr, GUARD_WORDS))
+
+    def check(self, case, frame, status, err=ERR_OK, cfg: dict | None = None) -> None:
+        cfg = cfg or self.config(case)
+        a = case.arrays
+        tbc.check_words(case.name, "frame", a["frame"], frame.tdata)
+        self.check_region(case, "residual", a["residual_out"], cfg["res_base"], GUARD)
         tbc.check_value(case.name, "err_code", err, status["err_code"])
         tbc.check_value(case.name, "sat_quant", case.meta["sat_quant"], status["sat_quant"])
         tbc.check_value(case.name, "sat_feedback", case.meta["sat_feedback"],
                         status["sat_feedback"])
         tbc.check_value(case.name, "nan count", int(a["quant_nan"].sum()), status["nan"])
+        if cfg["momentum_en"]:
+            self.check_region(case, "velocity", a["velocity_out"], cfg["vel_base"], VEL_GUARD)
+            tbc.check_value(case.name, "sat_momentum", case.meta["sat_momentum"],
+                            status["sat_momentum"])
+        else:
+            tbc.check_value(case.name, "cycles with a velocity port request (momentum off)", 0,
+                            self.requests[VEL_PORT])
+            tbc.check_value(case.name, "sat_momentum (momentum off)", 0, status["sat_momentum"])
 
     async def refused(self, case, cfg: dict, err: int, what: str) -> None:
-        """A bad configuration: its code, done right away, no input taken, memory untouched."""
+        """A bad configuration: its code, done right away, no input taken, memory untouched
+        (both regions), no request on either port."""
+        self.carried = None
         base = cfg["res_base"] - cfg["res_base"] % 4
-        self.load_residual(case, base)
+        vel = cfg["vel_base"] - cfg["vel_base"] % 4
+        # an overlapping velocity would overwrite the residual just loaded: load it alone
+        loads_vel = cfg["momentum_en"] and err != ERR_VEL_OVERLAP
+        self.load_residual(case, base, {**cfg, "vel_base": vel} if loads_vel else None)
+        self.clear_counts()
         before = self.done_seen
         await self.configure(cfg)
         await self.wait_done(before, 10, f"case {case.name} ({what})")
@@ -159,150 +248,214 @@ class Engine(AxiEngineBench):
         tbc.check_value(case.name, f"err_code ({what})", err, self.status()["err_code"])
         assert self.dut.s_grad_tready.value == 0, f"case {case.name} ({what}): input taken"
         assert self.frame.empty(), f"case {case.name} ({what}): frame produced after refusal"
+        for port, beats in self.port_beats.items():
+            assert not any(beats.values()), f"case {case.name} ({what}): {port} traffic {beats}"
         tbc.check_words(case.name, f"residual memory ({what})",
                         case.arrays["residual_in"].view(np.uint32),
                         self.residual(base, case.meta["n"]))
+        if loads_vel:
+            tbc.check_words(case.name, f"velocity memory ({what})",
+                            case.arrays["velocity_in"].view(np.uint32),
+                            self.residual(vel, case.meta["n"]))
 
 
-def mem_bytes_for(cases) -> int:
-    top = BASE + 4 * (max(c.meta["n"] for c in cases) + GUARD_WORDS) + 4096
-    return 1 << max(16, top.bit_length())
+def load_engine_cases():
+    """Every golden case of the "top" stage, then every "momentum" one (each list in manifest
+    order, so a chain of steps stays in order), narrowed by TB_CASES / TB_MIN_N / TB_MAX_N;
+    an empty selection is an error."""
+    cases, empty = [], []
+    for module in GOLDEN_MODULES:
+        try:
+            cases += tbc.load_cases(module)
+        except RuntimeError as e:          # none of this stage in the selection
+            empty.append(str(e))
+    if not cases:
+        raise RuntimeError("; ".join(empty))
+    return cases
 
 
-def fitting(cases):
-    return [c for c in cases if expected_error(config_of(c)) == ERR_OK and c.meta["n"] > 0]
+def fitting(cases, momentum: bool | None = None):
+    """Cases this build runs (not refused, n > 0); momentum True/False keeps only those."""
+    return [c for c in cases if expected_error(config_of(c, BASE, vel_base_for(c.meta["n"])))
+            == ERR_OK and c.meta["n"] > 0 and momentum in (None, is_momentum(c))]
 
 
 @tbc.traffic_test
 async def golden_cases(dut, traffic):
     """Every case, layer after layer without reset, under this traffic profile (idle cycles
     on the gradient and on all five memory channels, backpressure on the frame)."""
-    cases = tbc.load_cases(GOLDEN_MODULE)
-    tb = Engine(dut, mem_bytes_for(cases))
+    cases = load_engine_cases()
+    tb = Engine(dut, cases)
     await tbc.start(dut)
 
     async def run_case(case):
-        cfg = config_of(case)
+        cfg = tb.config(case)
         err = expected_error(cfg)
         if err:
             await tb.refused(case, cfg, err, f"err_code {err}")
             return tbc.Refused(f"refused as it must be: err_code {err} (k_eff "
                                f"{case.meta['k_eff']}, lmax_log2 {case.meta['lmax_log2']})")
-        frame, status, _ = await tb.run_layer(case, cfg)
-        tb.check(case, frame, status)
-        return ""
+        prev, tb.carried = tb.carried, None
+        carry = prev is not None and case.meta.get("residual_from") == prev
+        frame, status, _ = await tb.run_layer(case, cfg, load=not carry)
+        tb.check(case, frame, status, cfg=cfg)
+        tb.carried = case.name
+        return f"memory carried from {prev}" if carry else ""
 
     await tbc.golden_loop(dut, MODULE, cases, run_case, tb.inputs, tb.outputs, traffic)
 
 
 @cocotb.test()
 async def config_errors(dut):
-    """Each configuration check refuses its config (memory untouched); then a clean layer."""
-    cases = fitting(tbc.load_cases(GOLDEN_MODULE))
-    tb = Engine(dut, mem_bytes_for(cases))
+    """Each configuration check refuses its config (memory untouched, no request on either
+    port), the velocity's checks with a momentum case; a clean layer of each kind after."""
+    cases = load_engine_cases()
+    plain, mom = fitting(cases, False), fitting(cases, True)
+    tb = Engine(dut, cases)
     await tbc.start(dut)
-    case = tbc.medium_case(cases, 256)
-    good = config_of(case)
-    nb = good["n_blocks"]
-    bad = [("base not 4-aligned", {"res_base": BASE + 2}),
-           ("residual past the address space", {"res_base": 2 ** param("ADDR_W") - 4}),
-           ("block_size 0", {"block_size": 0}), ("n_blocks + 1", {"n_blocks": nb + 1}),
-           ("n_blocks - 1", {"n_blocks": nb - 1}), ("k 0", {"k": 0}),
-           ("k > K_MAX", {"k": param("K_MAX") + 1, "block_size": 1, "n_blocks": good["n"]}),
-           ("lmax_log2 0", {"lmax_log2": 0}),
-           ("lmax_log2 above the build", {"lmax_log2": min(24, param("LMAX_LOG2_MAX")) + 1}),
-           ("range Inf", {"range_bits": 0x7F800000}), ("M < 2^31", {"m": 0x7FFFFFFF})]
-    for what, change in bad:
-        cfg = {**good, **change}
-        err = expected_error(cfg)
-        if err == ERR_OK:
-            continue       # e.g. k > K_MAX on a case with fewer blocks than that
-        if what == "residual past the address space":
-            tb.load_residual(case, BASE)        # the RTL must not touch it; nothing to check
-            before = tb.done_seen
-            await tb.configure(cfg)
-            await tb.wait_done(before, 10, what)
-            tbc.check_value(case.name, f"err_code ({what})", err, tb.status()["err_code"])
-            continue
-        await tb.refused(case, cfg, err, what)
-    frame, status, _ = await tb.run_layer(case)
-    tb.check(case, frame, status)
-
-
-@cocotb.test()
-async def misplaced_tlast(dut):
-    """tlast one beat early: the layer is still counted by n and exact; err_code 9."""
-    cases = fitting(tbc.load_cases(GOLDEN_MODULE))
-    tb = Engine(dut, mem_bytes_for(cases))
-    await tbc.start(dut)
-    case = tbc.medium_case([c for c in cases if c.meta["n"] >= 2], 256)
-    g = case.arrays["grad_bits"].tolist()
-    frame, status, _ = await tb.run_layer(case, grad=[g[:-1], g[-1:]])
-    tb.check(case, frame, status, err=ERR_TLAST)
-    frame, status, _ = await tb.run_layer(case)
-    tb.check(case, frame, status)
-
-
-@cocotb.test()
-async def reset_mid_layer(dut):
-    """Resets in pass 1 and in pass 2 with bursts in flight, each followed by an exact layer
-    (the memory is reloaded: a layer cut short leaves it partly written, by design)."""
-    cases = fitting(tbc.load_cases(GOLDEN_MODULE))
-    tb = Engine(dut, mem_bytes_for(cases))
-    await tbc.start(dut)
-    case = tbc.medium_case(cases, 2048)
-    n = case.meta["n"]
-    for salt, when in enumerate(("pass 1", "pass 2")):
-        tbc.set_traffic(tb.inputs, tb.outputs, 0.3, 0.3, salt + 1)
-        tb.load_residual(case, BASE)
-        await tb.configure(config_of(case))
-        cocotb.start_soon(tb.src.send(AxiStreamFrame(tdata=case.arrays["grad_bits"].tolist())))
-        if when == "pass 1":
-            await ClockCycles(dut.clk, max(4, n // 2))
-        else:      # the first frame word leaving marks pass 2
-            while not (dut.m_frame_tvalid.value == 1 and dut.m_frame_tready.value == 1):
-                await RisingEdge(dut.clk)
-            await ClockCycles(dut.clk, 3)
-        await tbc.reset(dut)
-        await ClockCycles(dut.clk, 2)
-        tbc.drain(tb.frame)
-        assert dut.busy.value == 0, f"busy after a reset in {when}"
-        assert dut.m_axi_arvalid.value == 0 and dut.m_axi_awvalid.value == 0 \
-            and dut.m_axi_wvalid.value == 0, f"AXI requests pending after a reset in {when}"
-        tbc.no_traffic(tb.inputs + tb.outputs)
+    top = 2 ** param("ADDR_W")
+    runs = []
+    if plain:
+        case = tbc.medium_case(plain, 256)
+        nb = case.meta["n_blocks"]
+        runs.append((case, [
+            ("base not 4-aligned", {"res_base": BASE + 2}),
+            ("residual past the address space", {"res_base": top - 4}),
+            ("block_size 0", {"block_size": 0}), ("n_blocks + 1", {"n_blocks": nb + 1}),
+            ("n_blocks - 1", {"n_blocks": nb - 1}), ("k 0", {"k": 0}),
+            ("k > K_MAX", {"k": param("K_MAX") + 1, "block_size": 1, "n_blocks": case.meta["n"]}),
+            ("lmax_log2 0", {"lmax_log2": 0}),
+            ("lmax_log2 above the build", {"lmax_log2": min(24, param("LMAX_LOG2_MAX")) + 1}),
+            ("range Inf", {"range_bits": 0x7F800000}), ("M < 2^31", {"m": 0x7FFFFFFF})]))
+    if mom:
+        case = tbc.medium_case(mom, 256)
+        n = case.meta["n"]
+        runs.append((case, [
+            ("velocity base not 4-aligned", {"vel_base": tb.vel_base + 1}),
+            ("velocity past the address space", {"vel_base": top - 4}),
+            # the velocity is checked first (spec §7.4), even before the residual's address
+            ("velocity and residual base both bad", {"vel_base": tb.vel_base + 2,
+                                                     "res_base": BASE + 2}),
+            ("velocity over the residual's last word", {"vel_base": BASE + 4 * (n - 1)}),
+            ("velocity ending in the residual's first word", {"vel_base": BASE - 4 * (n - 1)}),
+            ("velocity on the residual", {"vel_base": BASE}),
+            ("overlap reported before block_size 0", {"vel_base": BASE, "block_size": 0}),
+            ("k 0 with momentum", {"k": 0})]))
+    for case, bad in runs:
+        good = tb.config(case)
+        for what, change in bad:
+            cfg = {**good, **change}
+            err = expected_error(cfg)
+            if err == ERR_OK:
+                continue       # e.g. k > K_MAX on a case with fewer blocks than that
+            if "past the address space" in what:
+                # the RTL must not touch it (nothing there to check): the code, no traffic
+                before = tb.done_seen
+                tb.clear_counts()
+                await tb.configure(cfg)
+                await tb.wait_done(before, 10, what)
+                tbc.check_value(case.name, f"err_code ({what})", err, tb.status()["err_code"])
+                for port, beats in tb.port_beats.items():
+                    assert not any(beats.values()), f"{what}: {port} traffic {beats}"
+                continue
+            await tb.refused(case, cfg, err, what)
         frame, status, _ = await tb.run_layer(case)
         tb.check(case, frame, status)
 
 
 @cocotb.test()
+async def misplaced_tlast(dut):
+    """tlast one beat early: the layer is still counted by n and exact; err_code 9 (momentum
+    off and on)."""
+    cases = load_engine_cases()
+    tb = Engine(dut, cases)
+    await tbc.start(dut)
+    for kind in (False, True):
+        pool = [c for c in fitting(cases, kind) if c.meta["n"] >= 2]
+        if not pool:
+            continue
+        case = tbc.medium_case(pool, 256)
+        g = case.arrays["grad_bits"].tolist()
+        frame, status, _ = await tb.run_layer(case, grad=[g[:-1], g[-1:]])
+        tb.check(case, frame, status, err=ERR_TLAST)
+        frame, status, _ = await tb.run_layer(case)
+        tb.check(case, frame, status)
+
+
+@cocotb.test()
+async def reset_mid_layer(dut):
+    """Resets in pass 1 and in pass 2 with bursts in flight on both ports, each followed by an
+    exact layer (memory is reloaded: a layer cut short leaves it partly written, by design);
+    a momentum layer and a plain one."""
+    cases = load_engine_cases()
+    tb = Engine(dut, cases)
+    await tbc.start(dut)
+    picks = [tbc.medium_case(pool, 2048) for pool in (fitting(cases, False), fitting(cases, True))
+             if pool]
+    salt = 0
+    for case in picks:
+        n = case.meta["n"]
+        cfg = tb.config(case)
+        for when in ("pass 1", "pass 2"):
+            salt += 1
+            tbc.set_traffic(tb.inputs, tb.outputs, 0.3, 0.3, salt)
+            tb.load_residual(case, BASE, cfg)
+            await tb.configure(cfg)
+            cocotb.start_soon(tb.src.send(AxiStreamFrame(tdata=case.arrays["grad_bits"].tolist())))
+            if when == "pass 1":
+                await ClockCycles(dut.clk, max(4, n // 2))
+            else:      # the first frame word leaving marks pass 2
+                while not (dut.m_frame_tvalid.value == 1 and dut.m_frame_tready.value == 1):
+                    await RisingEdge(dut.clk)
+                await ClockCycles(dut.clk, 3)
+            await tbc.reset(dut)
+            await ClockCycles(dut.clk, 2)
+            tbc.drain(tb.frame)
+            assert dut.busy.value == 0, f"{case.name}: busy after a reset in {when}"
+            for port in ("m_axi", VEL_PORT):
+                assert all(getattr(dut, f"{port}_{ch}valid").value == 0 for ch in
+                           ("ar", "aw", "w")), f"{case.name}: {port} requests pending after a " \
+                                               f"reset in {when}"
+            tbc.no_traffic(tb.inputs + tb.outputs)
+            frame, status, _ = await tb.run_layer(case)
+            tb.check(case, frame, status)
+
+
+@cocotb.test()
 async def throughput(dut):
     """Unthrottled, memory one beat per cycle: cycles from the config handshake to done for
-    the TB_THROUGHPUT_CASES (default 4) largest fitting cases, asserted against the budget
-    n + 2 * selected elements + 8 k_eff + 64, and >= 0.95 elements/cycle where the selected
-    blocks hold at most 2 % of the layer and the fixed part at most 1 % (line_rate_case);
-    elements per cycle recorded."""
-    cases = fitting(tbc.load_cases(GOLDEN_MODULE))
-    tb = Engine(dut, mem_bytes_for(cases))
+    the TB_THROUGHPUT_CASES (default 4) largest fitting cases of each kind (momentum off, on),
+    asserted against the budget n + 2 * selected elements + 8 k_eff + 64, and >= 0.95
+    elements/cycle where the selected blocks hold at most 2 % of the layer and the fixed part
+    at most 1 % (line_rate_case); elements per cycle and beats per port recorded."""
+    cases = load_engine_cases()
+    tb = Engine(dut, cases)
     await tbc.start(dut)
     tbc.no_traffic(tb.inputs + tb.outputs)
-    largest_first = sorted(cases, key=lambda c: -c.meta["n"])
-    for case in largest_first[:tb_util.env_int("TB_THROUGHPUT_CASES", 4)]:
-        tb.beats = dict.fromkeys(tb.beats, 0)      # idle before the config: no handshakes
+    count = tb_util.env_int("TB_THROUGHPUT_CASES", 4)
+    timed = []
+    for kind in (False, True):
+        timed += sorted(fitting(cases, kind), key=lambda c: -c.meta["n"])[:count]
+    for case in timed:
+        mom = is_momentum(case)
+        tb.clear_counts()         # idle before the config: no handshakes
         frame, status, cycles = await tb.run_layer(case)
         tb.check(case, frame, status)
         n, sel = case.meta["n"], selected_elements(case)
-        tb_util.write_metrics({"module": MODULE, "stream": f"layer (config to done), selected {sel}",
+        tb_util.write_metrics({"module": MODULE, "stream": f"layer (config to done), selected {sel}"
+                               + (", momentum" if mom else ""),
                                "case": case.name, "words": n, "cycles": cycles,
                                "cycles_per_word": round(cycles / n, 4), "sim": cocotb.SIM_NAME,
-                               "selected": sel, "k_eff": case.meta["k_eff"],
-                               "axi_beats": dict(tb.beats)})
+                               "selected": sel, "k_eff": case.meta["k_eff"], "momentum": mom,
+                               "axi_beats": dict(tb.beats),
+                               "vel_axi_beats": dict(tb.port_beats[VEL_PORT])})
         budget = cycle_budget(case)
-        dut._log.info(f"{case.name}: n {n}, selected elements {sel}, k_eff "
-                      f"{case.meta['k_eff']}: {cycles} cycles (budget {budget}), "
-                      f"{n / cycles:.4f} elements/cycle")
+        dut._log.info(f"{case.name}{' (momentum)' if mom else ''}: n {n}, selected elements "
+                      f"{sel}, k_eff {case.meta['k_eff']}: {cycles} cycles (budget {budget}), "
+                      f"{n / cycles:.4f} elements/cycle, velocity beats "
+                      f"{tb.port_beats[VEL_PORT]}")
         assert cycles <= budget, (f"case {case.name}: {cycles} cycles, over the budget {budget} "
                                   f"(n {n} + 2 * {sel} selected + 8 * k_eff + 64)")
         if line_rate_case(case):      # k_eff * B <= 2 % of n: the issue's line-rate target
             assert n / cycles >= 0.95, (f"case {case.name}: {n / cycles:.4f} elements/cycle "
                                         f"with {sel} of {n} elements selected (< 0.95)")
-

@@ -35,6 +35,7 @@ class RtlModule:
     parameters: dict = field(default_factory=dict)   # HDL parameters; the runner tells the TB
     env: dict = field(default_factory=dict)
     golden_env: str = "TB_GOLDEN_DIR"   # variable through which the testbench gets the directory
+    more_stages: tuple[str, ...] = ()   # further golden stages the entry runs (any one applies)
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -72,10 +73,13 @@ REGISTRY: dict[str, RtlModule] = {m.name: m for m in [
     RtlModule("compress_top", "compress_top", "gradblock.sim.tb_compress_top", "golden_cases",
               "top", ("grad_bits", "residual_in", "frame", "residual_out"),
               parameters={"N_MAX": 65536, "K_MAX": 32, "LMAX_LOG2_MAX": 8}),
-    # residual in an AxiRam; K_MAX 128 holds every golden case's k_eff (docs/hw.md, engines)
+    # residual in an AxiRam; K_MAX 128 holds every golden case's k_eff (docs/hw.md, engines);
+    # momentum cases run with the velocity behind the second port
     RtlModule("compress_engine", "compress_engine", "gradblock.sim.tb_compress_engine",
-              "golden_cases", "top", ("grad_bits", "residual_in", "frame", "residual_out"),
-              parameters={"ADDR_W": 32, "K_MAX": 128, "LMAX_LOG2_MAX": 8}),
+              "golden_cases", "top", ("grad_bits", "residual_in", "frame", "residual_out",
+                                      "velocity_in", "velocity_out"),
+              parameters={"ADDR_W": 32, "K_MAX": 128, "LMAX_LOG2_MAX": 8},
+              more_stages=("momentum",)),
     # the golden "exchange" list: N worker frames -> int64 sums in an AxiRam (docs/hw.md)
     RtlModule("aggregate_engine", "aggregate_engine", "gradblock.sim.tb_aggregate_engine",
               "golden_cases", "exchange", ("frames", "sums"),
@@ -213,10 +217,12 @@ def verify_main(argv: list[str]) -> int:
             if missing:
                 print(f"{name}: not available yet (missing {', '.join(missing)})")
                 continue
-            applicable = [c.name for c in cases if mod.stage in c.meta.get("stages", ())
+            stages = (mod.stage, *mod.more_stages)
+            applicable = [c.name for c in cases
+                          if any(s in c.meta.get("stages", ()) for s in stages)
                           and (not args.cases or c.name in args.cases)]
             if not applicable:
-                print(f"{name}: no case in {golden} has stage {mod.stage!r}")
+                print(f"{name}: no case in {golden} has stage {' or '.join(map(repr, stages))}")
                 continue
             print(f"{name}: {len(applicable)} cases on {args.sim} ...", flush=True)
             mod_rows, report = run_module(mod, args.sim, golden, args.traffic, args.waves,

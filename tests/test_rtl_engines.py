@@ -2,14 +2,16 @@
 cocotbext-axi AxiRam as the residual memory, on Icarus and Verilator, against golden vectors
 (the `gradblock golden --quick` set and sim/datapath_vectors.py's corner cases, all computed
 with the numpy reference). The residual memory is compared word for word with residual_out
-after every layer and the words around it must stay untouched.
+after every layer and the words around it must stay untouched. Momentum cases (golden stage
+"momentum") run with the velocity behind the second AXI port, checked the same way against
+velocity_out; every other layer must leave that port idle.
 
 Quick (`-m "not slow"`): Icarus, K_MAX 32, cases up to 300 elements, two traffic profiles, every
-testbench test; `gradblock verify --modules compress_engine` on one case; lint at other
+testbench test; `gradblock verify --modules compress_engine` on two cases; lint at other
 address widths. Slow: every case on Icarus with K_MAX 128 (nothing refused) and on Verilator
-(K_MAX 32) including the 64x64x3x3 layer under four traffic profiles; a 512x512x3x3 layer
-(2,359,296 elements) on Verilator with its cycle count held to the budget and >= 0.95
-elements per cycle.
+(K_MAX 32) including the 64x64x3x3 layer and a 64x64x3x3 momentum layer under four traffic
+profiles; a 512x512x3x3 layer (2,359,296 elements) on Verilator, momentum off and on, with its
+cycle count held to the budget and >= 0.95 elements per cycle.
 """
 from __future__ import annotations
 
@@ -21,7 +23,10 @@ import sys
 import numpy as np
 import pytest
 
+from gradblock.golden_cases import MOMENTUM_STAGES, CaseSpec
+from gradblock.golden_compute import compute_case
 from gradblock.hw import deps
+from gradblock.hw.sv_constants import codes
 from gradblock.refmodel.golden_format import write_golden
 from gradblock.sim.datapath_vectors import make_case, write_cases
 from gradblock.sim.harness import REPO_ROOT, run_rtl, setup_verilator, simulator_available
@@ -65,12 +70,38 @@ def edge_vectors(tmp_path_factory):
 
 
 def top_cases(dirs, max_n=None) -> list[dict]:
+    """The cases the engine runs: the "top" stage and the "momentum" stage."""
     cases = []
     for d in dirs:
         for meta in json.loads((d / "manifest.json").read_text())["cases"]:
-            if "top" in meta["stages"] and (max_n is None or meta["n"] <= max_n):
+            if {"top", "momentum"} & set(meta["stages"]) and (max_n is None or meta["n"] <= max_n):
                 cases.append(meta)
     return cases
+
+
+def momentum_layer_case(name: str, shape, k, seed: int, m_fix: int = 58982):
+    """A conv layer's momentum step (numpy reference, docs/spec.md §7): gradient-like values
+    with per-filter scales, a nonzero residual and velocity, factor masking on."""
+    rng = np.random.default_rng(seed)
+    scale = np.exp(rng.normal(-7, 1.0, (shape[0],) + (1,) * (len(shape) - 1)))
+    g = (rng.standard_normal(shape, dtype=np.float32) * scale).astype(np.float32)
+    r = rng.integers(-2**22, 2**22, shape, dtype=np.int32)
+    u = rng.integers(-2**24, 2**24, shape, dtype=np.int32)
+    spec = CaseSpec(name, f"{'x'.join(map(str, shape))} conv layer, momentum m_fix {m_fix}, "
+                    "nonzero residual and velocity", g, r, R=0.25, k=k, layer_id=7,
+                    stages=MOMENTUM_STAGES, m_fix=m_fix, velocity=u)
+    return compute_case(spec, compress_layer=None)
+
+
+def test_engine_error_codes_are_their_own():
+    """compress_engine's err_code space in hw/gradblock_pkg.sv (the testbench reads it from
+    there): distinct 4-bit codes, 0 is OK, the velocity's codes after the older ones."""
+    eng = codes("ENGINE_ERR_")
+    assert codes("ENGINE_OK") == {"": 0}
+    assert len(set(eng.values())) == len(eng) and all(0 < v < 16 for v in eng.values())
+    assert {"RES_ADDR", "TLAST_MISPLACED", "MEMORY", "VEL_ADDR", "VEL_OVERLAP"} <= set(eng)
+    assert min(eng["VEL_ADDR"], eng["VEL_OVERLAP"]) > max(
+        v for k, v in eng.items() if not k.startswith("VEL_"))
 
 
 def run_engine(sim, dirs, tmp_path, k_max, env=None, testcase=None, run_name=None):
@@ -110,20 +141,28 @@ def test_engine_icarus_quick(golden_quick, edge_vectors, tmp_path):
     res, verdicts, recs = run_engine("icarus", dirs, tmp_path, 32,
                                      env={"TB_MAX_N": QUICK_MAX_N})
     check_tests(res, ALL_TESTS)
-    expect_verdicts(verdicts, top_cases(dirs, QUICK_MAX_N), 32, allow_refusals=True)
+    cases = top_cases(dirs, QUICK_MAX_N)
+    assert any("momentum" in c["stages"] for c in cases), "no momentum case in the quick set"
+    expect_verdicts(verdicts, cases, 32, allow_refusals=True)
     assert any(r["stream"].startswith("layer") for r in recs), "no cycle count recorded"
+    mom = [r for r in recs if r["momentum"]]
+    assert mom and all(r["vel_axi_beats"]["r"] == r["words"] for r in mom), mom
+    assert all(not any(r["vel_axi_beats"].values()) for r in recs if not r["momentum"])
 
 
 def test_verify_registers_engine(golden_quick, tmp_path):
-    """`gradblock verify --modules compress_engine` runs a golden case and tabulates it."""
+    """`gradblock verify --modules compress_engine` runs golden cases, a momentum one among
+    them, and tabulates them."""
     need("icarus")
     proc = subprocess.run([sys.executable, "-m", "gradblock.cli", "verify", "--sim", "icarus",
                            "--vectors", str(golden_quick), "--modules", "compress_engine",
-                           "--cases", "tie_break_k1", "--traffic", "0.3:0.3"],
+                           "--cases", "tie_break_k1", "momentum_half_way",
+                           "--traffic", "0.3:0.3"],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "compress_engine" in proc.stdout and "tie_break_k1" in proc.stdout
-    assert "1 pass, 0 fail" in proc.stdout, proc.stdout[-2000:]
+    assert "momentum_half_way" in proc.stdout
+    assert "2 pass, 0 fail" in proc.stdout, proc.stdout[-2000:]
 
 
 @pytest.mark.parametrize("addr_w,burst,k_max", [(40, 256, 1), (64, 1, 4), (20, 16, 2)])
@@ -155,12 +194,19 @@ def test_engine_verilator_all_cases(golden_quick, edge_vectors, tmp_path_factory
     need("verilator")
     layer = tmp_path_factory.mktemp("engine") / "layer"
     write_cases(layer, "layer")
-    dirs = [golden_quick, edge_vectors, layer]
+    mom_layer = tmp_path_factory.mktemp("engine") / "momentum_layer"
+    write_golden(mom_layer, {"generator": "gradblock tests/test_rtl_engines.py (momentum layer)",
+                             "seed": 77},
+                 [momentum_layer_case("momentum_conv64", (64, 64, 3, 3), 1, 77)])
+    dirs = [golden_quick, edge_vectors, layer, mom_layer]
     res, verdicts, recs = run_engine("verilator", dirs, tmp_path, 32,
                                      env={"TB_TRAFFIC": FULL_TRAFFIC})
     check_tests(res, ALL_TESTS)
     expect_verdicts(verdicts, top_cases(dirs), 32, allow_refusals=True)
     assert any(r["case"] == "dp_conv64" for r in recs), "the 64x64x3x3 layer was not timed"
+    (mom,) = [r for r in recs if r["case"] == "momentum_conv64"]
+    assert mom["words"] / mom["cycles"] >= 0.95, mom
+    assert mom["vel_axi_beats"]["r"] == mom["words"], mom
 
 
 def resnet_layer_case(seed: int = 2024):
@@ -177,18 +223,23 @@ def resnet_layer_case(seed: int = 2024):
 
 @pytest.mark.slow
 @pytest.mark.signoff
-def test_engine_resnet_layer_verilator(tmp_path_factory, tmp_path):
+@pytest.mark.parametrize("momentum", [False, True], ids=["plain", "momentum"])
+def test_engine_resnet_layer_verilator(momentum, tmp_path_factory, tmp_path):
     """2,359,296 elements through the engine on Verilator, memory one beat per cycle: frame
-    and residual memory exact, cycles within n + 2 k_eff B + O(k), >= 0.95 elements/cycle."""
+    and residual memory exact (and the velocity, momentum on), cycles within
+    n + 2 k_eff B + O(k), >= 0.95 elements/cycle."""
     need("verilator")
     out = tmp_path_factory.mktemp("engine") / "resnet"
+    name = "resnet_512x512x3x3" + ("_momentum" if momentum else "")
+    case = (momentum_layer_case(name, (512, 512, 3, 3), 5, 2024) if momentum
+            else resnet_layer_case())
     write_golden(out, {"generator": "gradblock tests/test_rtl_engines.py (512x512x3x3 layer)",
-                      "seed": 2024},
-                 [resnet_layer_case()])
+                      "seed": 2024}, [case])
     res, _, recs = run_engine("verilator", [out], tmp_path, 32, testcase="throughput",
                               env={"TB_TRAFFIC": "0:0", "TB_THROUGHPUT_CASES": 1},
-                              run_name="resnet_layer")
+                              run_name=f"resnet_layer_{'momentum' if momentum else 'plain'}")
     assert res.passed, res.report()
-    (rec,) = [r for r in recs if r["case"] == "resnet_512x512x3x3"]
-    assert rec["words"] == 512 * 512 * 9
+    (rec,) = [r for r in recs if r["case"] == name]
+    assert rec["words"] == 512 * 512 * 9 and rec["momentum"] == momentum
     assert rec["words"] / rec["cycles"] >= 0.95, rec
+    assert rec["vel_axi_beats"]["r"] == (rec["words"] if momentum else 0), rec
