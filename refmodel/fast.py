@@ -180,8 +180,10 @@ def compress_step(grad: np.ndarray, residual: np.ndarray, cfg: QuantConfig | flo
     return StepInfo(int(n_words), plan.k_eff, lay.n_blocks, lay.block_size, int(satq), int(satfb))
 
 
-def _check_out_words(out_words, offset, plans: list[StepPlan]) -> int:
-    """out_words is a writeable 1-D uint32 array with room for every plan's frame from offset."""
+def _check_out_words(out_words, offset, plans: Sequence[StepPlan] = (),
+                     need: int | None = None) -> int:
+    """out_words is a writeable 1-D uint32 array with room for every plan's frame from offset
+    (or for `need` words, when the caller has summed them already)."""
     if not isinstance(out_words, np.ndarray) or out_words.dtype != np.uint32:
         raise TypeError(f"out_words must be a numpy uint32 array, got "
                         f"{getattr(out_words, 'dtype', type(out_words).__name__)}")
@@ -192,7 +194,8 @@ def _check_out_words(out_words, offset, plans: list[StepPlan]) -> int:
     if not out_words.flags.writeable:
         raise ShapeError("out_words must be writeable")
     offset = operator.index(offset)
-    need = sum(max_step_words(p.layout.n, p.layout.block_size, p.k_eff) for p in plans)
+    if need is None:
+        need = sum(max_step_words(p.layout.n, p.layout.block_size, p.k_eff) for p in plans)
     if offset < 0 or out_words.size - offset < need:
         raise ShapeError(f"out_words has {out_words.size - offset} words from offset {offset}; "
                          f"this step may need {need} (see max_step_words)")
@@ -338,8 +341,8 @@ def compress_message(grad: np.ndarray, residual: np.ndarray, plan: MessagePlan,
                              f"{a.shape}")
     if out is None:
         out = np.empty(plan.max_words, dtype=np.uint32)
-    else:
-        _check_out_words(out, 0, list(plan.layers))
+    else:               # plan.max_words is the per-layer sum, without a Python loop per call
+        _check_out_words(out, 0, need=plan.max_words)
     threads = message_threads(plan, n_threads, min_parallel)
     gbits = grad.view(np.uint32)
     count = plan.count
