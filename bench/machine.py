@@ -9,6 +9,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from gradblock.refmodel.vector_width import vector_width_in_use
+
 THREAD_ENV = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "NUMBA_NUM_THREADS", "NUMBA_THREADING_LAYER",
               "OPENBLAS_CORETYPE")
 PACKAGES = ("numpy", "numba", "llvmlite", "torch", "zstandard", "lz4", "blosc2", "cocotb")
@@ -115,4 +117,6 @@ def header_lines(mode: str, thread_counts: list[int], repo: Path) -> list[str]:
         f"torch.set_num_threads, blosc2 nthreads; numba threading layer "
         f"{numba_threading_layer()}; numpy kernels are single-threaded)"
         + (f"; {env}" if env else ""),
+        f"- numba vector width: {vector_width_in_use()} (the gradblock command line asks for 512-bit "
+        f"vectors on AVX-512 hosts; GRADBLOCK_VECTOR_WIDTH=256 measures LLVM's default)",
     ]
