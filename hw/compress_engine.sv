@@ -439,13 +439,17 @@ module compress_engine #(
     logic                prep_rd_valid, prep_rd_last;
     logic [31:0]         prep_index;
     logic [63:0]         prep_product;
-    // delay line beside the multiply: {valid, last, slot} of the slot read 1..6 cycles ago
+    // delay line beside the multiply: {valid, last} of the slot read 1..6 cycles ago, the
+    // slot number 1..5 cycles ago
     localparam int PD = 6;
     logic [PD:1]         prep_v, prep_l;
-    logic [SW-1:0]       prep_s [PD:1];
+    logic [SW-1:0]       prep_s [PD-1:1];
     logic [31:0]         prep_start5, prep_left5;   // stage 5: start, n - start
     logic [31:0]         prep_end6;                 // stage 6: the end, registered before it
                                                     // fans out to the K_MAX slots of `ends`
+    logic [K_MAX-1:0]    ends_we6;                  // stage 6: slot i's write enable, decoded
+                                                    // a stage early (the slot decode into 32
+                                                    // enables was the engine's critical path)
 
     // (Icarus 11 miscompiles an enum comparison written in a port connection: named signals)
     logic sort_clear;
@@ -466,13 +470,14 @@ module compress_engine #(
         prep_v <= {prep_v[PD-1:1], prep_rd_valid};
         prep_l <= {prep_l[PD-1:1], prep_rd_last};
         prep_s[1] <= prep_rd[SW-1:0];
-        for (int d = 2; d <= PD; d++) prep_s[d] <= prep_s[d-1];
+        for (int d = 2; d < PD; d++) prep_s[d] <= prep_s[d-1];
         // j*B < n for a selected block: the low 32 bits are the product
         prep_start5 <= prep_product[31:0];
         prep_left5 <= n_r - prep_product[31:0];
         prep_end6 <= (prep_left5 <= bs_r) ? n_r : prep_start5 + bs_r;
-        if (prep_v[PD]) begin
-            ends[32*prep_s[PD] +: 32] <= prep_end6;
+        for (int i = 0; i < K_MAX; i++) begin
+            ends_we6[i] <= prep_v[PD-1] && {{(31 - SW){1'b0}}, 1'b0, prep_s[PD-1]} == i;
+            if (ends_we6[i]) ends[32*i +: 32] <= prep_end6;
         end
     end
 
