@@ -49,23 +49,6 @@ def quantise_bits(b, M, k, tsat):
     return (mag ^ -s) + s                         # apply the sign
 
 
-@nb.njit(inline="always", nogil=True, cache=True)
-def quantise_sbits(b, M, k, tsat):
-    """quantise_bits for b = the float32 bits sign-extended from int32 (a negative int64 for
-    a negative float): the same Q in fewer vector operations (the sign is one arithmetic
-    shift; 2**(tc-1) - 1 is one shift of a constant). restore must use this same function."""
-    ab = b & ABS_MASK
-    e = ab >> 23
-    m = (b & 0x7FFFFF) | (np.int64(e != 0) << 23)
-    v = min(max(max(e, 1) - (k + 86), 4), 63)    # v = 64 - tc, tc = clamp(k - E, 1, 60)
-    P = m * (M & 0xFFFFFFFF)
-    tc = 64 - v
-    q = (P + (np.int64(0x7FFFFFFFFFFFFFFF) >> v) + ((P >> tc) & 1)) >> tc
-    mag = QMAX if ab >= tsat else q
-    sm = b >> 63                                  # 0 or -1
-    return (mag ^ sm) - sm
-
-
 @nb.njit(nogil=True, cache=True)
 def nan_count(gbits):
     c = 0
@@ -131,6 +114,47 @@ def pass1_keep(gbits, r, q_out, acc_out, B, norms, M, k, rbits, tsat):
     return satq, satfb, nan
 
 
+@nb.njit(inline="always", nogil=True, cache=True)
+def quantise_lean(b, M, kc, vmin, tsat):
+    """quantise_bits for b = the float32 bits sign-extended from int32 (a negative int64 for
+    a negative float), in fewer vector operations for pass 1's hot loop: kc = k + 86 and
+    vmin = max(1 - kc, 4) come from lean_constants, which folds max(e, 1) into the lower
+    clamp (max(max(e, 1) - kc, 4) equals max(e - kc, 1 - kc, 4)); 2**(tc-1) - 1 is one shift
+    of a constant; the sign is a select. restore must use this same function."""
+    ab = b & ABS_MASK
+    e = ab >> 23
+    m = (b & 0x7FFFFF) | (np.int64(e != 0) << 23)
+    v = min(max(e - kc, vmin), 63)                # v = 64 - tc, tc = clamp(k - E, 1, 60)
+    P = m * (M & 0xFFFFFFFF)
+    tc = 64 - v
+    q = (P + (np.int64(0x7FFFFFFFFFFFFFFF) >> v) + ((P >> tc) & 1)) >> tc
+    mag = QMAX if ab >= tsat else q
+    return -mag if b < 0 else mag
+
+
+@nb.njit(inline="always", nogil=True, cache=True)
+def lean_constants(k):
+    """(kc, vmin) of quantise_lean for the quantiser shift k."""
+    kc = np.int64(k) + 86
+    return kc, max(1 - kc, np.int64(4))
+
+
+@nb.njit(nogil=True, cache=True)
+def _recount(g_run, old_r, M, kc, vmin, rbits, tsat, count_q, count_fb):
+    """The exact saturation counts of a unit whose pass 1 saw a |bits| above rbits
+    (count_q) or a clamped feedback sum (count_fb): the hot loop only flags them. old_r is
+    the unit's residual before pass 1 (the scratch copy). Returns (sat_q, sat_fb)."""
+    satq = 0
+    satfb = 0
+    for i in range(g_run.size):
+        b = np.int64(g_run[i])
+        if count_q:
+            satq += (b & ABS_MASK) > rbits
+        if count_fb:
+            satfb += abs(quantise_lean(b, M, kc, vmin, tsat) + np.int64(old_r[i])) > QMAX
+    return satq, satfb
+
+
 # ---------------------------------------------------------------------------------------------
 # Guarded pass 1: NaNs counted in the same read, the old residual kept where it cannot be
 # recomputed, so that a NaN found late is undone instead of pre-scanned for
@@ -141,67 +165,75 @@ def pass1_keep(gbits, r, q_out, acc_out, B, norms, M, k, rbits, tsat):
 # whose feedback saturated has it saved to `undo` (pages written only then) and logged as
 # (lo, hi). Everywhere else the old residual is a - Q(g) exactly, so `restore` rebuilds it.
 # This replaces a separate NaN pre-scan of the gradient (a second read of every element).
+# The hot loop counts nothing per element: the largest |bits| (a max it needs for the NaN
+# test anyway) says whether any |g| > R, and an OR of a ^ clamp(a) whether any feedback sum
+# was clamped; only such a unit (rare: saturation is the exception) is recounted exactly.
 # (UNIT lives in refmodel.plan, which sizes the log; the numba cache does not see a change
 # to it: clear __pycache__ after editing it.)
 UNIT = UNDO_UNIT
 
 
 @nb.njit(inline="always", nogil=True, cache=True)
-def _unit(g_run, r_run, B, norms, jn, M, k, rbits, tsat, scratch):
+def _clamp_feedback(qv, rv):
+    """a = clamp(r + q, -QMAX, QMAX) (spec §2.1) and a ^ (r + q): nonzero where it clamped."""
+    s = qv + np.int64(rv)
+    a = min(max(s, -QMAX), QMAX)
+    return a, a ^ s
+
+
+@nb.njit(inline="always", nogil=True, cache=True)
+def _unit(g_run, r_run, B, norms, jn, M, kc, vmin, rbits, tsat, scratch):
     """Pass 1 over one unit: elements g_run/r_run, blocks of B from block jn on (B == 0: the
     unit is a slice of one block, its norm returned rather than stored); the old residual
     is copied to scratch in the same loop (a separate copy loop would stall on reading r).
     Returns (sat_q, sat_fb, nan, norm of a B == 0 slice)."""
-    satq = 0
-    satfb = 0
     top = np.int64(0)               # the largest |bits|: above INF_BITS means a NaN
+    clamped = np.int64(0)           # nonzero once a feedback sum was clamped
     norm = np.int64(0)
     if B == 1:
         n_run, keep = norms[jn:jn + g_run.size], scratch[:g_run.size]
         for i in range(g_run.size):
             b = np.int64(g_run[i])
-            ab = b & ABS_MASK
-            satq += ab > rbits
-            top = max(top, ab)
+            top = max(top, b & ABS_MASK)
             rv = r_run[i]
             keep[i] = rv
-            a, mag, over = feedback(quantise_sbits(b, M, k, tsat), rv)
-            satfb += over
+            a, diff = _clamp_feedback(quantise_lean(b, M, kc, vmin, tsat), rv)
+            clamped |= diff
             r_run[i] = a
-            n_run[i] = mag
-        return satq, satfb, top > INF_BITS, norm
-    if B == 0:
+            n_run[i] = abs(a)
+    elif B == 0:
         keep = scratch[:g_run.size]
         for i in range(g_run.size):
             b = np.int64(g_run[i])
-            ab = b & ABS_MASK
-            satq += ab > rbits
-            top = max(top, ab)
+            top = max(top, b & ABS_MASK)
             rv = r_run[i]
             keep[i] = rv
-            a, mag, over = feedback(quantise_sbits(b, M, k, tsat), rv)
-            satfb += over
+            a, diff = _clamp_feedback(quantise_lean(b, M, kc, vmin, tsat), rv)
+            clamped |= diff
             r_run[i] = a
-            norm += mag
-        return satq, satfb, top > INF_BITS, norm
-    n = g_run.size
-    for j in range((n + B - 1) // B):
-        lo = j * B
-        hi = min(lo + B, n)
-        g_blk, r_blk, k_blk = g_run[lo:hi], r_run[lo:hi], scratch[lo:hi]
-        bnorm = np.int64(0)
-        for i in range(g_blk.size):
-            b = np.int64(g_blk[i])
-            ab = b & ABS_MASK
-            satq += ab > rbits
-            top = max(top, ab)
-            rv = r_blk[i]
-            k_blk[i] = rv
-            a, mag, over = feedback(quantise_sbits(b, M, k, tsat), rv)
-            satfb += over
-            r_blk[i] = a
-            bnorm += mag
-        norms[jn + j] = bnorm
+            norm += abs(a)
+    else:
+        n = g_run.size
+        for j in range((n + B - 1) // B):
+            lo = j * B
+            hi = min(lo + B, n)
+            g_blk, r_blk, k_blk = g_run[lo:hi], r_run[lo:hi], scratch[lo:hi]
+            bnorm = np.int64(0)
+            for i in range(g_blk.size):
+                b = np.int64(g_blk[i])
+                top = max(top, b & ABS_MASK)
+                rv = r_blk[i]
+                k_blk[i] = rv
+                a, diff = _clamp_feedback(quantise_lean(b, M, kc, vmin, tsat), rv)
+                clamped |= diff
+                r_blk[i] = a
+                bnorm += abs(a)
+            norms[jn + j] = bnorm
+    satq = 0
+    satfb = 0
+    if top > rbits or clamped != 0:
+        satq, satfb = _recount(g_run, scratch, M, kc, vmin, rbits, tsat, top > rbits,
+                               clamped != 0)
     return satq, satfb, top > INF_BITS, norm
 
 
@@ -222,8 +254,9 @@ def pass1_guarded(gbits, r, B, norms, M, k, rbits, tsat, jlo, jhi, undo, log, nl
     old residual of every saturated unit saved (undo indexed like r; log entries are r_lo +
     offsets into r). Returns (sat_q, sat_fb, units holding a NaN, nlog)."""
     n = gbits.size
-    gbits = gbits.view(np.int32)              # sign-extending loads (quantise_sbits)
+    gbits = gbits.view(np.int32)              # sign-extending loads (quantise_lean)
     scratch = np.empty(UNIT, dtype=np.int32)
+    kc, vmin = lean_constants(k)
     satq = 0
     satfb = 0
     nan = 0
@@ -232,8 +265,8 @@ def pass1_guarded(gbits, r, B, norms, M, k, rbits, tsat, jlo, jhi, undo, log, nl
         for j0 in range(jlo, jhi, per):
             lo = j0 * B
             hi = min(min(j0 + per, jhi) * B, n)
-            sq, sf, nn, _ = _unit(gbits[lo:hi], r[lo:hi], B, norms, j0, M, k, rbits, tsat,
-                                  scratch)
+            sq, sf, nn, _ = _unit(gbits[lo:hi], r[lo:hi], B, norms, j0, M, kc, vmin, rbits,
+                                  tsat, scratch)
             satq += sq
             nan += nn
             if sf:
@@ -247,8 +280,8 @@ def pass1_guarded(gbits, r, B, norms, M, k, rbits, tsat, jlo, jhi, undo, log, nl
         norm = np.int64(0)
         for lo in range(blo, bhi, step):
             hi = min(lo + step, bhi)
-            sq, sf, nn, part = _unit(gbits[lo:hi], r[lo:hi], 0, norms, j, M, k, rbits, tsat,
-                                     scratch)
+            sq, sf, nn, part = _unit(gbits[lo:hi], r[lo:hi], 0, norms, j, M, kc, vmin, rbits,
+                                     tsat, scratch)
             satq += sq
             nan += nn
             norm += part
@@ -264,8 +297,9 @@ def restore(gbits, r, undo, log, nlog, r_lo, M, k, tsat):
     """Undo pass1_guarded over all of r (r_lo: r's offset in the log's numbering): a - Q(g)
     everywhere, then the saved units back."""
     gbits = gbits.view(np.int32)
+    kc, vmin = lean_constants(k)
     for i in range(r.size):
-        r[i] = r[i] - quantise_sbits(np.int64(gbits[i]), M, k, tsat)
+        r[i] = r[i] - quantise_lean(np.int64(gbits[i]), M, kc, vmin, tsat)
     for t in range(0, nlog, 2):
         lo = log[t] - r_lo
         hi = log[t + 1] - r_lo

@@ -150,3 +150,35 @@ def test_message_split_into_small_tasks(monkeypatch, rng, chunk):
     with pytest.raises(NonFiniteError, match="layer 2"):
         fast.compress_message(g, res, plan, n_threads=2, min_parallel=0)
     assert np.array_equal(res, r)
+
+
+@pytest.mark.parametrize("B", [1, 3, 700, UNDO_UNIT + 1, 3 * UNDO_UNIT + 11])
+def test_isolated_saturation_is_counted_and_logged_exactly(rng, B):
+    """Pass 1's loop only flags a unit holding a |g| > R or a clamped feedback sum and then
+    recounts that unit: one such element in one unit each (and a unit with both) must give
+    the reference's counts, and only the clamped units are saved to the undo log."""
+    cfg = QuantConfig.from_range(10.0)
+    tsat = saturation_bits(cfg)
+    n = 4 * max(B, UNDO_UNIT) + 5
+    n_blocks = -(-n // B)
+    g = (rng.standard_normal(n) * 0.5).astype(np.float32)
+    r = rng.integers(-1000, 1000, n).astype(np.int32)
+    g[7], r[7] = 11.0, 0                           # |g| > R only: QMAX + 0 fits
+    r[n // 2] = QMAX                               # a clamped sum only (g >= 0 there)
+    g[n // 2] = abs(g[n // 2]) + 0.25
+    g[n - 2], r[n - 2] = -np.inf, -QMAX            # both, in the last unit
+    ref = compress.compress_layer(g, r, R=cfg, k=1, block_size=B)
+    assert (ref.sat_quant, ref.sat_feedback) == (2, 2)
+    res = r.copy()
+    undo = np.empty(n, np.int32)
+    log = np.empty(undo_log_size(n, n_blocks, B), np.int64)
+    norms = np.empty(n_blocks, np.int64)
+    satq, satfb, nan, nlog = K.pass1_guarded(g.view(np.uint32), res, B, norms, cfg.M, cfg.k,
+                                             cfg.range_bits, tsat, 0, n_blocks, undo, log, 0, 0)
+    assert (satq, satfb, nan) == (2, 2, 0)
+    assert np.array_equal(res, ref.acc) and np.array_equal(norms.view(np.uint64), ref.norms)
+    logged = [(int(log[t]), int(log[t + 1])) for t in range(0, nlog, 2)]
+    assert len(logged) == 2                        # the two clamped units, not the |g| > R one
+    assert all(lo <= i < hi for i, (lo, hi) in zip((n // 2, n - 2), logged))
+    for lo, hi in logged:
+        assert np.array_equal(undo[lo:hi], r[lo:hi])
