@@ -103,6 +103,7 @@ module aggregate_engine #(
 
     typedef enum logic [2:0] {IDLE, CHECK, CHECK2, CLEAR, FRAMES} state_t;
     state_t state;
+    logic   in_clear, in_frames;  // state == CLEAR / FRAMES, as registers of their own
 
     // ---- configuration ---------------------------------------------------------------------
     logic [31:0]       n_r, workers_r;
@@ -128,23 +129,35 @@ module aggregate_engine #(
     logic        feed, tlast_in, dec_s_ready;
     logic [31:0] val, val_count;      // a beat: a literal (count 1) or a zero run of count
     logic        val_valid, val_ready, val_last, val_fire;
+    logic        val_nz;              // val != 0: the beat is a literal
+    logic [31:0] dec_val, dec_count;  // the decoder's beat, before the value slice
+    logic        dec_valid, dec_ready, dec_last;
     logic        hdr_valid;
     logic [31:0] dec_layer_id, dec_n, dec_range_bits, dec_err_word, dec_tokens;
     logic  [4:0] dec_lmax_log2;
     logic  [3:0] dec_err_code;
     logic        dec_done, dec_err;
 
-    assign feed = state == FRAMES && !tlast_in;
+    assign feed = in_frames && !tlast_in;
     assign s_tready = feed && dec_s_ready;
 
     zrle_decoder #(.QUEUE_AW(QUEUE_AW), .RUN_OUT(1'b1)) u_decoder (
         .clk, .rst, .cfg_check_n(1'b1), .cfg_expected_n(n_r),
         .s_tdata, .s_tvalid(s_tvalid && feed), .s_tready(dec_s_ready), .s_tlast,
-        .m_tdata(val), .m_tvalid(val_valid), .m_tready(val_ready), .m_tlast(val_last),
-        .m_tcount(val_count),
+        .m_tdata(dec_val), .m_tvalid(dec_valid), .m_tready(dec_ready), .m_tlast(dec_last),
+        .m_tcount(dec_count),
         .hdr_valid, .hdr_layer_id(dec_layer_id), .hdr_n(dec_n), .hdr_range_bits(dec_range_bits),
         .hdr_lmax_log2(dec_lmax_log2), .done(dec_done), .err_valid(dec_err),
         .err_code(dec_err_code), .err_word(dec_err_word), .token_count(dec_tokens)
+    );
+
+    // a register slice between the decoder and the burst gathering: the decoder's output stage
+    // sees a registered ready, and the 32-bit `!= 0` of a beat is done on its way in
+    axis_skid_buffer #(.W(66)) u_val_slice (
+        .clk, .rst,
+        .s_data({dec_last, dec_val != 32'd0, dec_count, dec_val}), .s_valid(dec_valid),
+        .s_ready(dec_ready),
+        .m_data({val_last, val_nz, val_count, val}), .m_valid(val_valid), .m_ready(val_ready)
     );
 
     logic unused_dec;
@@ -164,9 +177,9 @@ module aggregate_engine #(
     logic              v_page_last;   // ... and it is the last sum of a 4 KiB page
 
     assign discard = frame_bad || layer_bad;
-    assign val_ready = state == FRAMES && !lit_full && !desc_full;
+    assign val_ready = in_frames && !lit_full && !desc_full;
     assign val_fire = val_valid && val_ready;
-    assign is_lit = val_fire && !discard && val != 32'd0;
+    assign is_lit = val_fire && !discard && val_nz;
     assign lit_push = is_lit;
     // a burst leaves when it can grow no more, when a zero (or a dropped value) follows it,
     // or when the frame has ended
@@ -256,52 +269,70 @@ module aggregate_engine #(
 
     // ---- writes: AW (from the read bursts or the clear walker), W, B ------------------------
     logic       aw_fire, w_fire, b_fire, lenq_full, lenq_empty;
-    logic [8:0] aw_len, lenq_head, w_beat;
+    logic [8:0] aw_len, lenq_head;
+    logic       w_active;           // a burst's length is loaded from the burst queue
+    logic [8:0] w_rem;              // its W beats not yet written, the next one included
+    logic       w_last_r;           // w_rem == 1: the next beat is the burst's last
+    logic       w_load;             // take the next burst's length
     logic [31:0] b_pending;
+    logic        b_none;
+    assign b_none = b_pending == 32'd0;
 
-    assign aw_len = (state == CLEAR) ? clr_len : awd_head[8:0];
+    assign aw_len = in_clear ? clr_len : awd_head[8:0];
     assign m_axi_awid = 1'b0;
-    assign m_axi_awaddr = (state == CLEAR) ? clr_addr : awd_head[DW-1:9];
+    assign m_axi_awaddr = in_clear ? clr_addr : awd_head[DW-1:9];
     assign m_axi_awlen = 8'(aw_len - 9'd1);
     assign m_axi_awsize = 3'd3;
     assign m_axi_awburst = 2'b01;
-    assign m_axi_awvalid = !lenq_full && ((state == CLEAR) ? clr_step == 2'd2
-                                          : (state == FRAMES && !awd_empty));
+    assign m_axi_awvalid = !lenq_full && (in_clear ? clr_step == 2'd2
+                                          : (in_frames && !awd_empty));
     assign aw_fire = m_axi_awvalid && m_axi_awready;
-    assign awd_pop = aw_fire && state == FRAMES;
+    assign awd_pop = aw_fire && in_frames;
 
     sync_fifo #(.W(9), .AW(2)) u_lenq (
-        .clk, .rst, .clear(1'b0), .push(aw_fire), .wr_data(aw_len), .pop(w_fire && m_axi_wlast),
+        .clk, .rst, .clear(1'b0), .push(aw_fire), .wr_data(aw_len), .pop(w_load),
         .rd_data(lenq_head), .full(lenq_full), .empty(lenq_empty)
     );
 
     // a sum in the read FIFO always has its literal in the literal FIFO already (the literal
     // was queued before its burst was even formed), so lit_empty need not gate W
-    assign m_axi_wvalid = !lenq_empty && (state == CLEAR || !rd_empty);
-    assign m_axi_wdata = (state == CLEAR) ? 64'd0
+    // wlast and the burst queue's pop come from registers, not from a compare with its head
+    assign w_load = !lenq_empty && (!w_active || (w_fire && w_last_r));
+    assign m_axi_wvalid = w_active && (in_clear || !rd_empty);
+    assign m_axi_wdata = in_clear ? 64'd0
                        : rd_head + {{32{lit_head[31]}}, lit_head};
     assign m_axi_wstrb = 8'hFF;
-    assign m_axi_wlast = w_beat + 9'd1 == lenq_head;
+    assign m_axi_wlast = w_last_r;
     assign w_fire = m_axi_wvalid && m_axi_wready;
-    assign rd_pop = w_fire && state == FRAMES;
+    assign rd_pop = w_fire && in_frames;
     assign lit_pop = rd_pop;
     assign m_axi_bready = 1'b1;
     assign b_fire = m_axi_bvalid;
 
     logic mem_idle;
-    assign mem_idle = !bf_open && desc_empty && !ar_slot_valid && awd_empty && lenq_empty && lit_empty && rd_empty
-                    && rd_room == (RD_FIFO_AW + 1)'(RD_DEPTH) && b_pending == 32'd0;
+    assign mem_idle = !bf_open && desc_empty && !ar_slot_valid && awd_empty && lenq_empty && !w_active && lit_empty && rd_empty
+                    && rd_room == (RD_FIFO_AW + 1)'(RD_DEPTH) && b_none;
 
     // ---- frame end and the checks across workers --------------------------------------------
     logic dec_done_seen, dec_err_seen;
     logic [31:0] frames_left;       // frames of the layer not yet finished
+    logic        frames_one;        // frames_left == 1, as a register
+    logic        frame_end;         // registered `ending && mem_idle`: the frame is finished.
+                                    // Nothing can start in the cycle between (no value comes,
+                                    // no burst is queued), so acting a cycle later is exact and
+                                    // the wide idle test ends in this one flop.
     logic range_bad, id_bad;
 
     // every value of the frame has been taken: it checked out (done, all values out) or it
     // failed (err, read to s_tlast, the values already offered delivered)
-    assign ending = state == FRAMES && tlast_in && (dec_done_seen || dec_err_seen) && !val_valid;
-    assign range_bad = frames_done != 32'd0 && dec_range_bits != hdr_range_bits;
-    assign id_bad = frames_done != 32'd0 && dec_layer_id != hdr_layer_id;
+    assign ending = in_frames && tlast_in && (dec_done_seen || dec_err_seen) && !dec_valid
+                    && !val_valid;
+    // compared every cycle and registered: the decoder's hdr_* are set two cycles before its
+    // hdr_valid, and frames_done and worker 0's fields do not move while a frame's header is read
+    always_ff @(posedge clk) begin
+        range_bad <= frames_done != 32'd0 && dec_range_bits != hdr_range_bits;
+        id_bad <= frames_done != 32'd0 && dec_layer_id != hdr_layer_id;
+    end
 
     logic       mem_err;            // SLVERR / DECERR on R or B
     assign mem_err = (rd_push && m_axi_rresp[1]) || (b_fire && m_axi_bresp[1]);
@@ -314,11 +345,11 @@ module aggregate_engine #(
         rec_err = 1'b0;
         rec_code = gradblock_pkg::AGG_OK;
         rec_word = 32'd0;
-        if (state == FRAMES && dec_err && !layer_bad) begin
+        if (in_frames && dec_err && !layer_bad) begin
             rec_err = 1'b1;
             rec_code = {1'b0, dec_err_code};
             rec_word = dec_err_word;
-        end else if (state == FRAMES && hdr_valid && !layer_bad && (range_bad || id_bad)) begin
+        end else if (in_frames && hdr_valid && !layer_bad && (range_bad || id_bad)) begin
             rec_err = 1'b1;
             rec_code = range_bad ? gradblock_pkg::AGG_ERR_RANGE_MISMATCH
                                  : gradblock_pkg::AGG_ERR_LAYER_ID_MISMATCH;
@@ -335,6 +366,8 @@ module aggregate_engine #(
         err_valid <= 1'b0;
         if (rst) begin
             state <= IDLE;
+            in_clear <= 1'b0;
+            in_frames <= 1'b0;
             err_code <= gradblock_pkg::AGG_OK;
             err_word <= 32'd0;
             err_worker <= 32'd0;
@@ -346,7 +379,8 @@ module aggregate_engine #(
             dec_err_seen <= 1'b0;
             rd_room <= (RD_FIFO_AW + 1)'(RD_DEPTH);
             b_pending <= 32'd0;
-            w_beat <= 9'd0;
+            frame_end <= 1'b0;
+            w_active <= 1'b0;
             clr_left <= 32'd0;
             clr_step <= 2'd0;
             lit_count <= 32'd0;
@@ -382,6 +416,7 @@ module aggregate_engine #(
                     clr_left <= clear_r ? n_r : 32'd0;
                     clr_step <= 2'd0;
                     frames_left <= workers_r;
+                    frames_one <= workers_r == 32'd1;
                     if (bad_cfg) begin
                         err_code <= gradblock_pkg::AGG_ERR_CONFIG;
                         err_valid <= 1'b1;
@@ -390,11 +425,15 @@ module aggregate_engine #(
                         state <= IDLE;
                     end else begin
                         state <= clear_r ? CLEAR : FRAMES;
+                        in_clear <= clear_r;
+                        in_frames <= !clear_r;
                     end
                 end
                 CLEAR: begin
-                    if (clr_left == 32'd0 && lenq_empty && b_pending == 32'd0) begin
+                    if (clr_left == 32'd0 && lenq_empty && !w_active && b_none) begin
                         state <= FRAMES;
+                        in_clear <= 1'b0;
+                        in_frames <= 1'b1;
                     end else if (clr_left != 32'd0) begin
                         if (clr_step == 2'd0) begin
                             clr_len_a <= (clr_left < 32'(MAX_BURST)) ? clr_left[8:0] : MAX_B;
@@ -411,7 +450,7 @@ module aggregate_engine #(
                         end
                     end
                 end
-                FRAMES: if (ending && mem_idle) begin
+                FRAMES: if (frame_end) begin
                     // the barrier: every write of this frame is answered
                     frames_done <= frames_done + 32'd1;
                     frame_bad <= 1'b0;
@@ -421,21 +460,27 @@ module aggregate_engine #(
                     v_addr <= base_r;
                     v_page_last <= base_r[11:3] == 9'h1FF;
                     frames_left <= frames_left - 32'd1;
-                    if (frames_left == 32'd1) begin
+                    frames_one <= frames_left == 32'd2;
+                    if (frames_one) begin
                         state <= IDLE;
+                        in_frames <= 1'b0;
                         done <= 1'b1;
                     end
                 end
-                default: state <= IDLE;
+                default: begin
+                    state <= IDLE;
+                    in_clear <= 1'b0;
+                    in_frames <= 1'b0;
+                end
             endcase
 
             if (s_tvalid && s_tready && s_tlast) tlast_in <= 1'b1;
-            if (state == FRAMES && dec_done) dec_done_seen <= 1'b1;
-            if (state == FRAMES && dec_err) begin
+            if (in_frames && dec_done) dec_done_seen <= 1'b1;
+            if (in_frames && dec_err) begin
                 dec_err_seen <= 1'b1;
                 frame_bad <= 1'b1;
             end
-            if (state == FRAMES && hdr_valid) begin
+            if (in_frames && hdr_valid) begin
                 if (frames_done == 32'd0) begin
                     hdr_layer_id <= dec_layer_id;
                     hdr_range_bits <= dec_range_bits;
@@ -460,11 +505,20 @@ module aggregate_engine #(
             rd_room <= rd_room - (ar_fire ? (RD_FIFO_AW + 1)'(ar_len) : '0)
                      + (RD_FIFO_AW + 1)'(rd_pop);
             b_pending <= b_pending + {31'd0, aw_fire} - {31'd0, b_fire};
+            frame_end <= ending && mem_idle && !frame_end;
             if (w_fire) begin
-                w_beat <= m_axi_wlast ? 9'd0 : w_beat + 9'd1;
                 wr_beats <= wr_beats + 32'd1;
             end
             if (rd_push) rd_beats <= rd_beats + 32'd1;
+            if (w_load) begin
+                w_active <= 1'b1;
+                w_rem <= lenq_head;
+                w_last_r <= lenq_head == 9'd1;
+            end else if (w_fire) begin
+                if (w_last_r) w_active <= 1'b0;
+                w_rem <= w_rem - 9'd1;
+                w_last_r <= w_rem == 9'd2;
+            end
         end
     end
 endmodule

@@ -75,15 +75,17 @@ module zrle_decoder #(
     output logic [31:0] token_count
 );
 
-    localparam logic [3:0] P_HDR   = 4'd0;  // header word i where hdr_oh[i] (idle = waiting for h0)
-    localparam logic [3:0] P_Z     = 4'd1;
-    localparam logic [3:0] P_L     = 4'd2;
-    localparam logic [3:0] P_LIT   = 4'd3;
-    localparam logic [3:0] P_T0    = 4'd4;
-    localparam logic [3:0] P_T1    = 4'd5;
-    localparam logic [3:0] P_T1CHK = 4'd6;  // t1 taken: its CRC compare and s_tlast, registered
-    localparam logic [3:0] P_WAIT  = 4'd7;  // trailer good: wait for the last values to go out
-    localparam logic [3:0] P_DRAIN = 4'd8;  // error: discard words up to s_tlast
+    // p_state[4]: draining, p_state[3]: waiting (no word taken); neither: a frame word is next.
+    // So "takes a word" is two bits of the state, and p_ready one LUT.
+    localparam logic [4:0] P_HDR   = 5'b00000;  // header word i where hdr_oh[i] (idle = waiting for h0)
+    localparam logic [4:0] P_Z     = 5'b00001;
+    localparam logic [4:0] P_L     = 5'b00010;
+    localparam logic [4:0] P_LIT   = 5'b00011;
+    localparam logic [4:0] P_T0    = 5'b00100;
+    localparam logic [4:0] P_T1    = 5'b00101;
+    localparam logic [4:0] P_T1CHK = 5'b01000;  // t1 taken: its CRC compare and s_tlast, registered
+    localparam logic [4:0] P_WAIT  = 5'b01001;  // trailer good: wait for the last values to go out
+    localparam logic [4:0] P_DRAIN = 5'b10000;  // error: discard words up to s_tlast
 
     // ---------------------------------------------------------------- input slice
     // Frame words enter a register slice together with flags computed from the word alone, so
@@ -126,7 +128,7 @@ module zrle_decoder #(
     assign take_in  = s_tvalid && s_tready;
 
     // ---------------------------------------------------------------- parse state
-    logic [3:0]  p_state;
+    logic [4:0]  p_state;
     logic [4:0]  hdr_oh;            // one-hot: which header word comes next
     logic [31:0] widx;              // index in the frame of the word being offered
     logic [31:0] lmax;              // 2^LMAX_LOG2 of this frame
@@ -158,11 +160,11 @@ module zrle_decoder #(
                                     //  value or run length}
     logic        push_last;         // this entry ends the frame's values
 
-    assign in_frame   = (p_state == P_HDR) || (p_state == P_Z) || (p_state == P_L) ||
-                        (p_state == P_LIT) || (p_state == P_T0) || (p_state == P_T1);
-    assign p_ready    = (in_frame && !queue_full) || (p_state == P_DRAIN);
+    assign in_frame   = !p_state[4] && !p_state[3];     // HDR, Z, L, LIT, T0 or T1
+    // flush_q: the previous word failed; the parse side pauses a cycle while it is unwound
+    assign p_ready    = ((in_frame && !queue_full) || p_state[4]) && !flush_q;
     assign fire       = in_valid && p_ready;
-    assign act        = fire || (p_state == P_T1CHK);   // the parse side decides this cycle
+    assign act        = fire || (p_state == P_T1CHK && !flush_q);   // the parse side decides
     assign parse_idle = (p_state == P_HDR) && hdr_oh[0];
 
     // checks of the word w (or, in P_T1CHK, of the registered t1 verdict), spec §3.5; every
@@ -205,6 +207,7 @@ module zrle_decoder #(
     logic q_magic, q_version, q_lmax, q_range, q_size, q_long, q_empty, q_split, q_overrun;
     logic q_early, q_zero_lit, q_t0, q_crc, q_extra;
     logic [31:0] widx_q, zero_word_q;
+    logic [31:0] widx_qm1, widx_qp1;    // widx_q - 1, widx_q + 1: err_word is a mux of registers
 
     always_ff @(posedge clk) begin
         {q_magic, q_version, q_lmax, q_range, q_size, q_long, q_empty, q_split, q_overrun}
@@ -212,12 +215,14 @@ module zrle_decoder #(
         {q_early, q_zero_lit, q_t0, q_crc, q_extra}
             <= {e_early, e_zero_lit, e_t0, e_crc, e_extra};
         widx_q      <= widx;
+        widx_qm1    <= widx - 32'd1;
+        widx_qp1    <= widx + 32'd1;
         zero_word_q <= zero_seen ? zero_at : widx;
     end
 
     always_comb begin
         chk_code = gradblock_pkg::FRAME_ERR_TRUNCATED;
-        chk_word = widx_q + 32'd1;
+        chk_word = widx_qp1;
         if (q_magic) begin
             chk_code = gradblock_pkg::FRAME_ERR_BAD_MAGIC;
             chk_word = widx_q;
@@ -238,13 +243,13 @@ module zrle_decoder #(
             chk_word = widx_q;                  // errors about L itself name the L word ...
         end else if (q_empty) begin
             chk_code = gradblock_pkg::FRAME_ERR_EMPTY_TOKEN;
-            chk_word = widx_q - 32'd1;          // ... other token errors the z word
+            chk_word = widx_qm1;          // ... other token errors the z word
         end else if (q_split) begin
             chk_code = gradblock_pkg::FRAME_ERR_SPLIT_LITERAL_RUN;
-            chk_word = widx_q - 32'd1;
+            chk_word = widx_qm1;
         end else if (q_overrun) begin
             chk_code = gradblock_pkg::FRAME_ERR_OVERRUN;
-            chk_word = widx_q - 32'd1;
+            chk_word = widx_qm1;
         end else if (q_early) begin
             chk_code = gradblock_pkg::FRAME_ERR_EARLY_ZERO_LENGTH;
             chk_word = widx_q;
@@ -253,19 +258,20 @@ module zrle_decoder #(
             chk_word = zero_word_q;
         end else if (q_t0) begin
             chk_code = gradblock_pkg::FRAME_ERR_TOKEN_COUNT_MISMATCH;
-            chk_word = widx_q - 32'd1;
+            chk_word = widx_qm1;
         end else if (q_crc) begin             // widx_q has moved past t1
             chk_code = gradblock_pkg::FRAME_ERR_CRC_MISMATCH;
-            chk_word = widx_q - 32'd1;
+            chk_word = widx_qm1;
         end else if (q_extra) begin
             chk_word = widx_q;                  // TRUNCATED: index of the first extra word
         end
         // otherwise e_trunc: TRUNCATED, index of the first missing word
     end
 
-    // queue entries for a token that passed its checks, and for each literal (the entry's
-    // data does not wait for the checks; only `push` does)
-    assign push      = fire && !bad && ((at_l && !tok_z_zero) || (at_lit && !in_zero && !zero_seen));
+    // queue entries: a token's run and each literal. They are pushed before the word's checks
+    // are known (the checks end at flush_q, a register): an entry of a failing word is in the
+    // queue for one cycle, in which flush_q holds the emit side, and the queue clear drops it.
+    assign push      = fire && ((at_l && !tok_z_zero) || (at_lit && !in_zero && !zero_seen));
     // a run ends the values when its token has L = 0 and z = rem; a literal when it is its
     // token's last and the token leaves nothing (rem_zero was set at the L word)
     assign push_last = at_l ? (in_zero && !rz_nonzero) : (lit_last && rem_zero);
@@ -278,8 +284,11 @@ module zrle_decoder #(
     end
 
     // ---------------------------------------------------------------- queue and emit side
-    logic        flush;             // the word (or t1 verdict) fails: stop the parse side now
-    logic        flush_q;           // a cycle later: clear the queue, report the error
+    logic        flush;             // the word (or t1 verdict) fails
+    logic        flush_q;           // a cycle later: clear the queue, hold the emit side, report
+                                    // the error, send the parse side to drain (or idle)
+    logic        flush_last;        // the word (or t1) that flush judged carried s_tlast
+    logic        hdr_pend;          // h4 was taken last cycle: hdr_valid unless it failed
     logic        pop;
     logic [QW-1:0] head;
     logic [31:0] run_left;          // zeros still to emit from the current run entry
@@ -307,7 +316,7 @@ module zrle_decoder #(
         // one beat per queue entry: a run goes out whole (run_left/run_active stay idle)
         logic unused_emit;
         assign unused_emit = ^{emit_last, emit_left, run_left};
-        assign emit      = out_ready && !queue_empty;
+        assign emit      = out_ready && !queue_empty && !flush_q;
         assign pop       = emit;
         assign emit_word = head[32] ? 32'd0 : head[31:0];
         assign emit_idle = queue_empty;
@@ -323,8 +332,8 @@ module zrle_decoder #(
             .m_ready (m_tready)
         );
     end else begin : g_emit
-        assign emit      = out_ready && (run_active || !queue_empty);
-        assign pop       = out_ready && !run_active && !queue_empty;
+        assign emit      = out_ready && (run_active || !queue_empty) && !flush_q;
+        assign pop       = out_ready && !run_active && !queue_empty && !flush_q;
         assign emit_word = (run_active || head[32]) ? 32'd0 : head[31:0];
         assign emit_idle = !run_active && queue_empty;
         assign m_tcount  = 32'd1;
@@ -394,6 +403,8 @@ module zrle_decoder #(
             err_word       <= 32'd0;
             token_count    <= 32'd0;
             flush_q        <= 1'b0;
+            flush_last     <= 1'b0;
+            hdr_pend       <= 1'b0;
         end else begin
             // ---- input side
             if (take_in) begin
@@ -424,14 +435,16 @@ module zrle_decoder #(
             end
 
             // ---- parse side
-            // A failing word stops the parse side at once (p_state, and no queue entry); the
-            // rest of an error (queue cleared, run dropped, err_* reported) happens a cycle
-            // later from registers, so the checks do not fan out to every register. Meanwhile
-            // the parse side only drains or waits, and the emit side may hand out one more value
-            // of a token that passed its checks (values stay tentative until `done`). The parse
-            // registers below follow every word taken, failing or not: a frame that fails is
-            // parsed no further, and the next one starts over from h0.
+            // The checks of a word end in one register, flush_q: nothing else waits for them.
+            // The parse registers below follow every word taken, failing or not, and a failing
+            // word's queue entry is pushed; the cycle after (flush_q) the parse side takes no
+            // word, the emit side pops nothing, the queue is cleared, the run dropped, err_*
+            // reported and p_state sent to drain (or idle when the frame has ended). A frame
+            // that fails is parsed no further, and the next one starts over from h0.
             flush_q    <= flush;
+            flush_last <= (p_state == P_T1CHK) ? t1_last : in_last;
+            hdr_pend   <= fire && at_h4w;
+            hdr_valid  <= hdr_pend && !flush_q;
             if (flush_q) begin
                 err_valid <= 1'b1;
                 err_code  <= chk_code;
@@ -467,7 +480,6 @@ module zrle_decoder #(
                             n_mismatch <= (w != expected_n_r);
                         end else begin
                             hdr_range_bits <= w;
-                            hdr_valid      <= !bad;
                             hdr_oh         <= 5'b00001;
                             p_state        <= rem_zero ? P_T0 : P_Z;
                         end
@@ -515,15 +527,14 @@ module zrle_decoder #(
                     default: ;
                 endcase
             end
-            if (flush) begin
-                p_state <= (p_state == P_T1CHK ? t1_last : in_last) ? P_HDR : P_DRAIN;
-                hdr_oh  <= 5'b00001;
-            end
-
-            if (p_state == P_WAIT && emit_idle) begin
+            if (p_state == P_WAIT && emit_idle && !flush_q) begin
                 done    <= 1'b1;
                 p_state <= P_HDR;
                 widx    <= 32'd0;
+            end
+            if (flush_q) begin
+                p_state <= flush_last ? P_HDR : P_DRAIN;
+                hdr_oh  <= 5'b00001;
             end
         end
     end
