@@ -12,8 +12,10 @@
 //               run entry is expanded there, so runs cost no input words and the parse side can
 //               read ahead (the next token's z, L, literals) while zeros go out.
 //   s_tready is a register (the slice's), never dependent on m_tready.
-// Timing (150 MHz on an ECP5, docs/hw.md): checks use values prepared a word ahead, a failing
-// check stops the parse side at once, and the queue clear and err_* follow a cycle later.
+// Timing (150 MHz on an ECP5, docs/hw.md): checks use values prepared a word ahead and end in
+// one register (flush_q); nothing else waits for them. A word's queue entry is pushed before its
+// verdict; in the cycle after a failing word the emit side pops nothing, the parse side takes
+// no word, and the queue clear, err_* and the turn to drain (or idle) happen from registers.
 //
 // Errors and TRUNCATED. The checks and their error codes are those of codec.zrle.decode_frame,
 // including what it reads before it checks: BAD_RANGE and SIZE_MISMATCH are decided at h4;
@@ -33,8 +35,8 @@
 // Frame constants and err_code values are gradblock_pkg's (MAGIC, VERSION, FRAME_ERR_*).
 //
 // cfg_check_n / cfg_expected_n are sampled as the frame's first word (h0) is taken.
-// hdr_valid pulses once the header has passed its checks; the hdr_* outputs hold the header
-// fields until the next frame starts. token_count holds the tokens whose L word was read so far
+// hdr_valid pulses once the header has passed its checks (two cycles after h4 is taken; the
+// hdr_* outputs are set a cycle before it and hold until the next frame starts). token_count holds the tokens whose L word was read so far
 // in the frame.
 //
 // RUN_OUT = 1: a zero run leaves as ONE beat (m_tdata = 0, m_tcount = its length >= 1) instead
