@@ -1,6 +1,7 @@
 """cocotb testbench of hw/topk_select.sv against golden vectors: block_norms -> selected (rank
 order), under random idle/backpressure, with the pairs in shuffled order, with k outside
-1..K_MAX (clamped, cfg_err), across mid-stream resets, and at full rate.
+1..K_MAX (clamped, cfg_err), across mid-stream resets, at full rate, and on random layers
+full of ties (random_ties: the in-flight corrections of the three-stage insert).
 
 K_MAX is the build's own (tb_util.hdl_parameter). A case whose k_eff exceeds K_MAX is still
 run: the RTL raises cfg_err and must return the first K_MAX indices of the reference ranking.
@@ -89,6 +90,31 @@ async def shuffled_order(dut):
         order = list(range(len(norms)))
         rng.shuffle(order)
         await tb.select(case.name + " (shuffled)", norms, int(case.meta["k_eff"]), order)
+
+
+# Norms {hi, lo} with hi (47 bits: norms are < 2^63, docs/spec.md) and lo (16 bits) each at 0,
+# 1 or all ones: ties everywhere, and differences at both ends of both halves of the 96-bit
+# compare key {norm, ~index} (upper half: norm bits 63..16, lower: 15..0 and the index).
+TIE_NORMS = [(hi << 16) | lo for hi in (0, 1, 2**47 - 1) for lo in (0, 1, 0xFFFF)]
+
+
+@cocotb.test()
+async def random_ties(dut):
+    """Random layers drawn from a few tied norms, in random order, with random k and random
+    idle cycles on the input: every pattern of pairs and bubbles in the insert pipeline (a
+    pair corrected for zero, one or two pairs still in flight, pairs that take no slot)."""
+    tb = Bench(dut)
+    await tbc.start(dut)
+    rng = random.Random(11)
+    kmax = k_max()
+    for layer in range(48):
+        n = rng.randint(1, 3 * kmax + 6)
+        norms = np.array([rng.choice(TIE_NORMS) for _ in range(n)], dtype=np.uint64)
+        order = list(range(n))
+        rng.shuffle(order)
+        tbc.set_traffic([tb.src], [tb.snk], rng.choice((0.0, 0.3, 0.7)), 0.3, layer + 1)
+        await tb.select(f"random layer {layer} (n {n})", norms, rng.randint(1, kmax), order)
+    tbc.no_traffic([tb.src, tb.snk])
 
 
 @cocotb.test()
