@@ -43,10 +43,12 @@ LINE_RATE_TARGET = 0.95      # ... then >= 0.95 elements per cycle
 NO_FMAX = "no ECP5 figure"
 BITS_PER_ELEMENT = 32        # fp32 gradient
 
-COMPRESS_COLUMNS = ["simulator", "module", "case", "n", "k_eff", "selected S", "S/n", "cycles",
-                    "cycles/element", "elements/cycle", "AR bursts", "R beats", "AW bursts",
-                    "W beats", "R beats/element", "W beats/element", "Fmax (MHz)",
-                    "fp32 Gb/s at Fmax"]
+COMPRESS_COLUMNS = ["simulator", "module", "case", "momentum", "n", "k_eff", "selected S", "S/n",
+                    "cycles", "cycles/element", "elements/cycle", "AR bursts", "R beats",
+                    "AW bursts", "W beats", "R beats/element", "W beats/element",
+                    "velocity R beats", "velocity W beats", "Fmax (MHz)", "fp32 Gb/s at Fmax"]
+# momentum correction (docs/spec.md §7) on the largest layer: m = 0.9 as training uses it
+MOMENTUM_M = 0.9
 
 
 # ------------------------------------------------------------------------- ECP5 clock
@@ -152,6 +154,25 @@ def engine_case(layer: EngineLayer, R: float, k):
                                  "step-1 residual")
 
 
+def engine_momentum_case(layer: EngineLayer, R: float, k, m: float = MOMENTUM_M):
+    """(manifest entry, arrays) of the layer's momentum-corrected step 2 (spec §7, factor
+    masking on): residual and velocity as step 1 on the same gradient leaves them."""
+    CaseSpec, stages = require(optional_module("gradblock.golden_cases"), "CaseSpec",
+                               "MOMENTUM_STAGES")
+    compute_case = require(optional_module("gradblock.golden_compute"), "compute_case")
+    MomentumConfig, momentum_layer = require(optional_module("gradblock.refmodel.momentum"),
+                                             "MomentumConfig", "momentum_layer")
+    cfg = MomentumConfig.from_float(m)
+    zeros = np.zeros(layer.grad.shape, np.int32)
+    step1 = momentum_layer(layer.grad, zeros, zeros, cfg, R=R, k=k, layer_id=layer.layer_id)
+    spec = CaseSpec(
+        f"{layer.name}_momentum", f"conv layer {tuple(layer.grad.shape)} of a bench workload, "
+        f"momentum correction m = {m} (m_fix {cfg.m_fix}), step-1 residual and velocity",
+        layer.grad, R=R, k=k, layer_id=layer.layer_id, stages=stages, m_fix=cfg.m_fix)
+    return compute_case(spec, compress_layer, residual_override=step1.residual_out,
+                        velocity_override=step1.velocity_out)
+
+
 @dataclass(frozen=True)
 class EngineRun:
     """One layer through compress_engine, as its testbench's `throughput` test recorded it."""
@@ -164,6 +185,9 @@ class EngineRun:
     r: int
     aw: int
     w: int
+    momentum: bool = False
+    vel_r: int = 0           # velocity port data beats (momentum: n read, n + S written)
+    vel_w: int = 0
 
     @property
     def elements_per_cycle(self) -> float:
@@ -179,9 +203,12 @@ def engine_runs(records: list[dict]) -> list[EngineRun]:
         if not isinstance(beats, dict):
             raise ValueError(f"compress_engine record of {rec.get('case')} has no axi_beats "
                              "(sim/tb_compress_engine.py counts them in `throughput`)")
+        vel = rec.get("vel_axi_beats") or {}
         out.append(EngineRun(str(rec["case"]), int(rec["words"]), int(rec["k_eff"]),
                              int(rec["selected"]), int(rec["cycles"]), int(beats["ar"]),
-                             int(beats["r"]), int(beats["aw"]), int(beats["w"])))
+                             int(beats["r"]), int(beats["aw"]), int(beats["w"]),
+                             bool(rec.get("momentum", False)), int(vel.get("r", 0)),
+                             int(vel.get("w", 0))))
     return out
 
 
@@ -198,16 +225,22 @@ def compress_table() -> Table:
                    "engine reads and writes each element once in pass 1 and each selected "
                    "element once more in pass 2, so the ideal is n + S beats each way, "
                    "(n + S) / n per element; AR/AW count bursts (at most 16 beats, split at "
-                   "4 KiB). fp32 Gb/s at Fmax = Fmax x elements/cycle x 32 bits")
+                   "4 KiB). momentum yes: the same layer with momentum correction (m = "
+                   f"{MOMENTUM_M}, factor masking, residual and velocity from step 1); the "
+                   "velocity sits behind its own AXI4 port, read once in pass 1 (n beats) and "
+                   "written in place (n) plus zeros over the selected blocks in pass 2 (S): "
+                   "velocity R and W beats, 0 with momentum off. fp32 Gb/s at Fmax = Fmax x "
+                   "elements/cycle x 32 bits")
     return t
 
 
 def add_compress_rows(table: Table, sim: str, runs: list[EngineRun], fmax: Fmax | None) -> None:
     for e in runs:
         epc = e.elements_per_cycle
-        table.add(sim, "compress_engine", e.case, e.n, e.k_eff, e.selected, e.selected / e.n,
-                  e.cycles, e.cycles / e.n, epc, e.ar, e.r, e.aw, e.w, e.r / e.n, e.w / e.n,
-                  fmax.mhz if fmax else NO_FMAX, gbps(fmax, epc))
+        table.add(sim, "compress_engine", e.case, "yes" if e.momentum else "no", e.n, e.k_eff,
+                  e.selected, e.selected / e.n, e.cycles, e.cycles / e.n, epc, e.ar, e.r, e.aw,
+                  e.w, e.r / e.n, e.w / e.n, e.vel_r, e.vel_w, fmax.mhz if fmax else NO_FMAX,
+                  gbps(fmax, epc))
 
 
 # ------------------------------------------------------------------- aggregate_engine
@@ -341,8 +374,10 @@ def _run_compress(ctx: BenchContext, comp: Table, speed: Table, layers: list[Eng
                   work: Path) -> None:
     fmax, fmax_note = ecp5_fmax("compress_engine", simulated=COMPRESS_PARAMETERS)
     comp.notes.append(fmax_note)
+    # every layer plain, and the largest (the line-rate regime) once more with momentum
     cases, cell = ctx.attempt("rtl engines: layer cases", lambda: [
-        engine_case(layer, ctx.R, ctx.k) for layer in layers])
+        engine_case(layer, ctx.R, ctx.k) for layer in layers]
+        + [engine_momentum_case(layers[0], ctx.R, ctx.k)])
     if cases is None:
         comp.unmeasured(["icarus, verilator", "compress_engine"], cell)
         return

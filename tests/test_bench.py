@@ -255,6 +255,10 @@ def check_engine_rows(rows: list[dict]) -> None:
         # the engine moves every element once and each selected element once more, each way
         assert _num(r["R beats"]) >= n + sel and _num(r["W beats"]) >= n + sel, r
         assert 0 < _num(r["AR bursts"]) <= _num(r["R beats"]), r
+        # the velocity port: idle without momentum; with it, read once, written once plus
+        # the zeros over the selected blocks
+        vel = (_num(r["velocity R beats"]), _num(r["velocity W beats"]))
+        assert vel == ((n, n + sel) if r["momentum"] == "yes" else (0, 0)), r
         if r["Fmax (MHz)"] != rtl_engines.NO_FMAX:
             want = _num(r["Fmax (MHz)"]) * _num(r["elements/cycle"]) * 32 / 1000
             assert _close(_num(r["fp32 Gb/s at Fmax"]), want), r
@@ -265,23 +269,28 @@ def test_engine_rows_agree_with_their_counts(ecp5_json):
     runs = rtl_engines.engine_runs([
         _engine_record("big", 36864, 576, 37739, (2341, 37440, 2341, 37440)),
         _engine_record("small", 2304, 144, 2631, (154, 2448, 154, 2448)),
+        dict(_engine_record("big_m", 36864, 576, 37745, (2341, 37440, 2341, 37440)),
+             momentum=True, vel_axi_beats={"ar": 2304, "r": 36864, "aw": 2340, "w": 37440}),
         {"module": "other", "stream": "in", "case": "x", "words": 1, "cycles": 1}])
-    assert [e.case for e in runs] == ["big", "small"] and runs[0].r == 37440
+    assert [e.case for e in runs] == ["big", "small", "big_m"] and runs[0].r == 37440
+    assert runs[2].momentum and (runs[2].vel_r, runs[2].vel_w) == (36864, 37440)
     fmax, note = rtl_engines.ecp5_fmax("compress_engine", ecp5_json)
     assert fmax.mhz == 31.2 and "31.2 MHz" in note and "K_MAX=32" in note
     table = rtl_engines.compress_table()
     rtl_engines.add_compress_rows(table, "icarus", runs, fmax)
     rtl_engines.add_compress_rows(table, "verilator", runs, None)
     rows = parse_markdown_tables(table.to_markdown())[TITLES["rtl_engine"]]
-    assert len(rows) == 4
+    assert len(rows) == 6 and [r["momentum"] for r in rows[:3]] == ["no", "no", "yes"]
     check_engine_rows(rows)
+    with pytest.raises(AssertionError):       # a momentum row whose velocity port idled
+        check_engine_rows([dict(rows[2], **{"velocity R beats": "0"})])
     assert rows[0]["fp32 Gb/s at Fmax"] == fmt(31.2 * 36864 / 37739 * 0.032)
-    assert rows[2]["Fmax (MHz)"] == rows[2]["fp32 Gb/s at Fmax"] == rtl_engines.NO_FMAX
+    assert rows[3]["Fmax (MHz)"] == rows[3]["fp32 Gb/s at Fmax"] == rtl_engines.NO_FMAX
     json_rows = results.table_rows(4, table)
     assert json_rows[0]["labels"] == {"simulator": "icarus", "module": "compress_engine",
-                                      "case": "big"}
+                                      "case": "big", "momentum": "no"}
     assert json_rows[0]["metrics"]["R beats"] == 37440 and "Fmax (MHz)" in json_rows[0]["metrics"]
-    assert "Fmax (MHz)" not in json_rows[2]["metrics"]          # no figure: no number
+    assert "Fmax (MHz)" not in json_rows[3]["metrics"]          # no figure: no number
     broken = dict(rows[0], **{"elements/cycle": "0.5"})
     with pytest.raises(AssertionError):
         check_engine_rows([broken])
@@ -343,6 +352,11 @@ def test_engine_layers_are_real_conv_layers_of_the_workloads():
     meta, arrays = rtl_engines.engine_case(layers[1], 10.0, 0.01)
     assert meta["n"] == 2304 and meta["block_size"] == 144 and meta["k_eff"] == 1
     assert arrays["residual_in"].any()                # step 1's residual, not zeros
+    meta, arrays = rtl_engines.engine_momentum_case(layers[1], 10.0, 0.01)
+    assert "momentum" in meta["stages"] and meta["m_fix"] == 58982 and meta["masked"]
+    # step 1's residual and velocity: the velocity is zero exactly on step 1's sent block
+    assert arrays["residual_in"].any() and arrays["velocity_in"].any()
+    assert meta["name"].endswith("_momentum") and meta["k_eff"] == 1
 
 
 def _aggregate_record(case, clear, n, workers, frame_words, literals, cycles, beats):
@@ -408,8 +422,8 @@ def test_exchange_case_holds_workers_frames_of_a_real_layer():
 @pytest.mark.slow
 @pytest.mark.sim
 def test_engine_table_from_a_real_icarus_run(monkeypatch):
-    """Both engines through Icarus (~1 min): compress_engine on ResNet-20's 64x64x3x3 and
-    16x16x3x3 layers, aggregate_engine on 4 workers' frames of the latter; measured rows whose
+    """Both engines through Icarus (~2 min): compress_engine on ResNet-20's 64x64x3x3 (also
+    with momentum) and 16x16x3x3 layers, aggregate_engine on 4 workers' frames of the latter; measured rows whose
     ratios agree with their counts, and their speed rows in table 4b."""
     from gradblock.bench.context import BenchContext
     from gradblock.sim.harness import simulator_available
@@ -423,10 +437,12 @@ def test_engine_table_from_a_real_icarus_run(monkeypatch):
     comp, agg = rtl_engines.run(ctx, speed)
     assert not ctx.failures, ctx.failures
     rows = parse_markdown_tables(comp.to_markdown())[TITLES["rtl_engine"]]
-    assert len(_measured(rows)) == 2, rows
+    assert len(_measured(rows)) == 3, rows            # two layers, the larger also with momentum
     check_engine_rows(rows)
-    line_rate = next(r for r in rows if r["case"].endswith("64x64x3x3"))
-    assert _num(line_rate["elements/cycle"]) >= 0.95
+    for r in rows:
+        if "64x64x3x3" in r["case"]:
+            assert _num(r["elements/cycle"]) >= 0.95, r
+    assert [r["momentum"] for r in rows if "64x64x3x3" in r["case"]] == ["no", "yes"]
     rows = parse_markdown_tables(agg.to_markdown())[TITLES["rtl_aggregate"]]
     assert len(_measured(rows)) == 4, rows            # two exchanges, without and with clear
     check_aggregate_rows(rows)
