@@ -105,7 +105,7 @@ module aggregate_engine #(
     localparam int XW = (ADDR_W > 35) ? ADDR_W + 1 : 36;   // base + 8n without overflow
     localparam int DW = ADDR_W + 9;                         // burst: {addr, beats}
 
-    typedef enum logic [2:0] {IDLE, CHECK, CHECK2, CLEAR, FRAMES} state_t;
+    typedef enum logic [2:0] {IDLE, CHECK, CHECK2, CHECK3, CLEAR, FRAMES} state_t;
     state_t state;
     logic   in_clear, in_frames;  // state == CLEAR / FRAMES, as registers of their own
 
@@ -113,12 +113,13 @@ module aggregate_engine #(
     logic [31:0]       n_r, workers_r;
     logic [ADDR_W-1:0] base_r;
     logic              clear_r;
-    logic [XW-1:0]     sums_end;      // registered in CHECK, judged in CHECK2
-    logic              bad_cfg;
+    logic [XW-1:0]     sums_end;      // registered in CHECK, compared in CHECK2
+    logic              cfg_misaligned, cfg_no_workers, cfg_past_end;   // registered checks
+    logic              bad_cfg;       // judged in CHECK3, from the registered checks
 
     assign cfg_ready = state == IDLE;
     assign busy = state != IDLE;
-    assign bad_cfg = base_r[2:0] != 3'd0 || sums_end > (XW'(1) << ADDR_W) || workers_r == 32'd0;
+    assign bad_cfg = cfg_misaligned || cfg_past_end || cfg_no_workers;
 
     always_ff @(posedge clk) begin
         if (cfg_valid && cfg_ready) begin
@@ -298,23 +299,62 @@ module aggregate_engine #(
         .rd_data(lenq_head), .full(lenq_full), .empty(lenq_empty)
     );
 
-    // a sum in the read FIFO always has its literal in the literal FIFO already (the literal
-    // was queued before its burst was even formed), so lit_empty need not gate W
-    // wlast and the burst queue's pop come from registers, not from a compare with its head
-    assign w_load = !lenq_empty && (!w_active || (w_fire && w_last_r));
-    assign m_axi_wvalid = w_active && (in_clear || !rd_empty);
-    assign m_axi_wdata = in_clear ? 64'd0
-                       : rd_head + {{32{lit_head[31]}}, lit_head};
+    // A W beat takes three registered steps: the FIFO heads into stage A (yosys merges it into
+    // the block RAM's read, whose clock-to-out is ~4.3 ns), A into plain registers (C: the
+    // RAM output goes straight to their data inputs, no mux in front), then
+    // sum + literal into a register slice that drives W. So the FIFOs' pops (and the read
+    // FIFO's block RAM address behind them) depend on registers only, never on wready, and
+    // neither the RAM read nor the 64-bit add shares a cycle with another path or a port.
+    // A sum in the read FIFO always has its literal in the literal FIFO already (the literal
+    // was queued before its burst was even formed), so lit_empty need not gate a beat.
+    // wlast and the burst queue's pop come from registers, not from a compare with its head.
+    logic        wb_take;           // a beat moves from the FIFO heads into stage A
+    logic        wa_valid, wa_last, wa_zero, wc_ready, wc_valid, wc_last, wc_zero, wb_ready;
+    logic [63:0] wa_sum, wc_sum;
+    logic [31:0] wa_lit, wc_lit;
+    assign wb_take = w_active && (in_clear || !rd_empty) && (!wa_valid || wc_ready);
+    assign w_load = !lenq_empty && (!w_active || (wb_take && w_last_r));
+
+    always_ff @(posedge clk) begin
+        if (rst) wa_valid <= 1'b0;
+        else if (wb_take) wa_valid <= 1'b1;
+        else if (wc_ready) wa_valid <= 1'b0;
+        if (wb_take) begin
+            wa_last <= w_last_r;
+            wa_zero <= in_clear;
+            wa_sum <= rd_head;
+            wa_lit <= lit_head;
+        end
+    end
+
+    assign wc_ready = !wc_valid || wb_ready;
+    always_ff @(posedge clk) begin
+        if (rst) wc_valid <= 1'b0;
+        else if (wc_ready) wc_valid <= wa_valid;
+        if (wc_ready && wa_valid) begin
+            wc_last <= wa_last;
+            wc_zero <= wa_zero;
+            wc_sum <= wa_sum;
+            wc_lit <= wa_lit;
+        end
+    end
+
+    axis_skid_buffer #(.W(65)) u_w_slice (
+        .clk, .rst,
+        .s_data({wc_last, wc_zero ? 64'd0 : wc_sum + {{32{wc_lit[31]}}, wc_lit}}),
+        .s_valid(wc_valid), .s_ready(wb_ready),
+        .m_data({m_axi_wlast, m_axi_wdata}), .m_valid(m_axi_wvalid), .m_ready(m_axi_wready)
+    );
     assign m_axi_wstrb = 8'hFF;
-    assign m_axi_wlast = w_last_r;
     assign w_fire = m_axi_wvalid && m_axi_wready;
-    assign rd_pop = w_fire && in_frames;
+    assign rd_pop = wb_take && in_frames;
     assign lit_pop = rd_pop;
     assign m_axi_bready = 1'b1;
     assign b_fire = m_axi_bvalid;
 
     logic mem_idle;
-    assign mem_idle = !bf_open && desc_empty && !ar_slot_valid && awd_empty && lenq_empty && !w_active && lit_empty && rd_empty
+    assign mem_idle = !bf_open && desc_empty && !ar_slot_valid && awd_empty && lenq_empty && !w_active
+                    && !wa_valid && !wc_valid && !m_axi_wvalid && lit_empty && rd_empty
                     && rd_room == (RD_FIFO_AW + 1)'(RD_DEPTH) && b_none;
 
     // ---- frame end and the checks across workers --------------------------------------------
@@ -407,9 +447,15 @@ module aggregate_engine #(
                 end
                 CHECK: begin
                     sums_end <= XW'(base_r) + XW'({n_r, 3'b000});
+                    cfg_misaligned <= base_r[2:0] != 3'd0;
+                    cfg_no_workers <= workers_r == 32'd0;
                     state <= CHECK2;
                 end
                 CHECK2: begin
+                    cfg_past_end <= sums_end > (XW'(1) << ADDR_W);
+                    state <= CHECK3;
+                end
+                CHECK3: begin
                     frame_bad <= 1'b0;
                     tlast_in <= 1'b0;
                     dec_done_seen <= 1'b0;
@@ -434,7 +480,8 @@ module aggregate_engine #(
                     end
                 end
                 CLEAR: begin
-                    if (clr_left == 32'd0 && lenq_empty && !w_active && b_none) begin
+                    if (clr_left == 32'd0 && lenq_empty && !w_active && !wa_valid && !wc_valid
+                        && !m_axi_wvalid && b_none) begin
                         state <= FRAMES;
                         in_clear <= 1'b0;
                         in_frames <= 1'b1;
@@ -518,7 +565,7 @@ module aggregate_engine #(
                 w_active <= 1'b1;
                 w_rem <= lenq_head;
                 w_last_r <= lenq_head == 9'd1;
-            end else if (w_fire) begin
+            end else if (wb_take) begin
                 if (w_last_r) w_active <= 1'b0;
                 w_rem <= w_rem - 9'd1;
                 w_last_r <= w_rem == 9'd2;
