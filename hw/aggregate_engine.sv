@@ -20,8 +20,9 @@
 //   clear      with cfg_clear the n sums are zeroed with write bursts before the first frame.
 //   timing     150 MHz on an ECP5 (docs/hw.md): a register slice between the decoder and the
 //              burst gathering (a beat's `!= 0` computed on its way in), the W burst length and
-//              wlast from registers, the frame-end (idle) test and the cross-worker header
-//              compares registered, CLEAR / FRAMES as flags of their own.
+//              wlast from registers, W data in three registered steps (FIFO heads, block RAM
+//              output, sum), the frame-end (idle) test, the cross-worker header compares and
+//              the configuration check (three cycles) registered, CLEAR / FRAMES as flags.
 //
 // Errors (err_code, 5 bits; gradblock_pkg): 1..14 the decoder's FRAME_ERR_* for the frame of
 // worker err_worker (err_word = the word index codec.zrle names); AGG_ERR_RANGE_MISMATCH /
