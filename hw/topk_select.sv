@@ -150,14 +150,14 @@ module topk_select #(
         norm3 <= norm2;
         idx3 <= idx2;
         last3 <= last2;
-        if (accept) begin
-            norm2 <= s_tdata[63:0];
-            idx2 <= s_tdata[95:64];
-            last2 <= s_tlast;
-            cmp2 <= cmp_now;
-            cmp2_by2 <= halves(norm2, idx2, s_tdata[63:0], s_tdata[95:64]);
-            cmp2_by3 <= halves(norm3, idx3, s_tdata[63:0], s_tdata[95:64]);
-        end
+        // loaded every cycle, no clock enable (`accept` would reach ~100 + 3 K_MAX of them
+        // across the block): a bubble's data is never used, its keep3 is all ones
+        norm2 <= s_tdata[63:0];
+        idx2 <= s_tdata[95:64];
+        last2 <= s_tlast;
+        cmp2 <= cmp_now;
+        cmp2_by2 <= halves(norm2, idx2, s_tdata[63:0], s_tdata[95:64]);
+        cmp2_by3 <= halves(norm3, idx3, s_tdata[63:0], s_tdata[95:64]);
     end
 
     // stage 3: insert (write3, take3), or move every index up one as slot 0's leaves (pairs and
