@@ -13,6 +13,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="the DDP hook needs torch")
 import torch.distributed as dist  # noqa: E402
 
+from own_process import one_rank_gloo_group, run_in_own_process  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = [pytest.mark.torch]
@@ -88,17 +90,17 @@ def test_ddp_flag_outside_torchrun_is_a_clear_error(monkeypatch, capsys):
 
 
 # ------------------------------------------------------------------------------ in one process
-# A one-rank gloo group in the test process: the hook's future chain, its error path,
-# timing and state_dict, without starting torchrun.
+# A one-rank gloo group: the hook's future chain, its error path, timing and state_dict,
+# without starting torchrun. Each case runs in its own interpreter (tests/own_process.py):
+# gloo's threads must not outlive it inside the pytest worker.
 
-@pytest.fixture
-def one_rank_group(tmp_path):
-    if dist.is_initialized():
-        pytest.skip("a process group is already initialised in this process")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
-                            world_size=1)
-    yield
-    dist.destroy_process_group()
+IN_ONE_PROCESS = ["future_decodes", "times_itself_only_when_asked", "state_dict_resumes",
+                  "decode_error_keeps_its_class"]
+
+
+@pytest.mark.parametrize("case", IN_ONE_PROCESS)
+def test_hook_in_a_one_rank_group(case):
+    run_in_own_process("test_ddp_hook", f"case_{case}")
 
 
 def _hooked(name="coarse", seed=0, **kw):
@@ -131,87 +133,91 @@ def _train(model, ddp, state, seeds):
     return grads
 
 
-def test_hook_returns_a_future_that_decodes(one_rank_group):
+def case_future_decodes():
     """The hook hands DDP a Future chained on the all_gather, whose value is the bucket's
     averaged gradient; training through it gives the bits of the registered hook."""
-    from gradblock.shim.compressors import build_compressor, layers_of
-    from gradblock.shim.ddp_check import make_model
-    from gradblock.shim.hook import GradblockHookState, gradblock_hook
-    model, ddp, state = _hooked()
-    _train(model, ddp, state, [1, 2])          # step 2 runs on DDP's rebuilt (tiny) buckets
-    spied = make_model("cpu")
-    spied_ddp = torch.nn.parallel.DistributedDataParallel(spied, bucket_cap_mb=0.001)
-    spied_state = GradblockHookState(build_compressor("coarse", layers_of(spied), 1, k=2),
-                                     spied_ddp, spied_ddp.process_group)
-    futures = []
+    with one_rank_gloo_group():
+        from gradblock.shim.compressors import build_compressor, layers_of
+        from gradblock.shim.ddp_check import make_model
+        from gradblock.shim.hook import GradblockHookState, gradblock_hook
+        model, ddp, state = _hooked()
+        _train(model, ddp, state, [1, 2])          # step 2 runs on DDP's rebuilt (tiny) buckets
+        spied = make_model("cpu")
+        spied_ddp = torch.nn.parallel.DistributedDataParallel(spied, bucket_cap_mb=0.001)
+        spied_state = GradblockHookState(build_compressor("coarse", layers_of(spied), 1, k=2),
+                                         spied_ddp, spied_ddp.process_group)
+        futures = []
 
-    def spy(st, bucket):
-        fut = gradblock_hook(st, bucket)
-        futures.append((fut, bucket.buffer()))
-        return fut
+        def spy(st, bucket):
+            fut = gradblock_hook(st, bucket)
+            futures.append((fut, bucket.buffer()))
+            return fut
 
-    # DDP checks real annotations (this module's are strings: __future__ annotations)
-    spy.__annotations__ = dict(gradblock_hook.__annotations__)
+        # DDP checks real annotations (this module's are strings: __future__ annotations)
+        spy.__annotations__ = dict(gradblock_hook.__annotations__)
 
-    spied_ddp.register_comm_hook(spied_state, spy)
-    _train(spied, spied_ddp, spied_state, [1, 2])
-    assert len(futures) > 2                               # tiny buckets: several per step
-    for fut, buffer in futures:
-        assert callable(getattr(fut, "then", None)) and fut.done()     # a torch future
-        assert fut.value() is buffer or torch.equal(fut.value(), buffer)
-    for a, b in zip(model.parameters(), spied.parameters()):
-        assert torch.equal(a, b)
-
-
-def test_hook_times_itself_only_when_asked(one_rank_group):
-    model, ddp, state = _hooked()
-    _train(model, ddp, state, [1])
-    assert state.times.compress_s >= 0 and state.times.exchange_s == 0.0
-    model, ddp, state = _hooked(timed=True)
-    _train(model, ddp, state, [1])
-    assert state.times.exchange_s > 0.0
-    assert state.stats.bytes_sent > 0 and state.padded_bytes >= state.stats.bytes_sent
+        spied_ddp.register_comm_hook(spied_state, spy)
+        _train(spied, spied_ddp, spied_state, [1, 2])
+        assert len(futures) > 2                               # tiny buckets: several per step
+        for fut, buffer in futures:
+            assert callable(getattr(fut, "then", None)) and fut.done()     # a torch future
+            assert fut.value() is buffer or torch.equal(fut.value(), buffer)
+        for a, b in zip(model.parameters(), spied.parameters()):
+            assert torch.equal(a, b)
 
 
-def test_hook_state_dict_resumes_bit_identically(one_rank_group):
+def case_times_itself_only_when_asked():
+    with one_rank_gloo_group():
+        model, ddp, state = _hooked()
+        _train(model, ddp, state, [1])
+        assert state.times.compress_s >= 0 and state.times.exchange_s == 0.0
+        model, ddp, state = _hooked(timed=True)
+        _train(model, ddp, state, [1])
+        assert state.times.exchange_s > 0.0
+        assert state.stats.bytes_sent > 0 and state.padded_bytes >= state.stats.bytes_sent
+
+
+def case_state_dict_resumes():
     """PowerSGD's pattern: state_dict() after two steps, load_state_dict() into a fresh hook on
     a copy of the model; the next step's gradients are the same bits as the original's."""
-    from gradblock.shim.state import CheckpointError
-    model, ddp, state = _hooked()
-    _train(model, ddp, state, [1, 2])
-    saved = state.state_dict()
-    assert saved["workers"][0]["steps"] and saved["config"] == state.compressor.config()
-    model2, ddp2, state2 = _hooked()
-    model2.load_state_dict(model.state_dict())
-    state2.load_state_dict(saved)
-    a = _train(model, ddp, state, [3])
-    b = _train(model2, ddp2, state2, [3])
-    for ga, gb in zip(a[0], b[0]):
-        assert torch.equal(ga, gb)
-    fresh_model, fresh_ddp, fresh = _hooked()
-    fresh_model.load_state_dict(model.state_dict())
-    c = _train(fresh_model, fresh_ddp, fresh, [3])          # without the residuals: differs
-    assert any(not torch.equal(ga, gc) for ga, gc in zip(a[0], c[0]))
-    _, _, other = _hooked("topk")
-    with pytest.raises(CheckpointError, match="differs"):
-        other.load_state_dict(saved)
-    broken = {**saved, "workers": {0: {"layers": {}, "steps": saved["workers"][0]["steps"]}}}
-    with pytest.raises(CheckpointError, match="no state for layer"):
-        state2.load_state_dict(broken)
+    with one_rank_gloo_group():
+        from gradblock.shim.state import CheckpointError
+        model, ddp, state = _hooked()
+        _train(model, ddp, state, [1, 2])
+        saved = state.state_dict()
+        assert saved["workers"][0]["steps"] and saved["config"] == state.compressor.config()
+        model2, ddp2, state2 = _hooked()
+        model2.load_state_dict(model.state_dict())
+        state2.load_state_dict(saved)
+        a = _train(model, ddp, state, [3])
+        b = _train(model2, ddp2, state2, [3])
+        for ga, gb in zip(a[0], b[0]):
+            assert torch.equal(ga, gb)
+        fresh_model, fresh_ddp, fresh = _hooked()
+        fresh_model.load_state_dict(model.state_dict())
+        c = _train(fresh_model, fresh_ddp, fresh, [3])          # without the residuals: differs
+        assert any(not torch.equal(ga, gc) for ga, gc in zip(a[0], c[0]))
+        _, _, other = _hooked("topk")
+        with pytest.raises(CheckpointError, match="differs"):
+            other.load_state_dict(saved)
+        broken = {**saved, "workers": {0: {"layers": {}, "steps": saved["workers"][0]["steps"]}}}
+        with pytest.raises(CheckpointError, match="no state for layer"):
+            state2.load_state_dict(broken)
 
 
-def test_decode_error_in_the_callback_keeps_its_class(one_rank_group):
+def case_decode_error_keeps_its_class():
     """DDP reports a callback's exception as RuntimeError; backward() re-raises the original."""
-    from gradblock.codec import errors as E
+    with one_rank_gloo_group():
+        from gradblock.codec import errors as E
 
-    def flip_last_crc(message, layers, sender):
-        out = message.clone()
-        out[-1] ^= 1
-        return out
+        def flip_last_crc(message, layers, sender):
+            out = message.clone()
+            out[-1] ^= 1
+            return out
 
-    model, ddp, state = _hooked(outgoing_filter=flip_last_crc)
-    with pytest.raises(E.CrcMismatchError, match="peer rank 0, layer"):
-        _train(model, ddp, state, [1])
+        model, ddp, state = _hooked(outgoing_filter=flip_last_crc)
+        with pytest.raises(E.CrcMismatchError, match="peer rank 0, layer"):
+            _train(model, ddp, state, [1])
 
 
 @pytest.mark.slow

@@ -21,6 +21,7 @@ from gradblock.shim.optim import GlobalMomentumSGD  # noqa: E402
 from gradblock.shim.workers import SimulatedCluster  # noqa: E402
 
 from cli_helpers import run  # noqa: E402
+from own_process import one_rank_gloo_group, run_in_own_process  # noqa: E402
 
 pytestmark = [pytest.mark.torch]
 
@@ -207,15 +208,17 @@ def test_cli_refuses_a_bad_plan_file(tmp_path, capsys, mangle, message):
 
 # ------------------------------------------------------------------------------ the DDP hook
 
-@pytest.fixture
-def one_rank_group(tmp_path):
+# In a one-rank gloo group, each case in its own interpreter (tests/own_process.py): gloo's
+# threads must not outlive it inside the pytest worker.
+IN_ONE_PROCESS = [("merged_equals_plain", "0.001"), ("merged_equals_plain", "25.0"),
+                  ("merged_state_dict_resumes",), ("merged_decode_error_keeps_its_class",)]
+
+
+@pytest.mark.parametrize("case", IN_ONE_PROCESS, ids=lambda c: "-".join(c))
+def test_merged_hook_in_a_one_rank_group(case):
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("torch.distributed with gloo is not available")
-    if dist.is_initialized():
-        pytest.skip("a process group is already initialised in this process")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
+    run_in_own_process("test_merge_apply", f"case_{case[0]}", *case[1:])
 
 
 def _ddp_run(groups, seeds, cap=0.001, name="coarse", state_in=None, filt=None):
@@ -242,50 +245,53 @@ def _ddp_run(groups, seeds, cap=0.001, name="coarse", state_in=None, filt=None):
     return model, state
 
 
-@pytest.mark.parametrize("cap", [0.001, 25.0])
-def test_merged_hook_equals_plain_hook_in_one_process(one_rank_group, cap):
+def case_merged_equals_plain(cap: str):
     """Tiny buckets (groups spanning buckets) and one big bucket (a bucket spanning every
     group): the bits of the plain hook; one compress call per group per step."""
-    import gradblock.shim.hook as mh            # the hook state's send() makes the compress call
-    plain, _ = _ddp_run(None, [1, 2, 3], cap)
-    for seed in range(3):
-        groups = _random_groups(8, seed)
-        calls = []
-        real = mh.encode_group
-        mh.encode_group = lambda c, layers, g, ws: calls.append(len(layers)) or real(c, layers, g, ws)
-        try:
-            merged, state = _ddp_run(groups, [1, 2, 3], cap)
-        finally:
-            mh.encode_group = real
-        assert sorted(calls) == sorted([len(g) for g in groups] * 3)
-        assert all(torch.equal(a, b) for a, b in zip(plain.parameters(), merged.parameters()))
-        assert state.stats.bytes_sent > 0 and state.padded_bytes >= state.stats.bytes_sent
-        if len(groups) > 1 and cap == 25.0:
-            assert state.max_groups_per_bucket == len(groups)
+    cap = float(cap)
+    with one_rank_gloo_group():
+        import gradblock.shim.hook as mh            # the hook state's send() makes the compress call
+        plain, _ = _ddp_run(None, [1, 2, 3], cap)
+        for seed in range(3):
+            groups = _random_groups(8, seed)
+            calls = []
+            real = mh.encode_group
+            mh.encode_group = lambda c, layers, g, ws: calls.append(len(layers)) or real(c, layers, g, ws)
+            try:
+                merged, state = _ddp_run(groups, [1, 2, 3], cap)
+            finally:
+                mh.encode_group = real
+            assert sorted(calls) == sorted([len(g) for g in groups] * 3)
+            assert all(torch.equal(a, b) for a, b in zip(plain.parameters(), merged.parameters()))
+            assert state.stats.bytes_sent > 0 and state.padded_bytes >= state.stats.bytes_sent
+            if len(groups) > 1 and cap == 25.0:
+                assert state.max_groups_per_bucket == len(groups)
 
 
-def test_merged_hook_state_dict_resumes_bit_identically(one_rank_group):
-    groups = [[7, 6, 5], [4, 3], [2, 1, 0]]
-    model, state = _ddp_run(groups, [1, 2])
-    saved = (model.state_dict(), state.state_dict())
-    assert set(saved[1]["workers"][0]["layers"]) == set(range(8))       # residuals per layer
-    _, cont = _ddp_run(groups, [1, 2, 3])
-    _, resumed = _ddp_run(groups, [3], state_in=saved)      # the optimiser's momentum is not
-    _, fresh = _ddp_run(groups, [3], state_in=(saved[0], None))   # in it: compare gradients
-    assert all(torch.equal(a, b) for a, b in zip(cont.last_grads, resumed.last_grads))
-    assert any(not torch.equal(a, b) for a, b in zip(cont.last_grads, fresh.last_grads))
+def case_merged_state_dict_resumes():
+    with one_rank_gloo_group():
+        groups = [[7, 6, 5], [4, 3], [2, 1, 0]]
+        model, state = _ddp_run(groups, [1, 2])
+        saved = (model.state_dict(), state.state_dict())
+        assert set(saved[1]["workers"][0]["layers"]) == set(range(8))       # residuals per layer
+        _, cont = _ddp_run(groups, [1, 2, 3])
+        _, resumed = _ddp_run(groups, [3], state_in=saved)      # the optimiser's momentum is not
+        _, fresh = _ddp_run(groups, [3], state_in=(saved[0], None))   # in it: compare gradients
+        assert all(torch.equal(a, b) for a, b in zip(cont.last_grads, resumed.last_grads))
+        assert any(not torch.equal(a, b) for a, b in zip(cont.last_grads, fresh.last_grads))
 
 
-def test_merged_hook_decode_error_keeps_its_class(one_rank_group):
-    from gradblock.codec import errors as E
+def case_merged_decode_error_keeps_its_class():
+    with one_rank_gloo_group():
+        from gradblock.codec import errors as E
 
-    def flip_last_crc(message, layers, sender):
-        out = message.clone()
-        out[-1] ^= 1
-        return out
+        def flip_last_crc(message, layers, sender):
+            out = message.clone()
+            out[-1] ^= 1
+            return out
 
-    with pytest.raises(E.CrcMismatchError, match="peer rank 0, layer"):
-        _ddp_run([[7, 6, 5], [4, 3, 2, 1, 0]], [1], filt=flip_last_crc)
+        with pytest.raises(E.CrcMismatchError, match="peer rank 0, layer"):
+            _ddp_run([[7, 6, 5], [4, 3, 2, 1, 0]], [1], filt=flip_last_crc)
 
 
 def test_plans_over_gloo_equal_no_plan_and_simulation():
