@@ -245,7 +245,9 @@ module compress_engine #(
     localparam int CW = (RES_FIFO_AW + 2 > 10) ? RES_FIFO_AW + 2 : 10;
     logic [CW-1:0] res_inflight;      // words requested and not yet taken from the FIFO
     logic        res_push, res_pop, res_full, res_empty;
-    logic [31:0] res_head;
+    logic [31:0] res_fifo_head;
+    logic        rsk_ready, rsk_valid, rsk_take;   // the skid buffer after the FIFO
+    logic [31:0] res_head;                          // its output register: the next r
     logic [31:0] rd_got;              // pass 2: words received
 
     burst_walker #(.ADDR_W(ADDR_W), .MAX_BURST(MAX_BURST)) u_ar_walk (
@@ -255,8 +257,13 @@ module compress_engine #(
         .req_elems(ar_elems), .done(ar_done)
     );
 
-    // credits: a burst goes out only when the FIFO has room for all of it, so R never stalls
-    assign m_axi_arvalid = ar_req && res_inflight + CW'(ar_len) <= CW'(RES_DEPTH);
+    // credits: a burst goes out only when the FIFO has room for all of it, so R never stalls.
+    // The compare is registered: while a burst waits its length is steady and the credits only
+    // come back, so a one-cycle-old yes still holds (a burst waits one cycle more)
+    logic ar_room;
+    always_ff @(posedge clk)
+        ar_room <= ar_req && !ar_fire && res_inflight + CW'(ar_len) <= CW'(RES_DEPTH);
+    assign m_axi_arvalid = ar_req && ar_room;
     assign ar_fire = m_axi_arvalid && m_axi_arready;
     assign m_axi_arid = 1'b0;
     assign m_axi_arlen = 8'(ar_len - 9'd1);
@@ -267,7 +274,17 @@ module compress_engine #(
 
     sync_fifo #(.W(32), .AW(RES_FIFO_AW)) u_res_fifo (
         .clk, .rst, .clear(1'b0), .push(res_push), .wr_data(m_axi_rdata), .pop(res_pop),
-        .rd_data(res_head), .full(res_full), .empty(res_empty)
+        .rd_data(res_fifo_head), .full(res_full), .empty(res_empty)
+    );
+
+    // a two-entry skid buffer after the FIFO: the pop depends only on the FIFO's `empty` and
+    // the skid's registered ready (two flops side by side), not on the consumer far away. The
+    // credits count a word as taken when it leaves the FIFO: in flight + in the FIFO stays
+    // <= RES_DEPTH, so rready never stalls; the skid's two words are beyond the count
+    assign res_pop = !res_empty && rsk_ready;
+    axis_skid_buffer #(.W(32)) u_res_skid (
+        .clk, .rst, .s_data(res_fifo_head), .s_valid(!res_empty), .s_ready(rsk_ready),
+        .m_data(res_head), .m_valid(rsk_valid), .m_ready(rsk_take)
     );
 
     // ---- velocity reads (momentum, pass 1 only): AR walker over [0, n), FIFO, credits -------
@@ -276,7 +293,9 @@ module compress_engine #(
     logic  [8:0] var_len, vaw_len;
     logic [CW-1:0] vel_inflight;      // velocity words requested and not yet taken
     logic        vel_push, vel_pop, vel_full, vel_empty;
-    logic [31:0] vel_head;
+    logic [31:0] vel_fifo_head;
+    logic        vsk_ready, vsk_valid, vsk_take;   // the skid buffer after the FIFO
+    logic [31:0] vel_head;                          // its output register: the next u
 
     assign var_count = (mom_r && !phase2 && n_r != 32'd0) ? 32'd1 : 32'd0;
 
@@ -287,7 +306,10 @@ module compress_engine #(
         .req_elems(var_elems), .done(var_done)
     );
 
-    assign m_axi_vel_arvalid = var_req && vel_inflight + CW'(var_len) <= CW'(RES_DEPTH);
+    logic var_room;                   // registered, as ar_room
+    always_ff @(posedge clk)
+        var_room <= var_req && !var_fire && vel_inflight + CW'(var_len) <= CW'(RES_DEPTH);
+    assign m_axi_vel_arvalid = var_req && var_room;
     assign var_fire = m_axi_vel_arvalid && m_axi_vel_arready;
     assign m_axi_vel_arid = 1'b0;
     assign m_axi_vel_arlen = 8'(var_len - 9'd1);
@@ -298,7 +320,13 @@ module compress_engine #(
 
     sync_fifo #(.W(32), .AW(RES_FIFO_AW)) u_vel_fifo (
         .clk, .rst, .clear(1'b0), .push(vel_push), .wr_data(m_axi_vel_rdata), .pop(vel_pop),
-        .rd_data(vel_head), .full(vel_full), .empty(vel_empty)
+        .rd_data(vel_fifo_head), .full(vel_full), .empty(vel_empty)
+    );
+
+    assign vel_pop = !vel_empty && vsk_ready;    // as the residual's
+    axis_skid_buffer #(.W(32)) u_vel_skid (
+        .clk, .rst, .s_data(vel_fifo_head), .s_valid(!vel_empty), .s_ready(vsk_ready),
+        .m_data(vel_head), .m_valid(vsk_valid), .m_ready(vsk_take)
     );
 
     // bursts are counted by beats (rlast); only resp[1] (SLVERR/DECERR) matters; the AR
@@ -311,16 +339,26 @@ module compress_engine #(
 
     // ---- pass 1: gradient + residual -> quantiser -> ef_add -> write-back, norms, select ----
     logic [31:0] in_left;             // gradient elements still to take
-    logic        in_open, in_last, q_s_valid, q_s_ready, p1_pop;
+    logic        in_more, in_last;    // registered: in_left != 0, in_left == 1
+    logic        in_open, j_valid, j_ready, p1_pop, q_s_valid, q_s_ready, q_s_last;
+    logic [95:0] q_s_data;            // {u, r, g}
 
     logic        words_in;            // the residual word (and velocity word) of the element
-    assign in_open = state == PASS1 && in_left != 32'd0;
-    assign in_last = in_left == 32'd1;
-    assign words_in = !res_empty && (!mom_r || !vel_empty);
-    assign q_s_valid = s_grad_tvalid && in_open && words_in;
-    assign s_grad_tready = in_open && q_s_ready && words_in;
-    assign p1_pop = q_s_valid && q_s_ready;
-    assign vel_pop = p1_pop && mom_r;
+    assign in_open = state == PASS1 && in_more;
+    assign words_in = rsk_valid && (!mom_r || vsk_valid);
+    // the join takes gradient, r and u together into a register slice (its ready a flop), so
+    // the take decision depends on flops only, not on the quantiser's stage enable
+    assign j_valid = s_grad_tvalid && in_open && words_in;
+    assign s_grad_tready = in_open && j_ready && words_in;
+    assign p1_pop = j_valid && j_ready;
+    assign vsk_take = p1_pop && mom_r;
+
+    axis_skid_buffer #(.W(97)) u_join_slice (
+        .clk, .rst,
+        .s_data({in_last, vel_head, res_head, s_grad_tdata}), .s_valid(j_valid),
+        .s_ready(j_ready),
+        .m_data({q_s_last, q_s_data}), .m_valid(q_s_valid), .m_ready(q_s_ready)
+    );
 
     logic [31:0] q_tdata, q_resid, q_vel;
     logic  [1:0] q_flags;
@@ -330,8 +368,8 @@ module compress_engine #(
     quantiser #(.UW(64)) u_quantiser (
         .clk, .rst,
         .cfg_m(m_r), .cfg_k(ks_r), .cfg_range_bits(rb_r),
-        .s_tdata(s_grad_tdata), .s_tuser({vel_head, res_head}), .s_tvalid(q_s_valid),
-        .s_tready(q_s_ready), .s_tlast(in_last),
+        .s_tdata(q_s_data[31:0]), .s_tuser(q_s_data[95:32]), .s_tvalid(q_s_valid),
+        .s_tready(q_s_ready), .s_tlast(q_s_last),
         .m_tdata(q_tdata), .m_tuser({q_vel, q_resid, q_flags}), .m_tvalid(q_tvalid),
         .m_tready(q_tready), .m_tlast(q_tlast)
     );
@@ -509,8 +547,15 @@ module compress_engine #(
     // pass 2 writes zeros over words already read, never ahead of the reads; the compare is
     // registered (a burst's fields are steady while it waits, and rd_got only grows, so a
     // one-cycle-old yes still holds)
-    logic aw_read_ok;
-    always_ff @(posedge clk) aw_read_ok <= aw_req && !aw_fire && aw_elems + {23'd0, aw_len} <= rd_got;
+    // (the sum is registered first, so the compare takes it one cycle later: aw_waited says
+    // the burst was already waiting then, so the sum is this burst's)
+    logic aw_read_ok, aw_waited;
+    logic [31:0] aw_need;             // elements this burst and the ones before it cover
+    always_ff @(posedge clk) begin
+        aw_need <= aw_elems + {23'd0, aw_len};
+        aw_waited <= aw_req && !aw_fire;
+        aw_read_ok <= aw_req && !aw_fire && aw_waited && aw_need <= rd_got;
+    end
     assign m_axi_awvalid = aw_req && !lenq_full && (!phase2 || aw_read_ok);
     assign aw_fire = m_axi_awvalid && m_axi_awready;
     assign m_axi_awid = 1'b0;
@@ -587,6 +632,8 @@ module compress_engine #(
     cons_t       c_state;
     logic [31:0] c_idx, c_pos, c_start, c_end, c_gap, c_left;
     logic        c_has;          // c_idx < k_eff: a block follows the gap
+    logic        c_gap_nz;       // registered c_gap != 0
+    logic        c_left_one;     // registered c_left == 1
     logic [31:0] enc_data, enc_count;
     logic        enc_valid, enc_ready, enc_take, enc_cfg_valid, enc_cfg_ready, frame_done;
 
@@ -596,16 +643,16 @@ module compress_engine #(
         enc_count = 32'd1;
         if (state == PASS2) begin
             if (c_state == C_GAP) begin
-                enc_valid = c_gap != 32'd0;
+                enc_valid = c_gap_nz;
                 enc_data = 32'd0;
                 enc_count = c_gap;
             end else if (c_state == C_LIT) begin
-                enc_valid = !res_empty;
+                enc_valid = rsk_valid;
             end
         end
     end
     assign enc_take = enc_valid && enc_ready;
-    assign res_pop = phase2 ? (enc_take && c_state == C_LIT) : p1_pop;
+    assign rsk_take = phase2 ? (enc_take && c_state == C_LIT) : p1_pop;
     assign enc_cfg_valid = state == ENC_CFG;
 
     zrle_run_encoder #(.LMAX_LOG2_MAX(LMAX_LOG2_MAX)) u_encoder (
@@ -669,6 +716,8 @@ module compress_engine #(
                     end
                     phase2 <= 1'b0;
                     in_left <= n_r;
+                    in_more <= n_r != 32'd0;
+                    in_last <= n_r == 32'd1;
                     topk_done <= n_r == 32'd0;
                     prep_rd <= '0;
                     frame_done <= 1'b0;
@@ -698,6 +747,8 @@ module compress_engine #(
             if (sel_tvalid && sel_tlast) topk_done <= 1'b1;
             if (s_grad_tvalid && s_grad_tready) begin
                 in_left <= in_left - 32'd1;
+                in_more <= !in_last;
+                in_last <= in_left == 32'd2;
                 if (s_grad_tlast != in_last) err_code <= gradblock_pkg::ENGINE_ERR_TLAST_MISPLACED;
             end
             if (q_tvalid && q_tready) begin
@@ -730,16 +781,19 @@ module compress_engine #(
                     end
                     C_PREP: begin
                         c_gap <= (c_has ? c_start : n_r) - c_pos;
+                        c_gap_nz <= (c_has ? c_start : n_r) != c_pos;
                         c_left <= c_end - c_start;
+                        c_left_one <= c_end - c_start == 32'd1;
                         c_state <= C_GAP;
                     end
-                    C_GAP: if (c_gap == 32'd0 || enc_take) begin
+                    C_GAP: if (!c_gap_nz || enc_take) begin
                         c_pos <= c_end;
                         c_state <= c_has ? C_LIT : C_END;
                     end
                     C_LIT: if (enc_take) begin
                         c_left <= c_left - 32'd1;
-                        if (c_left == 32'd1) begin
+                        c_left_one <= c_left == 32'd2;
+                        if (c_left_one) begin
                             c_idx <= c_idx + 32'd1;
                             c_state <= C_SEL;
                         end
