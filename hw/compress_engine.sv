@@ -476,9 +476,12 @@ module compress_engine #(
     logic [SW:0]         prep_rd;       // slot read this cycle
     logic                prep_rd_valid, prep_rd_last;
     logic [31:0]         prep_index;
+    logic [31:0]         prep_pick;     // list_pick: blocks[slot read a cycle ago]
+    logic                prep_rd_v0, prep_rd_l0;   // {valid, last} of the slot read a cycle ago
+    logic [SW-1:0]       prep_rd_s0;               // ... and its number
     logic [63:0]         prep_product;
-    // delay line beside the multiply: {valid, last} of the slot read 1..6 cycles ago, the
-    // slot number 1..5 cycles ago
+    // delay line beside the multiply: {valid, last} of the slot read 2..7 cycles ago, the
+    // slot number 2..6 cycles ago (the read takes two cycles: list_pick, then prep_index)
     localparam int PD = 6;
     logic [PD:1]         prep_v, prep_l;
     logic [SW-1:0]       prep_s [PD-1:1];
@@ -503,11 +506,17 @@ module compress_engine #(
 
     mul32_pipe u_start_mul (.clk, .a(prep_index), .b(bs_r), .p(prep_product));
 
+    list_pick #(.K(K_MAX)) u_prep_pick (.clk, .list(blocks), .idx(prep_rd[SW-1:0]),
+        .use_list(1'b1), .dflt(32'd0), .pick(prep_pick));
+
     always_ff @(posedge clk) begin
-        prep_index <= blocks[32*prep_rd[SW-1:0] +: 32];
-        prep_v <= {prep_v[PD-1:1], prep_rd_valid};
-        prep_l <= {prep_l[PD-1:1], prep_rd_last};
-        prep_s[1] <= prep_rd[SW-1:0];
+        prep_rd_v0 <= prep_rd_valid;
+        prep_rd_l0 <= prep_rd_last;
+        prep_rd_s0 <= prep_rd[SW-1:0];
+        prep_index <= prep_pick;
+        prep_v <= {prep_v[PD-1:1], prep_rd_v0};
+        prep_l <= {prep_l[PD-1:1], prep_rd_l0};
+        prep_s[1] <= prep_rd_s0;
         for (int d = 2; d < PD; d++) prep_s[d] <= prep_s[d-1];
         // j*B < n for a selected block: the low 32 bits are the product
         prep_start5 <= prep_product[31:0];
@@ -523,13 +532,16 @@ module compress_engine #(
     assign unused_product = ^prep_product[63:32];
 
     // range i of pass 2 is selected block i, [blocks_i, ends_i); the walkers latch the range a
-    // cycle after they select it, so it comes from a register here (no mux in their path)
-    always_ff @(posedge clk) begin
-        ar_rs <= phase2 ? blocks[32*ar_idx[SW-1:0] +: 32] : 32'd0;
-        ar_re <= phase2 ? ends[32*ar_idx[SW-1:0] +: 32] : n_r;
-        aw_rs <= phase2 ? blocks[32*aw_idx[SW-1:0] +: 32] : 32'd0;
-        aw_re <= phase2 ? ends[32*aw_idx[SW-1:0] +: 32] : n_r;
-    end
+    // cycle after they select it, so it comes through list_pick's register (the K_MAX-way mux
+    // split in two around it, no long mux in their path); pass 1's range is [0, n)
+    list_pick #(.K(K_MAX)) u_ar_start (.clk, .list(blocks), .idx(ar_idx[SW-1:0]),
+        .use_list(phase2), .dflt(32'd0), .pick(ar_rs));
+    list_pick #(.K(K_MAX)) u_ar_end (.clk, .list(ends), .idx(ar_idx[SW-1:0]),
+        .use_list(phase2), .dflt(n_r), .pick(ar_re));
+    list_pick #(.K(K_MAX)) u_aw_start (.clk, .list(blocks), .idx(aw_idx[SW-1:0]),
+        .use_list(phase2), .dflt(32'd0), .pick(aw_rs));
+    list_pick #(.K(K_MAX)) u_aw_end (.clk, .list(ends), .idx(aw_idx[SW-1:0]),
+        .use_list(phase2), .dflt(n_r), .pick(aw_re));
     assign walk_count = phase2 ? k_eff : ((n_r == 32'd0) ? 32'd0 : 32'd1);
 
     // ---- write-back: AW walker, burst lengths queue, W, B ----------------------------------
@@ -588,10 +600,10 @@ module compress_engine #(
 
     assign vaw_count = phase2 ? (vmask_r ? k_eff : 32'd0)
                      : ((mom_r && n_r != 32'd0) ? 32'd1 : 32'd0);
-    always_ff @(posedge clk) begin
-        vaw_rs <= phase2 ? blocks[32*vaw_idx[SW-1:0] +: 32] : 32'd0;
-        vaw_re <= phase2 ? ends[32*vaw_idx[SW-1:0] +: 32] : n_r;
-    end
+    list_pick #(.K(K_MAX)) u_vaw_start (.clk, .list(blocks), .idx(vaw_idx[SW-1:0]),
+        .use_list(phase2), .dflt(32'd0), .pick(vaw_rs));
+    list_pick #(.K(K_MAX)) u_vaw_end (.clk, .list(ends), .idx(vaw_idx[SW-1:0]),
+        .use_list(phase2), .dflt(n_r), .pick(vaw_re));
 
     burst_walker #(.ADDR_W(ADDR_W), .MAX_BURST(MAX_BURST)) u_vaw_walk (
         .clk, .rst, .start(walk_start), .base(vbase_r), .count(vaw_count),
@@ -626,14 +638,21 @@ module compress_engine #(
     assign vel_writes_idle = vaw_done && vlenq_empty && vb_pending == 32'd0;
 
     // ---- pass 2: zero runs from counts, literals from the read FIFO -> run encoder ---------
-    // per selected block (and once more for the gap after the last): SEL registers its start
-    // and end, PREP the gap before it and its length, GAP sends the gap (a count), LIT its words
-    typedef enum logic [2:0] {C_SEL, C_PREP, C_GAP, C_LIT, C_END} cons_t;
+    // per selected block (and once more for the gap after the last): SEL sets the list index,
+    // PICK registers the block's start and end (list_pick's second stage), PREP the gap before
+    // it and its length, GAP sends the gap (a count), LIT its words
+    typedef enum logic [2:0] {C_SEL, C_PICK, C_PREP, C_GAP, C_LIT, C_END} cons_t;
     cons_t       c_state;
     logic [31:0] c_idx, c_pos, c_start, c_end, c_gap, c_left;
     logic        c_has;          // c_idx < k_eff: a block follows the gap
     logic        c_gap_nz;       // registered c_gap != 0
     logic        c_left_one;     // registered c_left == 1
+    logic [31:0] c_start_pick, c_end_pick;
+
+    list_pick #(.K(K_MAX)) u_c_start (.clk, .list(blocks), .idx(c_idx[SW-1:0]),
+        .use_list(1'b1), .dflt(32'd0), .pick(c_start_pick));
+    list_pick #(.K(K_MAX)) u_c_end (.clk, .list(ends), .idx(c_idx[SW-1:0]),
+        .use_list(1'b1), .dflt(32'd0), .pick(c_end_pick));
     logic [31:0] enc_data, enc_count;
     logic        enc_valid, enc_ready, enc_take, enc_cfg_valid, enc_cfg_ready, frame_done;
 
@@ -774,9 +793,12 @@ module compress_engine #(
             if (state == PASS2) begin
                 case (c_state)
                     C_SEL: begin
-                        c_start <= blocks[32*c_idx[SW-1:0] +: 32];
-                        c_end <= ends[32*c_idx[SW-1:0] +: 32];
                         c_has <= c_idx < k_eff;
+                        c_state <= C_PICK;
+                    end
+                    C_PICK: begin
+                        c_start <= c_start_pick;
+                        c_end <= c_end_pick;
                         c_state <= C_PREP;
                     end
                     C_PREP: begin
