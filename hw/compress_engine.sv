@@ -671,6 +671,16 @@ module compress_engine #(
         end
     end
     assign enc_take = enc_valid && enc_ready;
+
+    // a register slice in front of the encoder: its ready is a flop (the encoder's take
+    // decision does not run on into the consumer), and the encoder's per-beat arithmetic
+    // (word != 0, the beat's count, in_count + count) starts from flops, not from this mux
+    logic [63:0] es_data;             // {count, word}
+    logic        es_valid, es_ready;
+    axis_skid_buffer #(.W(64)) u_enc_slice (
+        .clk, .rst, .s_data({enc_count, enc_data}), .s_valid(enc_valid), .s_ready(enc_ready),
+        .m_data(es_data), .m_valid(es_valid), .m_ready(es_ready)
+    );
     assign rsk_take = phase2 ? (enc_take && c_state == C_LIT) : p1_pop;
     assign enc_cfg_valid = state == ENC_CFG;
 
@@ -678,7 +688,8 @@ module compress_engine #(
         .clk, .rst,
         .cfg_valid(enc_cfg_valid), .cfg_ready(enc_cfg_ready),
         .cfg_layer_id(id_r), .cfg_n(n_r), .cfg_range_bits(rb_r), .cfg_lmax_log2(lmax_r),
-        .s_tdata(enc_data), .s_tcount(enc_count), .s_tvalid(enc_valid), .s_tready(enc_ready),
+        .s_tdata(es_data[31:0]), .s_tcount(es_data[63:32]), .s_tvalid(es_valid),
+        .s_tready(es_ready),
         .m_tdata(m_frame_tdata), .m_tvalid(m_frame_tvalid), .m_tready(m_frame_tready),
         .m_tlast(m_frame_tlast)
     );
