@@ -144,7 +144,7 @@ module zrle_run_encoder #(
 
     // ---------------------------------------------------------------- fill side
     logic [1:0]    in_state;
-    logic [31:0]   in_count;             // payload words taken so far
+    logic [31:0]   in_left;              // payload words still to take (n - taken, mod 2^32)
     logic          in_full, in_last;     // input register holds a word; it is the n-th
     logic [31:0]   in_word;
     logic [31:0]   in_run;               // zeros in_word stands for (when it is 0)
@@ -156,9 +156,10 @@ module zrle_run_encoder #(
     logic [LW-1:0] slots_left;           // LMAX - lit_cnt
     logic          last_slot;            // slots_left == 1: the next literal fills the token
     logic          in_nz;                // in_word != 0 (decided as the word is taken)
-    logic          in_more;              // in_count != n_words: payload words still to take
+    logic          in_more;              // in_left != 0: payload words still to take
 
     logic in_nonzero, closes, in_blocked, consume, take, tail_close;
+    logic take_nz;                        // the beat being taken is a nonzero word
     logic [LW-1:0] lit_next;
 
     assign in_nonzero = in_nz;
@@ -169,7 +170,8 @@ module zrle_run_encoder #(
     assign consume    = (in_state == IN_RUN) && in_full && !in_blocked;
     assign s_tready   = (in_state == IN_RUN) && in_more && (!in_full || consume);
     assign take       = s_tvalid && s_tready;
-    assign take_step  = (s_tdata != 32'd0) ? 32'd1 : s_tcount;
+    assign take_nz    = s_tdata != 32'd0;
+    assign take_step  = take_nz ? 32'd1 : s_tcount;
     assign tail_close = (in_state == IN_TAIL) && !q_full;
 
     // the token that closes (its data does not wait for the queue's room; only q_push does)
@@ -292,7 +294,7 @@ module zrle_run_encoder #(
     always_ff @(posedge clk) begin
         if (rst) begin
             in_state   <= IN_IDLE;
-            in_count   <= 32'd0;
+            in_left    <= 32'd0;
             in_more    <= 1'b0;
             in_full    <= 1'b0;
             in_last    <= 1'b0;
@@ -320,7 +322,7 @@ module zrle_run_encoder #(
                 range_bits <= cfg_range_bits;
                 lmax_log2  <= cfg_lmax_clamped;
                 in_state   <= (cfg_n == 32'd0) ? IN_DONE : IN_RUN;
-                in_count   <= 32'd0;
+                in_left    <= cfg_n;
                 in_more    <= (cfg_n != 32'd0);
                 in_full    <= 1'b0;
                 zrun       <= 32'd0;
@@ -337,11 +339,14 @@ module zrle_run_encoder #(
             // ---- input register
             if (take) begin
                 in_word  <= s_tdata;
-                in_nz    <= (s_tdata != 32'd0);
+                in_nz    <= take_nz;
                 in_run   <= take_step;
-                in_last  <= (in_count + take_step == n_words);
-                in_more  <= (in_count + take_step != n_words);
-                in_count <= in_count + take_step;
+                // the beat is the last when its step is the words left; both outcomes of the
+                // word's != 0 test are formed beside it and picked by it (no add, then compare,
+                // after the 32-bit test: that chain bound compress_engine at 101.6 MHz)
+                in_last  <= take_nz ? (in_left == 32'd1) : (s_tcount == in_left);
+                in_more  <= take_nz ? (in_left != 32'd1) : (s_tcount != in_left);
+                in_left  <= take_nz ? in_left - 32'd1 : in_left - s_tcount;
                 in_full  <= 1'b1;
             end else if (consume) begin
                 in_full <= 1'b0;
