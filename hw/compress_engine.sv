@@ -383,8 +383,9 @@ module compress_engine #(
     logic        mo_sat, mo_tvalid, mo_tready, mo_tlast, mo_accept;
     logic        vwd_full, vwd_empty, vwd_pop;
     logic [31:0] vwd_head;
-    logic        ef_s_valid, ef_s_ready, ef_s_last;
+    logic        ef_s_valid, ef_s_ready, ef_s_last, ef_in_valid, ef_in_ready;
     logic [63:0] ef_s_data;
+    logic [64:0] ef_in_data;          // {tlast, r, q} or {tlast, r, u'}
 
     axis_skid_buffer #(.W(97)) u_mom_slice (
         .clk, .rst,
@@ -400,7 +401,7 @@ module compress_engine #(
         .m_tdata(mo_tdata), .m_tuser(mo_sat), .m_tvalid(mo_tvalid), .m_tready(mo_tready),
         .m_tlast(mo_tlast)
     );
-    assign mo_tready = ef_s_ready && !vwd_full;
+    assign mo_tready = ef_in_ready && !vwd_full;
     assign mo_accept = mo_tvalid && mo_tready;
 
     sync_fifo #(.W(32), .AW(4)) u_vwd_fifo (
@@ -408,10 +409,16 @@ module compress_engine #(
         .rd_data(vwd_head), .full(vwd_full), .empty(vwd_empty)
     );
 
-    assign q_tready = mom_r ? mq_s_ready : ef_s_ready;
-    assign ef_s_valid = mom_r ? mo_tvalid && !vwd_full : q_tvalid;
-    assign ef_s_data = mom_r ? mo_tdata : {q_resid, q_tdata};
-    assign ef_s_last = mom_r ? mo_tlast : q_tlast;
+    assign q_tready = mom_r ? mq_s_ready : ef_in_ready;
+    assign ef_in_valid = mom_r ? mo_tvalid && !vwd_full : q_tvalid;
+    assign ef_in_data = mom_r ? {mo_tlast, mo_tdata} : {q_tlast, q_resid, q_tdata};
+
+    // a register slice between that choice and ef_add: ef_add's 33-bit sum and clamp start
+    // from flops, and the readies above (quantiser, momentum_pipe) are flops, not ef_add's
+    axis_skid_buffer #(.W(65)) u_ef_slice (
+        .clk, .rst, .s_data(ef_in_data), .s_valid(ef_in_valid), .s_ready(ef_in_ready),
+        .m_data({ef_s_last, ef_s_data}), .m_valid(ef_s_valid), .m_ready(ef_s_ready)
+    );
 
     logic [31:0] e_tdata, a_tdata;
     logic        e_sat, e_tvalid, e_tready, e_tlast;
@@ -545,8 +552,8 @@ module compress_engine #(
     assign walk_count = phase2 ? k_eff : ((n_r == 32'd0) ? 32'd0 : 32'd1);
 
     // ---- write-back: AW walker, burst lengths queue, W, B ----------------------------------
-    logic       lenq_full, lenq_empty, w_fire, b_fire;
-    logic [8:0] lenq_head, w_beat;
+    logic       lenq_full, lenq_empty, w_fire, b_fire, lq_ready, lq_valid;
+    logic [7:0] lenq_fifo_head, lq_head, w_beat;   // burst lengths minus one (AxLEN)
     logic [31:0] b_pending;
 
     burst_walker #(.ADDR_W(ADDR_W), .MAX_BURST(MAX_BURST)) u_aw_walk (
@@ -575,27 +582,34 @@ module compress_engine #(
     assign m_axi_awsize = 3'd2;
     assign m_axi_awburst = 2'b01;
 
-    sync_fifo #(.W(9), .AW(2)) u_lenq (
-        .clk, .rst, .clear(1'b0), .push(aw_fire), .wr_data(aw_len), .pop(w_fire && m_axi_wlast),
-        .rd_data(lenq_head), .full(lenq_full), .empty(lenq_empty)
+    // AW lengths (AxLEN) for W: a FIFO, then a skid buffer whose output register gives wlast
+    // by one 8-bit compare with the beat count (the FIFO's pop depends on two local flops)
+    sync_fifo #(.W(8), .AW(2)) u_lenq (
+        .clk, .rst, .clear(1'b0), .push(aw_fire), .wr_data(m_axi_awlen),
+        .pop(!lenq_empty && lq_ready), .rd_data(lenq_fifo_head), .full(lenq_full),
+        .empty(lenq_empty)
+    );
+    axis_skid_buffer #(.W(8)) u_lenq_skid (
+        .clk, .rst, .s_data(lenq_fifo_head), .s_valid(!lenq_empty), .s_ready(lq_ready),
+        .m_data(lq_head), .m_valid(lq_valid), .m_ready(w_fire && m_axi_wlast)
     );
 
-    assign m_axi_wvalid = !lenq_empty && (phase2 || !wd_empty);
+    assign m_axi_wvalid = lq_valid && (phase2 || !wd_empty);
     assign m_axi_wdata = phase2 ? 32'd0 : wd_head;
     assign m_axi_wstrb = 4'hF;
-    assign m_axi_wlast = w_beat + 9'd1 == lenq_head;
+    assign m_axi_wlast = w_beat == lq_head;
     assign w_fire = m_axi_wvalid && m_axi_wready;
     assign wd_pop = w_fire && !phase2;
     assign m_axi_bready = 1'b1;
     assign b_fire = m_axi_bvalid;
 
     logic writes_idle;
-    assign writes_idle = aw_done && lenq_empty && b_pending == 32'd0;
+    assign writes_idle = aw_done && lenq_empty && !lq_valid && b_pending == 32'd0;
 
     // ---- velocity write-back: u' over [0, n) in pass 1; zeros over the selected blocks in pass
     // 2 when masking (no reads there, and pass 1's writes have all been answered by then) ----
-    logic       vlenq_full, vlenq_empty, vw_fire, vb_fire;
-    logic [8:0] vlenq_head, vw_beat;
+    logic       vlenq_full, vlenq_empty, vw_fire, vb_fire, vlq_ready, vlq_valid;
+    logic [7:0] vlenq_fifo_head, vlq_head, vw_beat;   // as the residual's
     logic [31:0] vb_pending;
 
     assign vaw_count = phase2 ? (vmask_r ? k_eff : 32'd0)
@@ -619,23 +633,27 @@ module compress_engine #(
     assign m_axi_vel_awsize = 3'd2;
     assign m_axi_vel_awburst = 2'b01;
 
-    sync_fifo #(.W(9), .AW(2)) u_vlenq (
-        .clk, .rst, .clear(1'b0), .push(vaw_fire), .wr_data(vaw_len),
-        .pop(vw_fire && m_axi_vel_wlast), .rd_data(vlenq_head), .full(vlenq_full),
+    sync_fifo #(.W(8), .AW(2)) u_vlenq (
+        .clk, .rst, .clear(1'b0), .push(vaw_fire), .wr_data(m_axi_vel_awlen),
+        .pop(!vlenq_empty && vlq_ready), .rd_data(vlenq_fifo_head), .full(vlenq_full),
         .empty(vlenq_empty)
     );
+    axis_skid_buffer #(.W(8)) u_vlenq_skid (
+        .clk, .rst, .s_data(vlenq_fifo_head), .s_valid(!vlenq_empty), .s_ready(vlq_ready),
+        .m_data(vlq_head), .m_valid(vlq_valid), .m_ready(vw_fire && m_axi_vel_wlast)
+    );
 
-    assign m_axi_vel_wvalid = !vlenq_empty && (phase2 || !vwd_empty);
+    assign m_axi_vel_wvalid = vlq_valid && (phase2 || !vwd_empty);
     assign m_axi_vel_wdata = phase2 ? 32'd0 : vwd_head;
     assign m_axi_vel_wstrb = 4'hF;
-    assign m_axi_vel_wlast = vw_beat + 9'd1 == vlenq_head;
+    assign m_axi_vel_wlast = vw_beat == vlq_head;
     assign vw_fire = m_axi_vel_wvalid && m_axi_vel_wready;
     assign vwd_pop = vw_fire && !phase2;
     assign m_axi_vel_bready = 1'b1;
     assign vb_fire = m_axi_vel_bvalid;
 
     logic vel_writes_idle;
-    assign vel_writes_idle = vaw_done && vlenq_empty && vb_pending == 32'd0;
+    assign vel_writes_idle = vaw_done && vlenq_empty && !vlq_valid && vb_pending == 32'd0;
 
     // ---- pass 2: zero runs from counts, literals from the read FIFO -> run encoder ---------
     // per selected block (and once more for the gap after the last): SEL sets the list index,
@@ -707,11 +725,11 @@ module compress_engine #(
             err_code <= 4'd0;
             res_inflight <= '0;
             b_pending <= 32'd0;
-            w_beat <= 9'd0;
+            w_beat <= 8'd0;
             c_state <= C_END;
             vel_inflight <= '0;
             vb_pending <= 32'd0;
-            vw_beat <= 9'd0;
+            vw_beat <= 8'd0;
             sat_momentum_count <= 32'd0;
             sat_quant_count <= 32'd0;
             sat_feedback_count <= 32'd0;
@@ -794,10 +812,10 @@ module compress_engine #(
                 || (vel_push && m_axi_vel_rresp[1]) || (vb_fire && m_axi_vel_bresp[1]))
                 err_code <= gradblock_pkg::ENGINE_ERR_MEMORY;
             b_pending <= b_pending + {31'd0, aw_fire} - {31'd0, b_fire};
-            if (w_fire) w_beat <= m_axi_wlast ? 9'd0 : w_beat + 9'd1;
+            if (w_fire) w_beat <= m_axi_wlast ? 8'd0 : w_beat + 8'd1;
             vel_inflight <= vel_inflight + (var_fire ? CW'(var_len) : CW'(0)) - CW'(vel_pop);
             vb_pending <= vb_pending + {31'd0, vaw_fire} - {31'd0, vb_fire};
-            if (vw_fire) vw_beat <= m_axi_vel_wlast ? 9'd0 : vw_beat + 9'd1;
+            if (vw_fire) vw_beat <= m_axi_vel_wlast ? 8'd0 : vw_beat + 8'd1;
             if (m_frame_tvalid && m_frame_tready && m_frame_tlast) frame_done <= 1'b1;
 
             // pass 2 consumer: a gap beat, then the block's words, block by block
