@@ -205,16 +205,17 @@ def case_state_dict_resumes():
             state2.load_state_dict(broken)
 
 
+def flip_last_crc(message, layers, sender):
+    """An outgoing filter (the hook's `outgoing_filter`) that corrupts the last frame's CRC."""
+    out = message.clone()
+    out[-1] ^= 1
+    return out
+
+
 def case_decode_error_keeps_its_class():
     """DDP reports a callback's exception as RuntimeError; backward() re-raises the original."""
     with one_rank_gloo_group():
         from gradblock.codec import errors as E
-
-        def flip_last_crc(message, layers, sender):
-            out = message.clone()
-            out[-1] ^= 1
-            return out
-
         model, ddp, state = _hooked(outgoing_filter=flip_last_crc)
         with pytest.raises(E.CrcMismatchError, match="peer rank 0, layer"):
             _train(model, ddp, state, [1])

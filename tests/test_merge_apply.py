@@ -284,12 +284,7 @@ def case_merged_state_dict_resumes():
 def case_merged_decode_error_keeps_its_class():
     with one_rank_gloo_group():
         from gradblock.codec import errors as E
-
-        def flip_last_crc(message, layers, sender):
-            out = message.clone()
-            out[-1] ^= 1
-            return out
-
+        from test_ddp_hook import flip_last_crc
         with pytest.raises(E.CrcMismatchError, match="peer rank 0, layer"):
             _ddp_run([[7, 6, 5], [4, 3, 2, 1, 0]], [1], filt=flip_last_crc)
 
