@@ -484,10 +484,9 @@ module compress_engine #(
     assign unused_topk = topk_cfg_err;   // k_eff is checked to lie in 1..K_MAX
 
     // ---- selected blocks: sorted, then indices -> start and end elements -----------------
-    // PREP streams the k_eff sorted indices j through a pipelined multiply (one per cycle):
-    // start j*B goes back into the list in place, end min(j*B + B, n) into `ends`
-    logic [32*K_MAX-1:0] blocks;        // ascending: block indices, after PREP start elements
-    logic [32*K_MAX-1:0] ends;          // after PREP: each selected block's end element
+    // PREP streams the k_eff sorted indices j through a pipelined multiply (one per cycle) and
+    // writes each selected block's range, start j*B and end min(j*B + B, n), into `ranges`
+    logic [32*K_MAX-1:0] blocks;        // ascending: the selected block indices
     logic [SW:0]         prep_rd;       // slot read this cycle
     logic                prep_rd_valid, prep_rd_last;
     logic [31:0]         prep_index;
@@ -501,11 +500,8 @@ module compress_engine #(
     logic [PD:1]         prep_v, prep_l;
     logic [SW-1:0]       prep_s [PD-1:1];
     logic [31:0]         prep_start5, prep_left5;   // stage 5: start, n - start
-    logic [31:0]         prep_end6;                 // stage 6: the end, registered before it
-                                                    // fans out to the K_MAX slots of `ends`
-    logic [K_MAX-1:0]    ends_we6;                  // stage 6: slot i's write enable, decoded
-                                                    // a stage early (the slot decode into 32
-                                                    // enables was the engine's critical path)
+    logic [31:0]         prep_start6, prep_end6;    // stage 6: the range, written to `ranges`
+    logic [SW-1:0]       prep_s6;                   // ... at this slot
 
     // (Icarus 11 miscompiles an enum comparison written in a port connection: named signals)
     logic sort_clear;
@@ -515,7 +511,6 @@ module compress_engine #(
 
     index_sort #(.K_MAX(K_MAX)) u_sort (
         .clk, .rst, .clear(sort_clear), .in_valid(sel_tvalid), .in_value(sel_tdata),
-        .wr_en(prep_v[4]), .wr_slot(prep_s[4]), .wr_value(prep_product[31:0]),
         .list(blocks)
     );
 
@@ -536,27 +531,28 @@ module compress_engine #(
         // j*B < n for a selected block: the low 32 bits are the product
         prep_start5 <= prep_product[31:0];
         prep_left5 <= n_r - prep_product[31:0];
+        prep_start6 <= prep_start5;
         prep_end6 <= (prep_left5 <= bs_r) ? n_r : prep_start5 + bs_r;
-        for (int i = 0; i < K_MAX; i++) begin
-            ends_we6[i] <= prep_v[PD-1] && {{(31 - SW){1'b0}}, 1'b0, prep_s[PD-1]} == i;
-            if (ends_we6[i]) ends[32*i +: 32] <= prep_end6;
-        end
+        prep_s6 <= prep_s[PD-1];
     end
 
     logic unused_product;
     assign unused_product = ^prep_product[63:32];
 
-    // range i of pass 2 is selected block i, [blocks_i, ends_i); the walkers latch the range a
-    // cycle after they select it, so it comes through list_pick's register (the K_MAX-way mux
-    // split in two around it, no long mux in their path); pass 1's range is [0, n)
-    list_pick #(.K(K_MAX)) u_ar_start (.clk, .list(blocks), .idx(ar_idx[SW-1:0]),
-        .use_list(phase2), .dflt(32'd0), .pick(ar_rs));
-    list_pick #(.K(K_MAX)) u_ar_end (.clk, .list(ends), .idx(ar_idx[SW-1:0]),
-        .use_list(phase2), .dflt(n_r), .pick(ar_re));
-    list_pick #(.K(K_MAX)) u_aw_start (.clk, .list(blocks), .idx(aw_idx[SW-1:0]),
-        .use_list(phase2), .dflt(32'd0), .pick(aw_rs));
-    list_pick #(.K(K_MAX)) u_aw_end (.clk, .list(ends), .idx(aw_idx[SW-1:0]),
-        .use_list(phase2), .dflt(n_r), .pick(aw_re));
+    // range i of pass 2 is selected block i, ranges[i] = {end, start}. A small table in LUT
+    // RAM, one copy per reader (synthesis duplicates it for each read port), each read
+    // registered: the walkers latch the range a cycle after they select it. Flops and K_MAX-way
+    // muxes here (eight of them, reading lists spread over the die) made the routing congested.
+    // Pass 1's range is [0, n).
+    (* ram_style = "distributed" *) logic [63:0] ranges [1 << SW];
+    always_ff @(posedge clk)
+        if (prep_v[PD]) ranges[prep_s6] <= {prep_end6, prep_start6};
+
+    always_ff @(posedge clk) begin
+        {ar_re, ar_rs} <= phase2 ? ranges[ar_idx[SW-1:0]] : {n_r, 32'd0};
+        {aw_re, aw_rs} <= phase2 ? ranges[aw_idx[SW-1:0]] : {n_r, 32'd0};
+        {vaw_re, vaw_rs} <= phase2 ? ranges[vaw_idx[SW-1:0]] : {n_r, 32'd0};
+    end
     assign walk_count = phase2 ? k_eff : ((n_r == 32'd0) ? 32'd0 : 32'd1);
 
     // ---- write-back: AW walker, burst lengths queue, W, B ----------------------------------
@@ -622,10 +618,6 @@ module compress_engine #(
 
     assign vaw_count = phase2 ? (vmask_r ? k_eff : 32'd0)
                      : ((mom_r && n_r != 32'd0) ? 32'd1 : 32'd0);
-    list_pick #(.K(K_MAX)) u_vaw_start (.clk, .list(blocks), .idx(vaw_idx[SW-1:0]),
-        .use_list(phase2), .dflt(32'd0), .pick(vaw_rs));
-    list_pick #(.K(K_MAX)) u_vaw_end (.clk, .list(ends), .idx(vaw_idx[SW-1:0]),
-        .use_list(phase2), .dflt(n_r), .pick(vaw_re));
 
     burst_walker #(.ADDR_W(ADDR_W), .MAX_BURST(MAX_BURST)) u_vaw_walk (
         .clk, .rst, .start(walk_start), .base(vbase_r), .count(vaw_count),
@@ -665,7 +657,7 @@ module compress_engine #(
 
     // ---- pass 2: zero runs from counts, literals from the read FIFO -> run encoder ---------
     // per selected block (and once more for the gap after the last): SEL sets the list index,
-    // PICK registers the block's start and end (list_pick's second stage), PREP the gap before
+    // PICK registers the block's start and end (read from `ranges`), PREP the gap before
     // it and its length, GAP sends the gap (a count), LIT its words
     typedef enum logic [2:0] {C_SEL, C_PICK, C_PREP, C_GAP, C_LIT, C_END} cons_t;
     cons_t       c_state;
@@ -673,12 +665,10 @@ module compress_engine #(
     logic        c_has;          // c_idx < k_eff: a block follows the gap
     logic        c_gap_nz;       // registered c_gap != 0
     logic        c_left_one;     // registered c_left == 1
-    logic [31:0] c_start_pick, c_end_pick;
+    logic [31:0] c_start_pick, c_end_pick;     // ranges[c_idx], a cycle after C_SEL
 
-    list_pick #(.K(K_MAX)) u_c_start (.clk, .list(blocks), .idx(c_idx[SW-1:0]),
-        .use_list(1'b1), .dflt(32'd0), .pick(c_start_pick));
-    list_pick #(.K(K_MAX)) u_c_end (.clk, .list(ends), .idx(c_idx[SW-1:0]),
-        .use_list(1'b1), .dflt(32'd0), .pick(c_end_pick));
+    always_ff @(posedge clk) {c_end_pick, c_start_pick} <= ranges[c_idx[SW-1:0]];
+
     logic [31:0] enc_data, enc_count;
     logic        enc_valid, enc_ready, enc_take, enc_cfg_valid, enc_cfg_ready, frame_done;
 

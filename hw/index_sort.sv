@@ -2,20 +2,15 @@
 // (compress_engine sorts the selected block indices, which topk_select gives in rank order).
 // Slot i sits at list[32i +: 32], slot 0 the smallest; a value lands in front of the first slot
 // holding a larger one and the slots behind move down one, as in topk_select. The caller
-// inserts at most K_MAX values between clears. The rewrite port replaces one slot's value in
-// place (compress_engine turns block indices into start elements, which keeps the order).
+// inserts at most K_MAX values between clears.
 module index_sort #(
-    parameter int K_MAX = 32,
-    parameter int SW = (K_MAX > 1) ? $clog2(K_MAX) : 1
+    parameter int K_MAX = 32
 ) (
     input  logic                  clk,
     input  logic                  rst,
     input  logic                  clear,
     input  logic                  in_valid,
     input  logic           [31:0] in_value,
-    input  logic                  wr_en,
-    input  logic         [SW-1:0] wr_slot,
-    input  logic           [31:0] wr_value,
     output logic [32*K_MAX-1:0]   list
 );
     logic [K_MAX-1:0]    used, keep, keep_down, used_down;
@@ -38,8 +33,6 @@ module index_sort #(
                     list[32*i +: 32] <= keep_down[i] ? in_value : list_down[32*i +: 32];
                 end
             end
-        end else if (wr_en) begin
-            list[32*wr_slot +: 32] <= wr_value;
         end
     end
 endmodule
