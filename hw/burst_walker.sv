@@ -37,6 +37,7 @@ module burst_walker #(
     logic [10:0] to_4k;          // beats left before the next 4 KiB boundary, 1..1024
     logic [10:0] cap;            // min(MAX_BURST, to_4k): a burst's most beats here
     logic        fits, last_burst, last_range;
+    logic [31:0] next_idx;       // range_idx + 1, registered in SEL; compared with count in LOAD
 
     assign to_4k = 11'd1024 - {1'b0, req_addr[11:2]};
     assign cap = (MAX_U[10:0] < to_4k) ? MAX_U[10:0] : to_4k;
@@ -57,10 +58,11 @@ module burst_walker #(
         end else begin
             case (st)
                 SEL: begin
-                    last_range <= range_idx + 32'd1 == count;
+                    next_idx <= range_idx + 32'd1;
                     st <= LOAD;
                 end
                 LOAD: begin
+                    last_range <= next_idx == count;
                     start_r <= range_start;
                     end_r <= range_end;
                     st <= CALC;
@@ -82,7 +84,7 @@ module burst_walker #(
                     if (!last_burst) begin
                         st <= LEN;
                     end else begin
-                        range_idx <= range_idx + 32'd1;
+                        range_idx <= next_idx;
                         st <= last_range ? IDLE : SEL;
                     end
                 end

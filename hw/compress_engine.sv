@@ -154,6 +154,7 @@ module compress_engine #(
         state_t;
     state_t state;
     logic   phase2;      // pass 2's walkers and data sources are selected
+    logic   in_pass1;    // state == PASS1, as a flop of its own (the join's take starts from it)
 
     // ---- configuration ---------------------------------------------------------------------
     logic [31:0] n_r, bs_r, nb_r, k_r, m_r, ks_r, rb_r, id_r;
@@ -163,10 +164,11 @@ module compress_engine #(
     logic [15:0] m_fix_r;
     logic        vmask_r;        // pass 2 zeroes the velocity: mask_r and k_eff < n_blocks
     // the check runs over several cycles, each step registered (150 MHz on ECP5): CHECK
-    // registers k_eff, min(B, n), n + min(B, n) and the residual's end address; MUL waits for
-    // span = n_blocks * min(B, n) (mul32_pipe, 3 cycles); CHECK_A registers each condition;
-    // CHECK2 takes the first failing one
+    // registers k_eff, min(B, n) and the residual's end address; MUL waits for span =
+    // n_blocks * min(B, n) (mul32_pipe, 3 cycles) and registers n + min(B, n); CHECK_A
+    // registers each condition; CHECK2 takes the first failing one
     logic [31:0] k_eff, bs_n;            // min(k, n_blocks), min(B, n): registered in CHECK
+    logic        n_nz;                   // n != 0, registered (the walkers' counts use it)
     logic [32:0] n_plus_bs;              // n + min(B, n)
     logic [63:0] span;                   // n_blocks * min(B, n)
     logic  [1:0] mul_wait;
@@ -181,14 +183,15 @@ module compress_engine #(
     logic bad_vel, bad_overlap;
     logic [XW-1:0] res_end, vel_end;
     always_ff @(posedge clk) begin
+        n_nz <= n_r != 32'd0;
         if (state == CHECK) begin
             k_eff <= (k_r < nb_r) ? k_r : nb_r;
             // min(B, n): ceil(n / B) = 1 for every B >= n
             bs_n <= (bs_r < n_r) ? bs_r : n_r;
-            n_plus_bs <= {1'b0, n_r} + {1'b0, ((bs_r < n_r) ? bs_r : n_r)};
             res_end <= XW'(base_r) + XW'({n_r, 2'b00});
             vel_end <= XW'(vbase_r) + XW'({n_r, 2'b00});
         end
+        if (state == MUL) n_plus_bs <= {1'b0, n_r} + {1'b0, bs_n};
         if (state == CHECK_A) begin
             bad_addr <= base_r[1:0] != 2'd0 || res_end > (XW'(1) << ADDR_W);
             bad_bs <= bs_r == 32'd0;
@@ -246,8 +249,10 @@ module compress_engine #(
     logic [CW-1:0] res_inflight;      // words requested and not yet taken from the FIFO
     logic        res_push, res_pop, res_full, res_empty;
     logic [31:0] res_fifo_head;
-    logic        rsk_ready, rsk_valid, rsk_take;   // the skid buffer after the FIFO
-    logic [31:0] res_head;                          // its output register: the next r
+    logic        rsk_ready, rsk_valid, rsk_take;   // the skid buffers after the FIFO
+    logic [31:0] res_head;                          // the second's output register: the next r
+    logic        rsk1_valid, rsk1_ready;            // between the two
+    logic [31:0] rsk1_data;
     logic [31:0] rd_got;              // pass 2: words received
 
     burst_walker #(.ADDR_W(ADDR_W), .MAX_BURST(MAX_BURST)) u_ar_walk (
@@ -277,13 +282,19 @@ module compress_engine #(
         .rd_data(res_fifo_head), .full(res_full), .empty(res_empty)
     );
 
-    // a two-entry skid buffer after the FIFO: the pop depends only on the FIFO's `empty` and
-    // the skid's registered ready (two flops side by side), not on the consumer far away. The
-    // credits count a word as taken when it leaves the FIFO: in flight + in the FIFO stays
-    // <= RES_DEPTH, so rready never stalls; the skid's two words are beyond the count
+    // two skid buffers after the FIFO: the pop depends only on the FIFO's `empty` and the
+    // first skid's registered ready (two flops side by side), and the join takes its word
+    // from the second, which can sit beside the join while the FIFO sits by the AXI port (one
+    // skid left a 10 ns path across the die on ECP5). The credits count a word as taken when
+    // it leaves the FIFO: in flight + in the FIFO stays <= RES_DEPTH, so rready never stalls;
+    // the skids' four words are beyond the count
     assign res_pop = !res_empty && rsk_ready;
     axis_skid_buffer #(.W(32)) u_res_skid (
         .clk, .rst, .s_data(res_fifo_head), .s_valid(!res_empty), .s_ready(rsk_ready),
+        .m_data(rsk1_data), .m_valid(rsk1_valid), .m_ready(rsk1_ready)
+    );
+    axis_skid_buffer #(.W(32)) u_res_skid2 (
+        .clk, .rst, .s_data(rsk1_data), .s_valid(rsk1_valid), .s_ready(rsk1_ready),
         .m_data(res_head), .m_valid(rsk_valid), .m_ready(rsk_take)
     );
 
@@ -294,10 +305,12 @@ module compress_engine #(
     logic [CW-1:0] vel_inflight;      // velocity words requested and not yet taken
     logic        vel_push, vel_pop, vel_full, vel_empty;
     logic [31:0] vel_fifo_head;
-    logic        vsk_ready, vsk_valid, vsk_take;   // the skid buffer after the FIFO
-    logic [31:0] vel_head;                          // its output register: the next u
+    logic        vsk_ready, vsk_valid, vsk_take;   // the skid buffers after the FIFO
+    logic [31:0] vel_head;                          // the second's output register: the next u
+    logic        vsk1_valid, vsk1_ready;            // between the two
+    logic [31:0] vsk1_data;
 
-    assign var_count = (mom_r && !phase2 && n_r != 32'd0) ? 32'd1 : 32'd0;
+    assign var_count = (mom_r && !phase2 && n_nz) ? 32'd1 : 32'd0;
 
     burst_walker #(.ADDR_W(ADDR_W), .MAX_BURST(MAX_BURST)) u_var_walk (
         .clk, .rst, .start(walk_start), .base(vbase_r), .count(var_count),
@@ -326,6 +339,10 @@ module compress_engine #(
     assign vel_pop = !vel_empty && vsk_ready;    // as the residual's
     axis_skid_buffer #(.W(32)) u_vel_skid (
         .clk, .rst, .s_data(vel_fifo_head), .s_valid(!vel_empty), .s_ready(vsk_ready),
+        .m_data(vsk1_data), .m_valid(vsk1_valid), .m_ready(vsk1_ready)
+    );
+    axis_skid_buffer #(.W(32)) u_vel_skid2 (
+        .clk, .rst, .s_data(vsk1_data), .s_valid(vsk1_valid), .s_ready(vsk1_ready),
         .m_data(vel_head), .m_valid(vsk_valid), .m_ready(vsk_take)
     );
 
@@ -344,7 +361,7 @@ module compress_engine #(
     logic [95:0] q_s_data;            // {u, r, g}
 
     logic        words_in;            // the residual word (and velocity word) of the element
-    assign in_open = state == PASS1 && in_more;
+    assign in_open = in_pass1 && in_more;
     assign words_in = rsk_valid && (!mom_r || vsk_valid);
     // the join takes gradient, r and u together into a register slice (its ready a flop), so
     // the take decision depends on flops only, not on the quantiser's stage enable
@@ -471,13 +488,13 @@ module compress_engine #(
     );
 
     logic [31:0] sel_tdata;
-    logic        sel_tvalid, sel_tlast, topk_cfg_err;
+    logic        sel_tvalid, sel_tready, sel_tlast, topk_cfg_err;
 
     topk_select #(.K_MAX(K_MAX)) u_topk (
         .clk, .rst, .cfg_k(k_eff), .cfg_err(topk_cfg_err),
         .s_tdata(norm_tdata), .s_tvalid(norm_tvalid), .s_tready(norm_tready),
         .s_tlast(norm_tlast),
-        .m_tdata(sel_tdata), .m_tvalid(sel_tvalid), .m_tready(1'b1), .m_tlast(sel_tlast)
+        .m_tdata(sel_tdata), .m_tvalid(sel_tvalid), .m_tready(sel_tready), .m_tlast(sel_tlast)
     );
 
     logic unused_topk;
@@ -500,18 +517,20 @@ module compress_engine #(
     logic [PD:1]         prep_v, prep_l;
     logic [SW-1:0]       prep_s [PD-1:1];
     logic [31:0]         prep_start5, prep_left5;   // stage 5: start, n - start
-    logic [31:0]         prep_start6, prep_end6;    // stage 6: the range, written to `ranges`
-    logic [SW-1:0]       prep_s6;                   // ... at this slot
+    logic [31:0]         prep_start6, prep_sum6;    // stage 6: start, start + B and whether
+    logic                prep_short6;               // the block is the last, shorter one;
+    logic [SW-1:0]       prep_s6;                   // the range goes to `ranges` at this slot
 
     // (Icarus 11 miscompiles an enum comparison written in a port connection: named signals)
-    logic sort_clear;
+    logic sort_clear, sort_busy;
     assign sort_clear = state == CHECK;
     assign prep_rd_valid = state == PREP && {{(31 - SW){1'b0}}, prep_rd} < k_eff;
     assign prep_rd_last = {{(31 - SW){1'b0}}, prep_rd} + 32'd1 == k_eff;
 
+    // the indices go in one every two cycles (index_sort registers its compares)
     index_sort #(.K_MAX(K_MAX)) u_sort (
-        .clk, .rst, .clear(sort_clear), .in_valid(sel_tvalid), .in_value(sel_tdata),
-        .list(blocks)
+        .clk, .rst, .clear(sort_clear), .in_valid(sel_tvalid), .in_ready(sel_tready),
+        .in_value(sel_tdata), .busy(sort_busy), .list(blocks)
     );
 
     mul32_pipe u_start_mul (.clk, .a(prep_index), .b(bs_r), .p(prep_product));
@@ -532,7 +551,8 @@ module compress_engine #(
         prep_start5 <= prep_product[31:0];
         prep_left5 <= n_r - prep_product[31:0];
         prep_start6 <= prep_start5;
-        prep_end6 <= (prep_left5 <= bs_r) ? n_r : prep_start5 + bs_r;
+        prep_sum6 <= prep_start5 + bs_r;
+        prep_short6 <= prep_left5 <= bs_r;
         prep_s6 <= prep_s[PD-1];
     end
 
@@ -546,19 +566,20 @@ module compress_engine #(
     // Pass 1's range is [0, n).
     (* ram_style = "distributed" *) logic [63:0] ranges [1 << SW];
     always_ff @(posedge clk)
-        if (prep_v[PD]) ranges[prep_s6] <= {prep_end6, prep_start6};
+        if (prep_v[PD]) ranges[prep_s6] <= {prep_short6 ? n_r : prep_sum6, prep_start6};
 
     always_ff @(posedge clk) begin
         {ar_re, ar_rs} <= phase2 ? ranges[ar_idx[SW-1:0]] : {n_r, 32'd0};
         {aw_re, aw_rs} <= phase2 ? ranges[aw_idx[SW-1:0]] : {n_r, 32'd0};
         {vaw_re, vaw_rs} <= phase2 ? ranges[vaw_idx[SW-1:0]] : {n_r, 32'd0};
     end
-    assign walk_count = phase2 ? k_eff : ((n_r == 32'd0) ? 32'd0 : 32'd1);
+    assign walk_count = phase2 ? k_eff : (n_nz ? 32'd1 : 32'd0);
 
     // ---- write-back: AW walker, burst lengths queue, W, B ----------------------------------
     logic       lenq_full, lenq_empty, w_fire, b_fire, lq_ready, lq_valid;
     logic [7:0] lenq_fifo_head, lq_head, w_beat;   // burst lengths minus one (AxLEN)
-    logic [31:0] b_pending;
+    logic [31:0] b_pending;           // bursts not yet answered (counted a cycle late, from
+    logic        aw_fire_d, b_fire_d; // registered pulses: the lenq and lq flags cover that cycle)
 
     burst_walker #(.ADDR_W(ADDR_W), .MAX_BURST(MAX_BURST)) u_aw_walk (
         .clk, .rst, .start(walk_start), .base(base_r), .count(walk_count),
@@ -607,17 +628,21 @@ module compress_engine #(
     assign m_axi_bready = 1'b1;
     assign b_fire = m_axi_bvalid;
 
+    // registered: the passes end on it, and once a pass's writes are all answered nothing
+    // starts new ones before the next walk_start
     logic writes_idle;
-    assign writes_idle = aw_done && lenq_empty && !lq_valid && b_pending == 32'd0;
+    always_ff @(posedge clk)
+        writes_idle <= aw_done && lenq_empty && !lq_valid && b_pending == 32'd0 && !aw_fire_d;
 
     // ---- velocity write-back: u' over [0, n) in pass 1; zeros over the selected blocks in pass
     // 2 when masking (no reads there, and pass 1's writes have all been answered by then) ----
     logic       vlenq_full, vlenq_empty, vw_fire, vb_fire, vlq_ready, vlq_valid;
     logic [7:0] vlenq_fifo_head, vlq_head, vw_beat;   // as the residual's
-    logic [31:0] vb_pending;
+    logic [31:0] vb_pending;          // as b_pending
+    logic        vaw_fire_d, vb_fire_d;
 
     assign vaw_count = phase2 ? (vmask_r ? k_eff : 32'd0)
-                     : ((mom_r && n_r != 32'd0) ? 32'd1 : 32'd0);
+                     : ((mom_r && n_nz) ? 32'd1 : 32'd0);
 
     burst_walker #(.ADDR_W(ADDR_W), .MAX_BURST(MAX_BURST)) u_vaw_walk (
         .clk, .rst, .start(walk_start), .base(vbase_r), .count(vaw_count),
@@ -652,8 +677,10 @@ module compress_engine #(
     assign m_axi_vel_bready = 1'b1;
     assign vb_fire = m_axi_vel_bvalid;
 
-    logic vel_writes_idle;
-    assign vel_writes_idle = vaw_done && vlenq_empty && !vlq_valid && vb_pending == 32'd0;
+    logic vel_writes_idle;            // as writes_idle
+    always_ff @(posedge clk)
+        vel_writes_idle <= vaw_done && vlenq_empty && !vlq_valid && vb_pending == 32'd0
+                           && !vaw_fire_d;
 
     // ---- pass 2: zero runs from counts, literals from the read FIFO -> run encoder ---------
     // per selected block (and once more for the gap after the last): SEL sets the list index,
@@ -711,7 +738,8 @@ module compress_engine #(
     );
 
     // ---- control ---------------------------------------------------------------------------
-    logic topk_done;    // the selected indices have all left topk_select (or there are none)
+    logic topk_done;    // the selected indices have all left topk_select (or there are none);
+                        // pass 1 ends when index_sort has put the last one in its list too
 
     // walk_start: a registered pulse the cycle after a pass begins (phase2 is then settled)
     always_ff @(posedge clk) begin
@@ -720,13 +748,18 @@ module compress_engine #(
         if (rst) begin
             state <= IDLE;
             phase2 <= 1'b0;
+            in_pass1 <= 1'b0;
             err_code <= 4'd0;
             res_inflight <= '0;
             b_pending <= 32'd0;
+            aw_fire_d <= 1'b0;
+            b_fire_d <= 1'b0;
             w_beat <= 8'd0;
             c_state <= C_END;
             vel_inflight <= '0;
             vb_pending <= 32'd0;
+            vaw_fire_d <= 1'b0;
+            vb_fire_d <= 1'b0;
             vw_beat <= 8'd0;
             sat_momentum_count <= 32'd0;
             sat_quant_count <= 32'd0;
@@ -758,6 +791,7 @@ module compress_engine #(
                         done <= 1'b1;
                     end else begin
                         state <= PASS1;
+                        in_pass1 <= 1'b1;
                         walk_start <= 1'b1;
                     end
                     phase2 <= 1'b0;
@@ -769,7 +803,10 @@ module compress_engine #(
                     frame_done <= 1'b0;
                     vmask_r <= mom_r && mask_r && k_eff < nb_r;
                 end
-                PASS1: if (topk_done && writes_idle && vel_writes_idle) state <= (k_eff == 32'd0) ? ENC_CFG : PREP;
+                PASS1: if (topk_done && !sort_busy && writes_idle && vel_writes_idle) begin
+                    state <= (k_eff == 32'd0) ? ENC_CFG : PREP;
+                    in_pass1 <= 1'b0;
+                end
                 PREP: begin
                     if (prep_rd_valid) prep_rd <= prep_rd + 1'b1;
                     if (prep_v[PD] && prep_l[PD]) state <= ENC_CFG;   // the last end is written
@@ -790,7 +827,7 @@ module compress_engine #(
                 default: state <= IDLE;
             endcase
 
-            if (sel_tvalid && sel_tlast) topk_done <= 1'b1;
+            if (sel_tvalid && sel_tready && sel_tlast) topk_done <= 1'b1;
             if (s_grad_tvalid && s_grad_tready) begin
                 in_left <= in_left - 32'd1;
                 in_more <= !in_last;
@@ -809,10 +846,14 @@ module compress_engine #(
             if ((res_push && m_axi_rresp[1]) || (b_fire && m_axi_bresp[1])
                 || (vel_push && m_axi_vel_rresp[1]) || (vb_fire && m_axi_vel_bresp[1]))
                 err_code <= gradblock_pkg::ENGINE_ERR_MEMORY;
-            b_pending <= b_pending + {31'd0, aw_fire} - {31'd0, b_fire};
+            aw_fire_d <= aw_fire;
+            b_fire_d <= b_fire;
+            b_pending <= b_pending + {31'd0, aw_fire_d} - {31'd0, b_fire_d};
             if (w_fire) w_beat <= m_axi_wlast ? 8'd0 : w_beat + 8'd1;
             vel_inflight <= vel_inflight + (var_fire ? CW'(var_len) : CW'(0)) - CW'(vel_pop);
-            vb_pending <= vb_pending + {31'd0, vaw_fire} - {31'd0, vb_fire};
+            vaw_fire_d <= vaw_fire;
+            vb_fire_d <= vb_fire;
+            vb_pending <= vb_pending + {31'd0, vaw_fire_d} - {31'd0, vb_fire_d};
             if (vw_fire) vw_beat <= m_axi_vel_wlast ? 8'd0 : vw_beat + 8'd1;
             if (m_frame_tvalid && m_frame_tready && m_frame_tlast) frame_done <= 1'b1;
 

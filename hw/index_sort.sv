@@ -1,8 +1,15 @@
-// Ascending list of up to K_MAX distinct 32-bit values, filled by insertion one value per cycle
-// (compress_engine sorts the selected block indices, which topk_select gives in rank order).
-// Slot i sits at list[32i +: 32], slot 0 the smallest; a value lands in front of the first slot
-// holding a larger one and the slots behind move down one, as in topk_select. The caller
-// inserts at most K_MAX values between clears.
+// Ascending list of up to K_MAX distinct 32-bit values, filled by insertion, one value every
+// two cycles (compress_engine sorts the selected block indices, which topk_select gives in rank
+// order). Slot i sits at list[32i +: 32], slot 0 the smallest; a value lands in front of the
+// first slot holding a larger one and the slots behind move down one, as in topk_select. The
+// caller inserts at most K_MAX values between clears.
+//
+// Two stages, each from flops (150 MHz on ECP5 inside compress_engine): the cycle after a value
+// is taken it is compared with every slot (K_MAX carry chains side by side) and the result is
+// registered; the cycle after that the slots take the value or their upper neighbour as the
+// registered compares say. The next value is taken in that same cycle, so its compare sees
+// the list with the previous value in it. in_ready is a flop; busy is high while a value is
+// still on its way into the list.
 module index_sort #(
     parameter int K_MAX = 32
 ) (
@@ -10,27 +17,42 @@ module index_sort #(
     input  logic                  rst,
     input  logic                  clear,
     input  logic                  in_valid,
+    output logic                  in_ready,
     input  logic           [31:0] in_value,
+    output logic                  busy,
     output logic [32*K_MAX-1:0]   list
 );
-    logic [K_MAX-1:0]    used, keep, keep_down, used_down;
+    logic [K_MAX-1:0]    used, keep, keep_r, keep_down, used_down;
     logic [32*K_MAX-1:0] list_down;
+    logic [31:0]         value;       // the value being compared (held), then inserted (ins)
+    logic                held, ins;
+
+    assign in_ready = !held;
+    assign busy = held || ins;
 
     for (genvar i = 0; i < K_MAX; i++) begin : g_keep
-        assign keep[i] = used[i] && list[32*i +: 32] < in_value;
+        assign keep[i] = used[i] && list[32*i +: 32] < value;
     end
-    assign keep_down = ~(~keep << 1);     // keep_down[i] = keep[i - 1], 1 in front of slot 0
+    assign keep_down = ~(~keep_r << 1);   // keep_down[i] = keep_r[i - 1], 1 in front of slot 0
     assign used_down = used << 1;
     assign list_down = list << 32;
 
     always_ff @(posedge clk) begin
+        keep_r <= keep;
+        if (in_valid && in_ready) value <= in_value;
         if (rst || clear) begin
             used <= '0;
-        end else if (in_valid) begin
-            for (int i = 0; i < K_MAX; i++) begin
-                if (!keep[i]) begin
-                    used[i] <= keep_down[i] ? 1'b1 : used_down[i];
-                    list[32*i +: 32] <= keep_down[i] ? in_value : list_down[32*i +: 32];
+            held <= 1'b0;
+            ins <= 1'b0;
+        end else begin
+            held <= in_valid && in_ready;
+            ins <= held;
+            if (ins) begin
+                for (int i = 0; i < K_MAX; i++) begin
+                    if (!keep_r[i]) begin
+                        used[i] <= keep_down[i] ? 1'b1 : used_down[i];
+                        list[32*i +: 32] <= keep_down[i] ? value : list_down[32*i +: 32];
+                    end
                 end
             end
         end
