@@ -249,8 +249,8 @@ module compress_engine #(
     logic [CW-1:0] res_inflight;      // words requested and not yet taken from the FIFO
     logic        res_push, res_pop, res_full, res_empty;
     logic [31:0] res_fifo_head;
-    logic        rsk_ready, rsk_valid, rsk_take;   // the skid buffers after the FIFO
-    logic [31:0] res_head;                          // the second's output register: the next r
+    logic        rsk_ready, rsk_valid, rsk_take;   // the skid buffer after the FIFO, then a
+    logic [31:0] res_head;                          // credit link to the join: the next r
     logic        rsk1_valid, rsk1_ready;            // between the two
     logic [31:0] rsk1_data;
     logic [31:0] rd_got;              // pass 2: words received
@@ -282,18 +282,19 @@ module compress_engine #(
         .rd_data(res_fifo_head), .full(res_full), .empty(res_empty)
     );
 
-    // two skid buffers after the FIFO: the pop depends only on the FIFO's `empty` and the
-    // first skid's registered ready (two flops side by side), and the join takes its word
-    // from the second, which can sit beside the join while the FIFO sits by the AXI port (one
-    // skid left a 10 ns path across the die on ECP5). The credits count a word as taken when
-    // it leaves the FIFO: in flight + in the FIFO stays <= RES_DEPTH, so rready never stalls;
-    // the skids' four words are beyond the count
+    // a skid buffer after the FIFO: the pop depends only on the FIFO's `empty` and the skid's
+    // registered ready (two flops side by side); then a credit link (registers both ways) to
+    // the join, which takes its word locally while the FIFO sits by the AXI port (with a skid
+    // buffer there instead, the take and the pop still met in one cycle: 10.3 ns across the
+    // die on ECP5). The credits of the AR bursts count a word as taken when it leaves the
+    // FIFO: in flight + in the FIFO stays <= RES_DEPTH, so rready never stalls; the words in
+    // the skid and the link are beyond the count
     assign res_pop = !res_empty && rsk_ready;
     axis_skid_buffer #(.W(32)) u_res_skid (
         .clk, .rst, .s_data(res_fifo_head), .s_valid(!res_empty), .s_ready(rsk_ready),
         .m_data(rsk1_data), .m_valid(rsk1_valid), .m_ready(rsk1_ready)
     );
-    axis_skid_buffer #(.W(32)) u_res_skid2 (
+    axis_credit_link #(.W(32)) u_res_link (
         .clk, .rst, .s_data(rsk1_data), .s_valid(rsk1_valid), .s_ready(rsk1_ready),
         .m_data(res_head), .m_valid(rsk_valid), .m_ready(rsk_take)
     );
@@ -305,8 +306,8 @@ module compress_engine #(
     logic [CW-1:0] vel_inflight;      // velocity words requested and not yet taken
     logic        vel_push, vel_pop, vel_full, vel_empty;
     logic [31:0] vel_fifo_head;
-    logic        vsk_ready, vsk_valid, vsk_take;   // the skid buffers after the FIFO
-    logic [31:0] vel_head;                          // the second's output register: the next u
+    logic        vsk_ready, vsk_valid, vsk_take;   // the skid buffer and credit link after
+    logic [31:0] vel_head;                          // the FIFO (as the residual's): the next u
     logic        vsk1_valid, vsk1_ready;            // between the two
     logic [31:0] vsk1_data;
 
@@ -341,7 +342,7 @@ module compress_engine #(
         .clk, .rst, .s_data(vel_fifo_head), .s_valid(!vel_empty), .s_ready(vsk_ready),
         .m_data(vsk1_data), .m_valid(vsk1_valid), .m_ready(vsk1_ready)
     );
-    axis_skid_buffer #(.W(32)) u_vel_skid2 (
+    axis_credit_link #(.W(32)) u_vel_link (
         .clk, .rst, .s_data(vsk1_data), .s_valid(vsk1_valid), .s_ready(vsk1_ready),
         .m_data(vel_head), .m_valid(vsk_valid), .m_ready(vsk_take)
     );
@@ -441,7 +442,7 @@ module compress_engine #(
     logic        e_sat, e_tvalid, e_tready, e_tlast;
     logic        a_sat, a_tvalid, a_tready, a_tlast, a_accept;
 
-    ef_add u_ef_add (
+    ef_add #(.REG_SUM(1'b1)) u_ef_add (
         .clk, .rst,
         .s_tdata(ef_s_data), .s_tvalid(ef_s_valid), .s_tready(ef_s_ready), .s_tlast(ef_s_last),
         .m_tdata(e_tdata), .m_tuser(e_sat), .m_tvalid(e_tvalid), .m_tready(e_tready),

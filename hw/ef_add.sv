@@ -1,8 +1,12 @@
-// Error feedback, docs/spec.md §2.1: a = clamp(r + q, -QMAX, QMAX), one pair per cycle, latency 1.
+// Error feedback, docs/spec.md §2.1: a = clamp(r + q, -QMAX, QMAX), one pair per cycle, latency 1
+// (2 with REG_SUM: the 33-bit sum is registered before the clamp, for compress_engine, where
+// the add and the clamp in one cycle missed 150 MHz on ECP5 once placed among the rest).
 //
 // s_tdata = {residual r, quantised q} (r in bits 63..32, q in bits 31..0), both int32.
 // m_tdata = a (int32); m_tuser = sat, set when |r + q| > QMAX (the element counted in sat_feedback).
-module ef_add (
+module ef_add #(
+    parameter bit REG_SUM = 1'b0
+) (
     input  logic        clk,
     input  logic        rst,
     input  logic [63:0] s_tdata,
@@ -15,12 +19,23 @@ module ef_add (
     input  logic        m_tready,
     output logic        m_tlast
 );
-    logic signed [32:0] sum;
-    logic               over, under;
+    logic signed [32:0] sum, sum_in;
+    logic               over, under, sum_valid, sum_ready, sum_last;
     logic        [31:0] clamped;
 
     // 33 bits hold any sum of two int32 exactly
-    assign sum = $signed({s_tdata[63], s_tdata[63:32]}) + $signed({s_tdata[31], s_tdata[31:0]});
+    assign sum_in = $signed({s_tdata[63], s_tdata[63:32]}) + $signed({s_tdata[31], s_tdata[31:0]});
+    if (REG_SUM) begin : g_reg_sum
+        pipe_reg #(.W(34)) u_sum (
+            .clk, .rst,
+            .in_data({s_tlast, sum_in}), .in_valid(s_tvalid), .in_ready(s_tready),
+            .out_data({sum_last, sum}), .out_valid(sum_valid), .out_ready(sum_ready)
+        );
+    end else begin : g_comb_sum
+        assign {sum_last, sum} = {s_tlast, sum_in};
+        assign sum_valid = s_tvalid;
+        assign s_tready = sum_ready;
+    end
     assign over = sum > 33'sh0_7FFF_FFFF;
     assign under = sum < -33'sh0_7FFF_FFFF;
     assign clamped = over ? 32'h7FFF_FFFF : under ? 32'h8000_0001 : sum[31:0];
@@ -28,7 +43,7 @@ module ef_add (
     logic [33:0] out_word;
     pipe_reg #(.W(34)) u_out (
         .clk, .rst,
-        .in_data({over || under, s_tlast, clamped}), .in_valid(s_tvalid), .in_ready(s_tready),
+        .in_data({over || under, sum_last, clamped}), .in_valid(sum_valid), .in_ready(sum_ready),
         .out_data(out_word), .out_valid(m_tvalid), .out_ready(m_tready)
     );
     assign m_tuser = out_word[33];
