@@ -52,14 +52,18 @@ module block_l1 (
             m_tvalid <= v1 && end1;
             if (v1) begin
                 if (end1) begin
-                    m_tdata <= {index, sum};
-                    m_tlast <= last1;
                     acc <= 64'd0;
                     index <= last1 ? 32'd0 : index + 32'd1;
                 end else begin
                     acc <= sum;
                 end
             end
+        end
+        // the output register loads on every enable (its clock enable is then `en` alone, two
+        // flops deep, not en && v1 && end1); m_tvalid says when it holds a norm
+        if (en) begin
+            m_tdata <= {index, sum};
+            m_tlast <= last1;
         end
     end
 endmodule

@@ -150,7 +150,8 @@ module compress_engine #(
     localparam logic [4:0] LMAX_LIMIT = (LMAX_LOG2_MAX < 24) ? 5'(LMAX_LOG2_MAX) : 5'd24;
     localparam int XW = (ADDR_W > 34) ? ADDR_W + 1 : 35;   // base + 4n without overflow
 
-    typedef enum logic [3:0] {IDLE, CHECK, MUL, CHECK_A, CHECK2, PASS1, PREP, ENC_CFG, PASS2}
+    typedef enum logic [3:0] {IDLE, CHECK, MUL, CHECK_A, CHECK2, CHECK3, PASS1, PREP, ENC_CFG,
+                              PASS2}
         state_t;
     state_t state;
     logic   phase2;      // pass 2's walkers and data sources are selected
@@ -166,13 +167,13 @@ module compress_engine #(
     // the check runs over several cycles, each step registered (150 MHz on ECP5): CHECK
     // registers k_eff, min(B, n) and the residual's end address; MUL waits for span =
     // n_blocks * min(B, n) (mul32_pipe, 3 cycles) and registers n + min(B, n); CHECK_A
-    // registers each condition; CHECK2 takes the first failing one
+    // registers each condition; CHECK2 registers the first failing one; CHECK3 acts on it
     logic [31:0] k_eff, bs_n;            // min(k, n_blocks), min(B, n): registered in CHECK
     logic        n_nz;                   // n != 0, registered (the walkers' counts use it)
     logic [32:0] n_plus_bs;              // n + min(B, n)
     logic [63:0] span;                   // n_blocks * min(B, n)
     logic  [1:0] mul_wait;
-    logic  [3:0] check_code;
+    logic  [3:0] check_code, check_code_r;
 
     assign cfg_ready = state == IDLE;
     assign busy = state != IDLE;
@@ -525,8 +526,9 @@ module compress_engine #(
     // (Icarus 11 miscompiles an enum comparison written in a port connection: named signals)
     logic sort_clear, sort_busy;
     assign sort_clear = state == CHECK;
-    assign prep_rd_valid = state == PREP && {{(31 - SW){1'b0}}, prep_rd} < k_eff;
-    assign prep_rd_last = {{(31 - SW){1'b0}}, prep_rd} + 32'd1 == k_eff;
+    // k_eff <= K_MAX < 2^(SW+1) once the check has passed: the compares take SW + 1 bits
+    assign prep_rd_valid = state == PREP && prep_rd < k_eff[SW:0];
+    assign prep_rd_last = prep_rd + 1'b1 == k_eff[SW:0];
 
     // the indices go in one every two cycles (index_sort registers its compares)
     index_sort #(.K_MAX(K_MAX)) u_sort (
@@ -594,12 +596,15 @@ module compress_engine #(
     // one-cycle-old yes still holds)
     // (the sum is registered first, so the compare takes it one cycle later: aw_waited says
     // the burst was already waiting then, so the sum is this burst's)
-    logic aw_read_ok, aw_waited;
+    logic aw_read_ok, aw_waited, aw_waited2, aw_need_ok;
     logic [31:0] aw_need;             // elements this burst and the ones before it cover
     always_ff @(posedge clk) begin
         aw_need <= aw_elems + {23'd0, aw_len};
         aw_waited <= aw_req && !aw_fire;
-        aw_read_ok <= aw_req && !aw_fire && aw_waited && aw_need <= rd_got;
+        // the compare is registered on its own too, and aw_waited2 says it was this burst's
+        aw_need_ok <= aw_need <= rd_got;
+        aw_waited2 <= aw_req && !aw_fire && aw_waited;
+        aw_read_ok <= aw_req && !aw_fire && aw_waited2 && aw_need_ok;
     end
     assign m_axi_awvalid = aw_req && !lenq_full && (!phase2 || aw_read_ok);
     assign aw_fire = m_axi_awvalid && m_axi_awready;
@@ -786,8 +791,12 @@ module compress_engine #(
                 end
                 CHECK_A: state <= CHECK2;
                 CHECK2: begin
-                    err_code <= check_code;
-                    if (check_code != 4'd0) begin
+                    check_code_r <= check_code;
+                    state <= CHECK3;
+                end
+                CHECK3: begin
+                    err_code <= check_code_r;
+                    if (check_code_r != 4'd0) begin
                         state <= IDLE;
                         done <= 1'b1;
                     end else begin
