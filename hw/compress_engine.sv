@@ -359,29 +359,39 @@ module compress_engine #(
     // ---- pass 1: gradient + residual -> quantiser -> ef_add -> write-back, norms, select ----
     logic [31:0] in_left;             // gradient elements still to take
     logic        in_more, in_last;    // registered: in_left != 0, in_left == 1
-    logic        in_open, j_valid, j_ready, p1_pop, q_s_valid, q_s_ready, q_s_last;
+    logic        in_open, p1_pop, q_s_valid, q_s_ready, q_s_last;
     logic [95:0] q_s_data;            // {u, r, g}
 
+    // Pass 1 runs on credits: the join takes an element only when there is room for it at the
+    // far end (the `a` FIFO after ef_add and, momentum on, the velocity write FIFO), so the
+    // stages in between never stall: the quantiser, momentum_pipe and ef_add see m_tready = 1
+    // and have no clock enables, and the take fans out to the link FIFOs and a few counters
+    // only. (A stalling pipeline's enables and the join's register slice spanned the die:
+    // 10 ns on ECP5.) An element is taken, a credit spent, and the credit comes back a cycle
+    // after the element leaves that FIFO, ~22 cycles later: 32 credits keep one per cycle.
+    localparam int PQ_AW = 5;         // the `a` and velocity write FIFOs: 2^5 words each
+    localparam logic [PQ_AW:0] PQ_DEPTH = (PQ_AW + 1)'(1 << PQ_AW);
+    logic [PQ_AW:0] a_credits, v_credits;
+    logic        a_room, v_room;      // registered: >= 3 credits a cycle ago, so >= 1 now
+    logic        a_pop, a_back, v_back, a_spent, v_spent;
     logic        words_in;            // the residual word (and velocity word) of the element
+
     assign in_open = in_pass1 && in_more;
     assign words_in = rsk_valid && (!mom_r || vsk_valid);
-    // the join takes gradient, r and u together into a register slice (its ready a flop), so
-    // the take decision depends on flops only, not on the quantiser's stage enable
-    assign j_valid = s_grad_tvalid && in_open && words_in;
-    assign s_grad_tready = in_open && j_ready && words_in;
-    assign p1_pop = j_valid && j_ready;
+    assign s_grad_tready = in_open && words_in && a_room && (!mom_r || v_room);
+    assign p1_pop = s_grad_tvalid && s_grad_tready;
     assign vsk_take = p1_pop && mom_r;
 
-    axis_skid_buffer #(.W(97)) u_join_slice (
-        .clk, .rst,
-        .s_data({in_last, vel_head, res_head, s_grad_tdata}), .s_valid(j_valid),
-        .s_ready(j_ready),
-        .m_data({q_s_last, q_s_data}), .m_valid(q_s_valid), .m_ready(q_s_ready)
-    );
+    // the join's register: loaded every cycle, valid where an element was taken
+    always_ff @(posedge clk) begin
+        if (rst) q_s_valid <= 1'b0;
+        else q_s_valid <= p1_pop;
+        {q_s_last, q_s_data} <= {in_last, vel_head, res_head, s_grad_tdata};
+    end
 
     logic [31:0] q_tdata, q_resid, q_vel;
     logic  [1:0] q_flags;
-    logic        q_tvalid, q_tready, q_tlast;
+    logic        q_tvalid, q_tlast;
 
     // r and u ride beside the gradient through the quantiser's stages
     quantiser #(.UW(64)) u_quantiser (
@@ -390,74 +400,102 @@ module compress_engine #(
         .s_tdata(q_s_data[31:0]), .s_tuser(q_s_data[95:32]), .s_tvalid(q_s_valid),
         .s_tready(q_s_ready), .s_tlast(q_s_last),
         .m_tdata(q_tdata), .m_tuser({q_vel, q_resid, q_flags}), .m_tvalid(q_tvalid),
-        .m_tready(q_tready), .m_tlast(q_tlast)
+        .m_tready(1'b1), .m_tlast(q_tlast)
     );
 
-    // momentum: a register slice (its ready is a flop, so the momentum stages' enable does not
-    // run on into the quantiser's), momentum_pipe, then {r, u'} to ef_add and u' to the
-    // velocity write-back FIFO together. Off: the quantiser feeds ef_add as it always did.
+    // momentum: a register, momentum_pipe, then {r, u'} to ef_add and u' to the velocity write
+    // FIFO together. Off: the quantiser feeds ef_add as it always did.
     logic [96:0] mq_data;
-    logic        mq_valid, mq_ready, ms_ready, mq_s_ready;
+    logic        mq_valid, ms_ready;
     logic [63:0] mo_tdata;
-    logic        mo_sat, mo_tvalid, mo_tready, mo_tlast, mo_accept;
+    logic        mo_sat, mo_tvalid, mo_tlast;
     logic        vwd_full, vwd_empty, vwd_pop;
     logic [31:0] vwd_head;
-    logic        ef_s_valid, ef_s_ready, ef_s_last, ef_in_valid, ef_in_ready;
+    logic        ef_s_valid, ef_s_ready, ef_s_last, ef_in_valid;
     logic [63:0] ef_s_data;
     logic [64:0] ef_in_data;          // {tlast, r, q} or {tlast, r, u'}
 
-    axis_skid_buffer #(.W(97)) u_mom_slice (
-        .clk, .rst,
-        .s_data({q_tlast, q_resid, q_vel, q_tdata}), .s_valid(q_tvalid && mom_r),
-        .s_ready(mq_s_ready),
-        .m_data(mq_data), .m_valid(mq_valid), .m_ready(mq_ready)
-    );
-    assign mq_ready = ms_ready;
+    always_ff @(posedge clk) begin
+        if (rst) mq_valid <= 1'b0;
+        else mq_valid <= q_tvalid && mom_r;
+        mq_data <= {q_tlast, q_resid, q_vel, q_tdata};
+    end
 
     momentum_pipe u_momentum (
         .clk, .rst, .m_fix(m_fix_r),
         .s_tdata(mq_data[95:0]), .s_tvalid(mq_valid), .s_tready(ms_ready), .s_tlast(mq_data[96]),
-        .m_tdata(mo_tdata), .m_tuser(mo_sat), .m_tvalid(mo_tvalid), .m_tready(mo_tready),
+        .m_tdata(mo_tdata), .m_tuser(mo_sat), .m_tvalid(mo_tvalid), .m_tready(1'b1),
         .m_tlast(mo_tlast)
     );
-    assign mo_tready = ef_in_ready && !vwd_full;
-    assign mo_accept = mo_tvalid && mo_tready;
 
-    sync_fifo #(.W(32), .AW(4)) u_vwd_fifo (
-        .clk, .rst, .clear(1'b0), .push(mo_accept), .wr_data(mo_tdata[31:0]), .pop(vwd_pop),
+    // room is there: the credits
+    sync_fifo #(.W(32), .AW(PQ_AW)) u_vwd_fifo (
+        .clk, .rst, .clear(1'b0), .push(mo_tvalid), .wr_data(mo_tdata[31:0]), .pop(vwd_pop),
         .rd_data(vwd_head), .full(vwd_full), .empty(vwd_empty)
     );
 
-    assign q_tready = mom_r ? mq_s_ready : ef_in_ready;
-    assign ef_in_valid = mom_r ? mo_tvalid && !vwd_full : q_tvalid;
+    assign ef_in_valid = mom_r ? mo_tvalid : q_tvalid;
     assign ef_in_data = mom_r ? {mo_tlast, mo_tdata} : {q_tlast, q_resid, q_tdata};
 
-    // a register slice between that choice and ef_add: ef_add's 33-bit sum and clamp start
-    // from flops, and the readies above (quantiser, momentum_pipe) are flops, not ef_add's
-    axis_skid_buffer #(.W(65)) u_ef_slice (
-        .clk, .rst, .s_data(ef_in_data), .s_valid(ef_in_valid), .s_ready(ef_in_ready),
-        .m_data({ef_s_last, ef_s_data}), .m_valid(ef_s_valid), .m_ready(ef_s_ready)
-    );
+    // a register between that choice and ef_add: ef_add's 33-bit sum starts from flops
+    always_ff @(posedge clk) begin
+        if (rst) ef_s_valid <= 1'b0;
+        else ef_s_valid <= ef_in_valid;
+        {ef_s_last, ef_s_data} <= ef_in_data;
+    end
 
-    logic [31:0] e_tdata, a_tdata;
-    logic        e_sat, e_tvalid, e_tready, e_tlast;
+    logic [31:0] e_tdata, a_tdata, aq_tdata;
+    logic        e_sat, e_tvalid, e_tlast;
     logic        a_sat, a_tvalid, a_tready, a_tlast, a_accept;
+    logic        aq_sat, aq_tlast, aq_full, aq_empty, ask_ready;
 
     ef_add #(.REG_SUM(1'b1)) u_ef_add (
         .clk, .rst,
         .s_tdata(ef_s_data), .s_tvalid(ef_s_valid), .s_tready(ef_s_ready), .s_tlast(ef_s_last),
-        .m_tdata(e_tdata), .m_tuser(e_sat), .m_tvalid(e_tvalid), .m_tready(e_tready),
+        .m_tdata(e_tdata), .m_tuser(e_sat), .m_tvalid(e_tvalid), .m_tready(1'b1),
         .m_tlast(e_tlast)
     );
 
-    // a registered ready between ef_add and the fork: the ready of topk_select, block_l1 and
-    // the write FIFO does not run on through ef_add and the quantiser to the gradient input
-    // (an 11.3 ns path on ECP5 without it)
+    // the `a` FIFO (room is there: the credits), then a skid buffer, its ready a flop, to the
+    // fork: the ready of topk_select, block_l1 and the write FIFO stops there
+    sync_fifo #(.W(34), .AW(PQ_AW)) u_a_fifo (
+        .clk, .rst, .clear(1'b0), .push(e_tvalid), .wr_data({e_sat, e_tlast, e_tdata}),
+        .pop(a_pop), .rd_data({aq_sat, aq_tlast, aq_tdata}), .full(aq_full), .empty(aq_empty)
+    );
+    assign a_pop = !aq_empty && ask_ready;
     axis_skid_buffer #(.W(34)) u_a_slice (
         .clk, .rst,
-        .s_data({e_sat, e_tlast, e_tdata}), .s_valid(e_tvalid), .s_ready(e_tready),
+        .s_data({aq_sat, aq_tlast, aq_tdata}), .s_valid(!aq_empty), .s_ready(ask_ready),
         .m_data({a_sat, a_tlast, a_tdata}), .m_valid(a_tvalid), .m_ready(a_tready)
     );
+
+    // credits: spent at the take and back as the element leaves its FIFO, each counted a cycle
+    // later through a register; so the count lags by up to two takes, and room is >= 3
+    always_ff @(posedge clk) begin
+        if (rst) begin
+            a_credits <= PQ_DEPTH;
+            v_credits <= PQ_DEPTH;
+            a_room <= 1'b0;
+            v_room <= 1'b0;
+            a_back <= 1'b0;
+            v_back <= 1'b0;
+            a_spent <= 1'b0;
+            v_spent <= 1'b0;
+        end else begin
+            a_back <= a_pop;
+            v_back <= vwd_pop;
+            a_spent <= p1_pop;
+            v_spent <= vsk_take;
+            a_credits <= a_credits - (PQ_AW + 1)'(a_spent) + (PQ_AW + 1)'(a_back);
+            v_credits <= v_credits - (PQ_AW + 1)'(v_spent) + (PQ_AW + 1)'(v_back);
+            a_room <= a_credits >= (PQ_AW + 1)'(3);
+            v_room <= v_credits >= (PQ_AW + 1)'(3);
+        end
+    end
+
+    // never high: the credits keep both FIFOs from filling; the stages never stall
+    logic unused_pass1;
+    assign unused_pass1 = ^{aq_full, vwd_full, q_s_ready, ms_ready, ef_s_ready};
 
     // a goes to the norms and to the write-back FIFO together
     logic wd_full, wd_empty, wd_pop, l1_ready;
@@ -524,8 +562,7 @@ module compress_engine #(
     logic [SW-1:0]       prep_s6;                   // the range goes to `ranges` at this slot
 
     // (Icarus 11 miscompiles an enum comparison written in a port connection: named signals)
-    logic sort_clear, sort_busy;
-    assign sort_clear = state == CHECK;
+    logic sort_clear, sort_busy;      // sort_clear: a flop, high in CHECK
     // k_eff <= K_MAX < 2^(SW+1) once the check has passed: the compares take SW + 1 bits
     assign prep_rd_valid = state == PREP && prep_rd < k_eff[SW:0];
     assign prep_rd_last = prep_rd + 1'b1 == k_eff[SW:0];
@@ -751,6 +788,7 @@ module compress_engine #(
     always_ff @(posedge clk) begin
         done <= 1'b0;
         walk_start <= 1'b0;
+        sort_clear <= state == IDLE && cfg_valid;     // the cycle of CHECK
         if (rst) begin
             state <= IDLE;
             phase2 <= 1'b0;
@@ -844,12 +882,12 @@ module compress_engine #(
                 in_last <= in_left == 32'd2;
                 if (s_grad_tlast != in_last) err_code <= gradblock_pkg::ENGINE_ERR_TLAST_MISPLACED;
             end
-            if (q_tvalid && q_tready) begin
+            if (q_tvalid) begin
                 sat_quant_count <= sat_quant_count + {31'd0, q_flags[0]};
                 nan_count <= nan_count + {31'd0, q_flags[1]};
             end
             if (a_accept) sat_feedback_count <= sat_feedback_count + {31'd0, a_sat};
-            if (mo_accept) sat_momentum_count <= sat_momentum_count + {31'd0, mo_sat};
+            if (mo_tvalid) sat_momentum_count <= sat_momentum_count + {31'd0, mo_sat};
 
             res_inflight <= res_inflight + (ar_fire ? CW'(ar_len) : CW'(0)) - CW'(res_pop);
             if (res_push && phase2) rd_got <= rd_got + 32'd1;
