@@ -13,6 +13,11 @@ with a target clock (`--freq`, default 150 MHz) and writes its report JSON. Figu
   ff        TRELLIS_FF, ebr DP16KD block RAMs, mult18 MULT18X18D, dpram TRELLIS_DPR16X4
   comb      TRELLIS_COMB slices used, from nextpnr's utilisation
   gbps_fp32 fmax_mhz x 32 bits: the fp32 gradient rate of a block taking one element per cycle
+  late_endpoints, late_by_instance
+            register and RAM inputs whose latest arrival is past the target period (nextpnr's
+            detailed timing report), in all and by top-level instance: where a missed target's
+            paths end, not just the worst one. A flop is named after the net it drives, so a
+            register feeding an instance's input port counts under that instance.
 """
 from __future__ import annotations
 
@@ -110,6 +115,33 @@ def critical_path(log: str) -> str:
     return "\n".join(block if len(block) <= 9 else block[:3] + block[-6:])
 
 
+# cell inputs of LUTs and carry chains: not timing endpoints (the paths run on through them)
+_COMB_PORTS = frozenset({"A", "B", "C", "D", "A0", "B0", "C0", "D0", "A1", "B1", "C1", "D1",
+                         "CIN", "FCI", "M0", "M1"})
+
+
+def late_endpoints(report_text: str, period_ns: float, top_n: int = 8) -> dict:
+    """Endpoints (flop and RAM inputs) whose latest arrival exceeds period_ns, from a nextpnr
+    --detailed-timing-report JSON: {"late_endpoints": N, "late_by_instance": {inst: count}}
+    with the top_n instances by count ("(top)" for the top's own registers)."""
+    latest: dict[tuple[str, str], float] = {}
+    for net in json.loads(report_text).get("detailed_net_timings", []):
+        for ep in net.get("endpoints", []):
+            if ep["port"] in _COMB_PORTS:
+                continue
+            delay = ep["delay"]
+            arrival = max(delay) if isinstance(delay, list) else float(delay)
+            key = (ep["cell"], ep["port"])
+            latest[key] = max(arrival, latest.get(key, arrival))
+    counts: dict[str, int] = {}
+    for (cell, _), arrival in latest.items():
+        if arrival > period_ns:
+            inst = cell.split(".")[0] if "." in cell else "(top)"
+            counts[inst] = counts.get(inst, 0) + 1
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top_n]
+    return {"late_endpoints": sum(counts.values()), "late_by_instance": dict(ranked)}
+
+
 def run_ecp5(run: Ecp5Run, freq_mhz: float = DEFAULT_FREQ_MHZ, seed: int = 1,
              timeout: int = 3600) -> dict:
     """Synthesise and place-and-route one top; its figures (see the module docstring)."""
@@ -128,12 +160,15 @@ def run_ecp5(run: Ecp5Run, freq_mhz: float = DEFAULT_FREQ_MHZ, seed: int = 1,
             raise Ecp5FlowError(f"yosys failed on {run.top}:\n{(proc.stdout + proc.stderr)[-3000:]}")
         figures = parse_netlist_cells(netlist.read_text(), run.top)
         proc = subprocess.run([NEXTPNR, *DEVICE_ARGS, "--json", netlist.name, "--report",
-                               report.name, "--freq", str(freq_mhz), "--seed", str(seed)],
+                               report.name, "--detailed-timing-report", "--freq", str(freq_mhz),
+                               "--seed", str(seed)],
                               capture_output=True, text=True, timeout=timeout, cwd=tmp)
         log = proc.stdout + proc.stderr
         if proc.returncode != 0 or not report.is_file():
             raise Ecp5FlowError(f"nextpnr failed on {run.top}:\n{log[-3000:]}")
-        figures.update(parse_nextpnr_report(report.read_text()))
+        report_text = report.read_text()
+        figures.update(parse_nextpnr_report(report_text))
+        figures.update(late_endpoints(report_text, 1000.0 / freq_mhz))
     figures["gbps_fp32"] = round(figures["fmax_mhz"] * 32 / 1000, 2)
     figures["parameters"] = dict(run.parameters)
     figures["target_mhz"] = freq_mhz
@@ -188,7 +223,9 @@ def synth_main(argv: list[str]) -> int:
         except (Ecp5FlowError, subprocess.TimeoutExpired) as e:
             print(f"gradblock synth: {e}", file=sys.stderr)
             return 1
-        print(f"  {modules[top]['fmax_mhz']} MHz, {modules[top]['lut4']} LUT4", flush=True)
+        f = modules[top]
+        print(f"  {f['fmax_mhz']} MHz, {f['lut4']} LUT4, {f['late_endpoints']} endpoints past "
+              f"{1000.0 / args.freq:.2f} ns {f['late_by_instance'] or ''}", flush=True)
     print(format_table(modules))
     if args.json:
         from gradblock.fileio import write_text

@@ -50,6 +50,24 @@ def test_nextpnr_report_takes_the_slowest_clock():
         ecp5.parse_nextpnr_report(json.dumps({"fmax": {}}))
 
 
+def test_late_endpoints_count_register_inputs_past_the_period():
+    ep = lambda cell, port, d: {"cell": cell, "port": port, "delay": d}     # noqa: E731
+    rep = {"detailed_net_timings": [
+        {"net": "n1", "driver": "x", "port": "F", "endpoints": [
+            ep("u_a.r_TRELLIS_FF_Q", "CE", [6.0, 7.1]),     # late
+            ep("u_a.r_TRELLIS_FF_Q_1", "DI", [6.0, 6.5]),   # on time
+            ep("u_a.lut", "A", [9.0, 9.0])]},               # a LUT input: not an endpoint
+        {"net": "n2", "driver": "y", "port": "Q", "endpoints": [
+            ep("u_a.r_TRELLIS_FF_Q", "CE", [5.0, 5.0]),     # same endpoint, earlier: max kept
+            ep("state_TRELLIS_FF_Q", "DI", 7.0),            # the top's own register
+            ep("u_b.mem.0.0$DPRAM_COMB0", "WD", [7.5, 8.0])]}]}
+    got = ecp5.late_endpoints(json.dumps(rep), 1000.0 / 150)
+    assert got == {"late_endpoints": 3, "late_by_instance": {"(top)": 1, "u_a": 1, "u_b": 1}}
+    assert ecp5.late_endpoints(json.dumps(rep), 10.0)["late_endpoints"] == 0
+    assert ecp5.late_endpoints(json.dumps({}), 5.0) == {"late_endpoints": 0,
+                                                         "late_by_instance": {}}
+
+
 def test_critical_path_is_the_last_report_block():
     log = ("Info: Critical path report for clock 'clk' (posedge -> posedge):\nInfo: old\n\n"
            "Info: Critical path report for clock 'clk' (posedge -> posedge):\nInfo: a\nInfo: b\n"
@@ -84,6 +102,8 @@ def test_ef_add_through_the_flow(tmp_path):
     assert fig["ebr"] == 0 and fig["mult18"] == 0
     assert fig["gbps_fp32"] == round(fig["fmax_mhz"] * 32 / 1000, 2)
     assert "Critical path report" in fig["critical_path"]
+    assert fig["late_endpoints"] == sum(fig["late_by_instance"].values()) or \
+        len(fig["late_by_instance"]) == 8
 
 
 @pytest.mark.slow
