@@ -11,6 +11,8 @@
 //             goes back through a register to return its credit.
 // Words in flight + words in the ring <= 2^AW, so the ring never overflows. A credit comes
 // back 5 cycles after it was spent, so AW >= 3 sustains one word per cycle; latency 3 cycles.
+// m_arrived pulses (a register) as each word lands in the ring: a consumer that claims words
+// ahead of taking them (compress_engine's velocity) counts them from it.
 module axis_credit_link #(
     parameter int W  = 32,
     parameter int AW = 3
@@ -22,7 +24,8 @@ module axis_credit_link #(
     output logic         s_ready,
     output logic [W-1:0] m_data,
     output logic         m_valid,
-    input  logic         m_ready
+    input  logic         m_ready,
+    output logic         m_arrived
 );
     localparam logic [AW:0] DEPTH = (AW + 1)'(1 << AW);
 
@@ -37,6 +40,7 @@ module axis_credit_link #(
     assign m_valid = held != '0;
     assign m_data = ring[rd_ptr];
     assign take = m_valid && m_ready;
+    assign m_arrived = written;
 
     always_ff @(posedge clk) begin
         if (rst) begin

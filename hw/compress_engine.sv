@@ -295,9 +295,11 @@ module compress_engine #(
         .clk, .rst, .s_data(res_fifo_head), .s_valid(!res_empty), .s_ready(rsk_ready),
         .m_data(rsk1_data), .m_valid(rsk1_valid), .m_ready(rsk1_ready)
     );
+    logic res_arrived_unused;
     axis_credit_link #(.W(32)) u_res_link (
         .clk, .rst, .s_data(rsk1_data), .s_valid(rsk1_valid), .s_ready(rsk1_ready),
-        .m_data(res_head), .m_valid(rsk_valid), .m_ready(rsk_take)
+        .m_data(res_head), .m_valid(rsk_valid), .m_ready(rsk_take),
+        .m_arrived(res_arrived_unused)
     );
 
     // ---- velocity reads (momentum, pass 1 only): AR walker over [0, n), FIFO, credits -------
@@ -343,9 +345,14 @@ module compress_engine #(
         .clk, .rst, .s_data(vel_fifo_head), .s_valid(!vel_empty), .s_ready(vsk_ready),
         .m_data(vsk1_data), .m_valid(vsk1_valid), .m_ready(vsk1_ready)
     );
-    axis_credit_link #(.W(32)) u_vel_link (
+    // the velocity word is claimed at the join (v_have, counted from m_arrived) but taken
+    // after the quantiser, where momentum_pipe needs it: the take is then a flop (the
+    // quantiser's last valid), not the join's decision sent across the die (7.95 ns); 32 words,
+    // as a word stays in the ring over the quantiser's latency too
+    logic        vel_arrived;
+    axis_credit_link #(.W(32), .AW(5)) u_vel_link (
         .clk, .rst, .s_data(vsk1_data), .s_valid(vsk1_valid), .s_ready(vsk1_ready),
-        .m_data(vel_head), .m_valid(vsk_valid), .m_ready(vsk_take)
+        .m_data(vel_head), .m_valid(vsk_valid), .m_ready(vsk_take), .m_arrived(vel_arrived)
     );
 
     // bursts are counted by beats (rlast); only resp[1] (SLVERR/DECERR) matters; the AR
@@ -360,7 +367,9 @@ module compress_engine #(
     logic [31:0] in_left;             // gradient elements still to take
     logic        in_more, in_last;    // registered: in_left != 0, in_left == 1
     logic        in_open, p1_pop, q_s_valid, q_s_ready, q_s_last;
-    logic [95:0] q_s_data;            // {u, r, g}
+    logic [63:0] q_s_data;            // {r, g}
+    logic  [5:0] v_have;              // velocity words in the link not yet claimed by a take
+    logic        v_claim;
 
     // Pass 1 runs on credits: the join takes an element only when there is room for it at the
     // far end (the `a` FIFO after ef_add and, momentum on, the velocity write FIFO), so the
@@ -373,33 +382,36 @@ module compress_engine #(
     localparam logic [PQ_AW:0] PQ_DEPTH = (PQ_AW + 1)'(1 << PQ_AW);
     logic [PQ_AW:0] a_credits, v_credits;
     logic        a_room, v_room;      // registered: >= 3 credits a cycle ago, so >= 1 now
-    logic        a_pop, a_back, v_back, a_spent, v_spent;
+    logic        a_pop, a_back, v_back, a_spent, v_spent;   // v_*: credits of the velocity
+                                                             // write FIFO
     logic        words_in;            // the residual word (and velocity word) of the element
 
     assign in_open = in_pass1 && in_more;
-    assign words_in = rsk_valid && (!mom_r || vsk_valid);
+    assign words_in = rsk_valid && (!mom_r || v_have != 6'd0);
     assign s_grad_tready = in_open && words_in && a_room && (!mom_r || v_room);
     assign p1_pop = s_grad_tvalid && s_grad_tready;
-    assign vsk_take = p1_pop && mom_r;
+    assign v_claim = p1_pop && mom_r;
 
     // the join's register: loaded every cycle, valid where an element was taken
     always_ff @(posedge clk) begin
         if (rst) q_s_valid <= 1'b0;
         else q_s_valid <= p1_pop;
-        {q_s_last, q_s_data} <= {in_last, vel_head, res_head, s_grad_tdata};
+        {q_s_last, q_s_data} <= {in_last, res_head, s_grad_tdata};
+        if (rst) v_have <= 6'd0;
+        else v_have <= v_have + 6'(vel_arrived) - 6'(v_claim);
     end
 
-    logic [31:0] q_tdata, q_resid, q_vel;
+    logic [31:0] q_tdata, q_resid;
     logic  [1:0] q_flags;
     logic        q_tvalid, q_tlast;
 
-    // r and u ride beside the gradient through the quantiser's stages
-    quantiser #(.UW(64)) u_quantiser (
+    // r rides beside the gradient through the quantiser's stages
+    quantiser #(.UW(32)) u_quantiser (
         .clk, .rst,
         .cfg_m(m_r), .cfg_k(ks_r), .cfg_range_bits(rb_r),
-        .s_tdata(q_s_data[31:0]), .s_tuser(q_s_data[95:32]), .s_tvalid(q_s_valid),
+        .s_tdata(q_s_data[31:0]), .s_tuser(q_s_data[63:32]), .s_tvalid(q_s_valid),
         .s_tready(q_s_ready), .s_tlast(q_s_last),
-        .m_tdata(q_tdata), .m_tuser({q_vel, q_resid, q_flags}), .m_tvalid(q_tvalid),
+        .m_tdata(q_tdata), .m_tuser({q_resid, q_flags}), .m_tvalid(q_tvalid),
         .m_tready(1'b1), .m_tlast(q_tlast)
     );
 
@@ -415,10 +427,12 @@ module compress_engine #(
     logic [63:0] ef_s_data;
     logic [64:0] ef_in_data;          // {tlast, r, q} or {tlast, r, u'}
 
+    // the element's velocity word, claimed at the join, is the link's head now
+    assign vsk_take = q_tvalid && mom_r;
     always_ff @(posedge clk) begin
         if (rst) mq_valid <= 1'b0;
         else mq_valid <= q_tvalid && mom_r;
-        mq_data <= {q_tlast, q_resid, q_vel, q_tdata};
+        mq_data <= {q_tlast, q_resid, vel_head, q_tdata};
     end
 
     momentum_pipe u_momentum (
@@ -485,7 +499,7 @@ module compress_engine #(
             a_back <= a_pop;
             v_back <= vwd_pop;
             a_spent <= p1_pop;
-            v_spent <= vsk_take;
+            v_spent <= v_claim;
             a_credits <= a_credits - (PQ_AW + 1)'(a_spent) + (PQ_AW + 1)'(a_back);
             v_credits <= v_credits - (PQ_AW + 1)'(v_spent) + (PQ_AW + 1)'(v_back);
             a_room <= a_credits >= (PQ_AW + 1)'(3);
@@ -495,7 +509,8 @@ module compress_engine #(
 
     // never high: the credits keep both FIFOs from filling; the stages never stall
     logic unused_pass1;
-    assign unused_pass1 = ^{aq_full, vwd_full, q_s_ready, ms_ready, ef_s_ready};
+    assign unused_pass1 = ^{aq_full, vwd_full, q_s_ready, ms_ready, ef_s_ready, vsk_valid,
+                            res_arrived_unused};
 
     // a goes to the norms and to the write-back FIFO together
     logic wd_full, wd_empty, wd_pop, l1_ready;
