@@ -156,6 +156,7 @@ module compress_engine #(
     state_t state;
     logic   phase2;      // pass 2's walkers and data sources are selected
     logic   in_pass1;    // state == PASS1, as a flop of its own (the join's take starts from it)
+    logic   in_enc_cfg;  // state == ENC_CFG, as a flop (the encoder's configuration valid)
 
     // ---- configuration ---------------------------------------------------------------------
     logic [31:0] n_r, bs_r, nb_r, k_r, m_r, ks_r, rb_r, id_r;
@@ -247,7 +248,8 @@ module compress_engine #(
     logic        ar_req, ar_fire, ar_done, aw_req, aw_fire, aw_done, walk_start;
     logic  [8:0] ar_len, aw_len;
     localparam int CW = (RES_FIFO_AW + 2 > 10) ? RES_FIFO_AW + 2 : 10;
-    logic [CW-1:0] res_inflight;      // words requested and not yet taken from the FIFO
+    logic [CW-1:0] res_inflight;      // words requested and not yet taken from the FIFO (a
+    logic        res_pop_d;           // take counted a cycle late, through res_pop_d: safe)
     logic        res_push, res_pop, res_full, res_empty;
     logic [31:0] res_fifo_head;
     logic        rsk_ready, rsk_valid, rsk_take;   // the skid buffer after the FIFO, then a
@@ -307,6 +309,7 @@ module compress_engine #(
     logic        var_req, var_fire, var_done, vaw_req, vaw_fire, vaw_done;
     logic  [8:0] var_len, vaw_len;
     logic [CW-1:0] vel_inflight;      // velocity words requested and not yet taken
+    logic        vel_pop_d;           // (as res_pop_d)
     logic        vel_push, vel_pop, vel_full, vel_empty;
     logic [31:0] vel_fifo_head;
     logic        vsk_ready, vsk_valid, vsk_take;   // the skid buffer and credit link after
@@ -783,7 +786,7 @@ module compress_engine #(
         .m_data(es_data), .m_valid(es_valid), .m_ready(es_ready)
     );
     assign rsk_take = phase2 ? (enc_take && c_state == C_LIT) : p1_pop;
-    assign enc_cfg_valid = state == ENC_CFG;
+    assign enc_cfg_valid = in_enc_cfg;
 
     zrle_run_encoder #(.LMAX_LOG2_MAX(LMAX_LOG2_MAX)) u_encoder (
         .clk, .rst,
@@ -808,14 +811,17 @@ module compress_engine #(
             state <= IDLE;
             phase2 <= 1'b0;
             in_pass1 <= 1'b0;
+            in_enc_cfg <= 1'b0;
             err_code <= 4'd0;
             res_inflight <= '0;
+            res_pop_d <= 1'b0;
             b_pending <= 32'd0;
             aw_fire_d <= 1'b0;
             b_fire_d <= 1'b0;
             w_beat <= 8'd0;
             c_state <= C_END;
             vel_inflight <= '0;
+            vel_pop_d <= 1'b0;
             vb_pending <= 32'd0;
             vaw_fire_d <= 1'b0;
             vb_fire_d <= 1'b0;
@@ -868,13 +874,18 @@ module compress_engine #(
                 end
                 PASS1: if (topk_done && !sort_busy && writes_idle && vel_writes_idle) begin
                     state <= (k_eff == 32'd0) ? ENC_CFG : PREP;
+                    in_enc_cfg <= k_eff == 32'd0;
                     in_pass1 <= 1'b0;
                 end
                 PREP: begin
                     if (prep_rd_valid) prep_rd <= prep_rd + 1'b1;
-                    if (prep_v[PD] && prep_l[PD]) state <= ENC_CFG;   // the last end is written
+                    if (prep_v[PD] && prep_l[PD]) begin               // the last end is written
+                        state <= ENC_CFG;
+                        in_enc_cfg <= 1'b1;
+                    end
                 end
                 ENC_CFG: if (enc_cfg_ready) begin
+                    in_enc_cfg <= 1'b0;
                     state <= PASS2;
                     phase2 <= 1'b1;
                     walk_start <= 1'b1;
@@ -904,7 +915,8 @@ module compress_engine #(
             if (a_accept) sat_feedback_count <= sat_feedback_count + {31'd0, a_sat};
             if (mo_tvalid) sat_momentum_count <= sat_momentum_count + {31'd0, mo_sat};
 
-            res_inflight <= res_inflight + (ar_fire ? CW'(ar_len) : CW'(0)) - CW'(res_pop);
+            res_pop_d <= res_pop;
+            res_inflight <= res_inflight + (ar_fire ? CW'(ar_len) : CW'(0)) - CW'(res_pop_d);
             if (res_push && phase2) rd_got <= rd_got + 32'd1;
             if ((res_push && m_axi_rresp[1]) || (b_fire && m_axi_bresp[1])
                 || (vel_push && m_axi_vel_rresp[1]) || (vb_fire && m_axi_vel_bresp[1]))
@@ -913,7 +925,8 @@ module compress_engine #(
             b_fire_d <= b_fire;
             b_pending <= b_pending + {31'd0, aw_fire_d} - {31'd0, b_fire_d};
             if (w_fire) w_beat <= m_axi_wlast ? 8'd0 : w_beat + 8'd1;
-            vel_inflight <= vel_inflight + (var_fire ? CW'(var_len) : CW'(0)) - CW'(vel_pop);
+            vel_pop_d <= vel_pop;
+            vel_inflight <= vel_inflight + (var_fire ? CW'(var_len) : CW'(0)) - CW'(vel_pop_d);
             vaw_fire_d <= vaw_fire;
             vb_fire_d <= vb_fire;
             vb_pending <= vb_pending + {31'd0, vaw_fire_d} - {31'd0, vb_fire_d};
