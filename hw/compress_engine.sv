@@ -157,7 +157,6 @@ module compress_engine #(
     logic   phase2;      // pass 2's walkers and data sources are selected
     logic   in_pass1;    // state == PASS1, as a flop of its own (the join's take starts from it)
     logic   in_enc_cfg;  // state == ENC_CFG, as a flop (the encoder's configuration valid)
-    logic   mem_err;     // an SLVERR/DECERR response came in a cycle ago
 
     // ---- configuration ---------------------------------------------------------------------
     logic [31:0] n_r, bs_r, nb_r, k_r, m_r, ks_r, rb_r, id_r;
@@ -813,7 +812,6 @@ module compress_engine #(
             phase2 <= 1'b0;
             in_pass1 <= 1'b0;
             in_enc_cfg <= 1'b0;
-            mem_err <= 1'b0;
             err_code <= 4'd0;
             res_inflight <= '0;
             res_pop_d <= 1'b0;
@@ -920,12 +918,9 @@ module compress_engine #(
             res_pop_d <= res_pop;
             res_inflight <= res_inflight + (ar_fire ? CW'(ar_len) : CW'(0)) - CW'(res_pop_d);
             if (res_push && phase2) rd_got <= rd_got + 32'd1;
-            // an error response is flagged a cycle later, through mem_err (registered: the
-            // responses come in from four ports spread over the die); every response is in
-            // long before `done`
-            mem_err <= (res_push && m_axi_rresp[1]) || (b_fire && m_axi_bresp[1])
-                       || (vel_push && m_axi_vel_rresp[1]) || (vb_fire && m_axi_vel_bresp[1]);
-            if (mem_err) err_code <= gradblock_pkg::ENGINE_ERR_MEMORY;
+            if ((res_push && m_axi_rresp[1]) || (b_fire && m_axi_bresp[1])
+                || (vel_push && m_axi_vel_rresp[1]) || (vb_fire && m_axi_vel_bresp[1]))
+                err_code <= gradblock_pkg::ENGINE_ERR_MEMORY;
             aw_fire_d <= aw_fire;
             b_fire_d <= b_fire;
             b_pending <= b_pending + {31'd0, aw_fire_d} - {31'd0, b_fire_d};
