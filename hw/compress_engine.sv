@@ -16,9 +16,9 @@
 // Momentum correction (docs/spec.md §7), per layer when cfg_momentum_en: the velocity u lives
 // behind a second AXI4 master (m_axi_vel_*, element i at cfg_vel_base + 4i) so its traffic
 // does not share the residual's beats. Pass 1 reads u with bursts into its own FIFO (credits
-// as for r), carries it beside r through the quantiser, computes u' = clamp(mul(m, u) + Q(g))
-// in momentum_pipe (behind a register slice) and feeds {r, u'} to ef_add; u' is written back
-// in place. Pass 2, when cfg_momentum_mask and k_eff < n_blocks, writes zeros over u on the
+// as for r), claims a word per element at the join and takes it after the quantiser, computes
+// u' = clamp(mul(m, u) + Q(g)) in momentum_pipe and feeds {r, u'} to ef_add; u' is written
+// back in place. Pass 2, when cfg_momentum_mask and k_eff < n_blocks, writes zeros over u on the
 // selected blocks (writes only, the residual's zero-write bursts). With momentum off the
 // quantiser feeds ef_add directly, as before, and the velocity port stays idle.
 //
