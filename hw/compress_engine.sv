@@ -353,7 +353,8 @@ module compress_engine #(
     // quantiser's last valid), not the join's decision sent across the die (7.95 ns); 32 words,
     // as a word stays in the ring over the quantiser's latency too
     logic        vel_arrived;
-    axis_credit_link #(.W(32), .AW(5)) u_vel_link (
+    localparam int VL_AW = 5;         // the velocity link's ring: 2^5 words
+    axis_credit_link #(.W(32), .AW(VL_AW)) u_vel_link (
         .clk, .rst, .s_data(vsk1_data), .s_valid(vsk1_valid), .s_ready(vsk1_ready),
         .m_data(vel_head), .m_valid(vsk_valid), .m_ready(vsk_take), .m_arrived(vel_arrived)
     );
@@ -371,7 +372,7 @@ module compress_engine #(
     logic        in_more, in_last;    // registered: in_left != 0, in_left == 1
     logic        in_open, p1_pop, q_s_valid, q_s_ready, q_s_last;
     logic [63:0] q_s_data;            // {r, g}
-    logic  [5:0] v_have;              // velocity words in the link not yet claimed by a take
+    logic [VL_AW:0] v_have;           // velocity words in the link not yet claimed by a take
     logic        v_claim;
 
     // Pass 1 runs on credits: the join takes an element only when there is room for it at the
@@ -390,7 +391,7 @@ module compress_engine #(
     logic        words_in;            // the residual word (and velocity word) of the element
 
     assign in_open = in_pass1 && in_more;
-    assign words_in = rsk_valid && (!mom_r || v_have != 6'd0);
+    assign words_in = rsk_valid && (!mom_r || v_have != '0);
     assign s_grad_tready = in_open && words_in && a_room && (!mom_r || v_room);
     assign p1_pop = s_grad_tvalid && s_grad_tready;
     assign v_claim = p1_pop && mom_r;
@@ -400,8 +401,8 @@ module compress_engine #(
         if (rst) q_s_valid <= 1'b0;
         else q_s_valid <= p1_pop;
         {q_s_last, q_s_data} <= {in_last, res_head, s_grad_tdata};
-        if (rst) v_have <= 6'd0;
-        else v_have <= v_have + 6'(vel_arrived) - 6'(v_claim);
+        if (rst) v_have <= '0;
+        else v_have <= v_have + (VL_AW + 1)'(vel_arrived) - (VL_AW + 1)'(v_claim);
     end
 
     logic [31:0] q_tdata, q_resid;
