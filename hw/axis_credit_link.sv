@@ -6,9 +6,9 @@
 //   sender    holds credits for the receiver's ring (2^AW words) and sends a word whenever it
 //             has one (s_ready = credits != 0); the word and its valid cross through a
 //             register and are written into the ring;
-//   receiver  counts the words in the ring from a registered "written" pulse, so m_valid
-//             (count != 0) and the take are local; a take moves the ring's read pointer and
-//             goes back through a register to return its credit.
+//   receiver  counts the words in the ring from a registered "written" pulse
+//             (arrival_count), so m_valid (a flop) and the take are local; a take moves the
+//             ring's read pointer and goes back through a register to return its credit.
 // Words in flight + words in the ring <= 2^AW, so the ring never overflows. A credit comes
 // back 5 cycles after it was spent, so AW >= 3 sustains one word per cycle; latency 3 cycles.
 // m_arrived pulses (a register) as each word lands in the ring: a consumer that claims words
@@ -34,10 +34,8 @@ module axis_credit_link #(
     logic [W-1:0]  link_data;
     logic [W-1:0]  ring [1 << AW];
     logic [AW-1:0] wr_ptr, rd_ptr;
-    logic [AW:0]   held;              // receiver side: words in the ring it has been told of
 
     assign s_ready = credits != '0;
-    assign m_valid = held != '0;
     assign m_data = ring[rd_ptr];
     assign take = m_valid && m_ready;
     assign m_arrived = written;
@@ -50,17 +48,20 @@ module axis_credit_link #(
             credit_back <= 1'b0;
             wr_ptr <= '0;
             rd_ptr <= '0;
-            held <= '0;
         end else begin
             credits <= credits - (AW + 1)'(s_valid && s_ready) + (AW + 1)'(credit_back);
             link_valid <= s_valid && s_ready;
             if (link_valid) wr_ptr <= wr_ptr + 1'b1;
             written <= link_valid;
-            held <= held + (AW + 1)'(written) - (AW + 1)'(take);
             if (take) rd_ptr <= rd_ptr + 1'b1;
             credit_back <= take;
         end
         link_data <= s_data;          // loaded every cycle: only read where link_valid says
         if (link_valid) ring[wr_ptr] <= link_data;
     end
+
+    // receiver side: the words in the ring it has been told of
+    arrival_count #(.CW(AW + 1)) u_held (
+        .clk, .rst, .arrived(written), .take, .nonzero(m_valid)
+    );
 endmodule

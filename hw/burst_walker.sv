@@ -9,7 +9,8 @@
 // then UPD (the counts and the address move on: req_fire, which comes from the AXI handshake,
 // only changes the state, not ~100 flops of arithmetic). So a range costs 3 cycles and a burst
 // 3, with bursts of up to MAX_BURST beats.
-//   start      begin walking from range 0 (ignored while count is 0: done stays high)
+//   start      begin walking from range 0 (count is latched here; while it is 0, done stays
+//              high and nothing is requested)
 //   req_valid  a burst is ready: req_addr, req_len (beats, 1..MAX_BURST), req_elems = elements
 //              already covered by earlier bursts; req_fire takes it
 module burst_walker #(
@@ -40,6 +41,9 @@ module burst_walker #(
     logic [10:0] cap;            // min(MAX_BURST, to_4k): a burst's most beats here
     logic        fits, last_burst, last_range;
     logic [31:0] next_idx;       // range_idx + 1, registered in SEL; compared with count in LOAD
+    logic [31:0] count_r;        // count, latched at start: the compares start from a flop here
+                                 // (count is a mux in the parent, steady during a walk)
+    logic        empty_walk;     // SEL with a count of 0: the walk ends before it begins
 
     assign to_4k = 11'd1024 - {1'b0, req_addr[11:2]};
     assign cap = (MAX_U[10:0] < to_4k) ? MAX_U[10:0] : to_4k;
@@ -48,23 +52,25 @@ module burst_walker #(
     logic unused_cap;                 // cap <= MAX_BURST <= 256: 9 bits
     assign unused_cap = ^cap[10:9];
     assign req_valid = st == RUN;
-    assign done = st == IDLE;
+    assign empty_walk = st == SEL && count_r == 32'd0;
+    assign done = st == IDLE || empty_walk;
 
     always_ff @(posedge clk) begin
         if (rst) begin
             st <= IDLE;
         end else if (start) begin
-            st <= (count != 32'd0) ? SEL : IDLE;
+            st <= SEL;
+            count_r <= count;
             range_idx <= 32'd0;
             req_elems <= 32'd0;
         end else begin
             case (st)
                 SEL: begin
                     next_idx <= range_idx + 32'd1;
-                    st <= LOAD;
+                    st <= empty_walk ? IDLE : LOAD;
                 end
                 LOAD: begin
-                    last_range <= next_idx == count;
+                    last_range <= next_idx == count_r;
                     start_r <= range_start;
                     end_r <= range_end;
                     st <= CALC;

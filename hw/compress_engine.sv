@@ -157,6 +157,7 @@ module compress_engine #(
     logic   phase2;      // pass 2's walkers and data sources are selected
     logic   in_pass1;    // state == PASS1, as a flop of its own (the join's take starts from it)
     logic   in_enc_cfg;  // state == ENC_CFG, as a flop (the encoder's configuration valid)
+    logic   mem_err;     // an SLVERR/DECERR response came in a cycle ago
 
     // ---- configuration ---------------------------------------------------------------------
     logic [31:0] n_r, bs_r, nb_r, k_r, m_r, ks_r, rb_r, id_r;
@@ -167,7 +168,7 @@ module compress_engine #(
     logic        vmask_r;        // pass 2 zeroes the velocity: mask_r and k_eff < n_blocks
     // the check runs over several cycles, each step registered (150 MHz on ECP5): CHECK
     // registers k_eff, min(B, n) and the residual's end address; MUL waits for span =
-    // n_blocks * min(B, n) (mul32_pipe, 3 cycles) and registers n + min(B, n); CHECK_A
+    // n_blocks * min(B, n) (mul32_pipe, 4 cycles) and registers n + min(B, n); CHECK_A
     // registers each condition; CHECK2 registers the first failing one; CHECK3 acts on it
     logic [31:0] k_eff, bs_n;            // min(k, n_blocks), min(B, n): registered in CHECK
     logic        n_nz;                   // n != 0, registered (the walkers' counts use it)
@@ -280,7 +281,8 @@ module compress_engine #(
     assign m_axi_rready = !res_full;
     assign res_push = m_axi_rvalid && m_axi_rready;
 
-    sync_fifo #(.W(32), .AW(RES_FIFO_AW)) u_res_fifo (
+    // LUT RAM up to 128 words (a block RAM's clock-to-output is most of a cycle at 150 MHz)
+    sync_fifo #(.W(32), .AW(RES_FIFO_AW), .DISTRIBUTED(RES_FIFO_AW <= 7)) u_res_fifo (
         .clk, .rst, .clear(1'b0), .push(res_push), .wr_data(m_axi_rdata), .pop(res_pop),
         .rd_data(res_fifo_head), .full(res_full), .empty(res_empty)
     );
@@ -297,11 +299,18 @@ module compress_engine #(
         .clk, .rst, .s_data(res_fifo_head), .s_valid(!res_empty), .s_ready(rsk_ready),
         .m_data(rsk1_data), .m_valid(rsk1_valid), .m_ready(rsk1_ready)
     );
-    logic res_arrived_unused;
-    axis_credit_link #(.W(32)) u_res_link (
+    logic res_arrived, res_link_valid;
+    localparam int RL_AW = 3;         // the residual link's ring: 2^3 words
+    axis_credit_link #(.W(32), .AW(RL_AW)) u_res_link (
         .clk, .rst, .s_data(rsk1_data), .s_valid(rsk1_valid), .s_ready(rsk1_ready),
-        .m_data(res_head), .m_valid(rsk_valid), .m_ready(rsk_take),
-        .m_arrived(res_arrived_unused)
+        .m_data(res_head), .m_valid(res_link_valid), .m_ready(rsk_take),
+        .m_arrived(res_arrived)
+    );
+    // the join's own count of the words in the link (the link's, counted again here): the
+    // take decides on a flop by the join and only the take goes to the link (with the link's
+    // m_valid it went there and back in one cycle: 7.1 ns on ECP5)
+    arrival_count #(.CW(RL_AW + 1)) u_res_have (
+        .clk, .rst, .arrived(res_arrived), .take(rsk_take), .nonzero(rsk_valid)
     );
 
     // ---- velocity reads (momentum, pass 1 only): AR walker over [0, n), FIFO, credits -------
@@ -338,7 +347,7 @@ module compress_engine #(
     assign m_axi_vel_rready = !vel_full;
     assign vel_push = m_axi_vel_rvalid && m_axi_vel_rready;
 
-    sync_fifo #(.W(32), .AW(RES_FIFO_AW)) u_vel_fifo (
+    sync_fifo #(.W(32), .AW(RES_FIFO_AW), .DISTRIBUTED(RES_FIFO_AW <= 7)) u_vel_fifo (
         .clk, .rst, .clear(1'b0), .push(vel_push), .wr_data(m_axi_vel_rdata), .pop(vel_pop),
         .rd_data(vel_fifo_head), .full(vel_full), .empty(vel_empty)
     );
@@ -372,7 +381,7 @@ module compress_engine #(
     logic        in_more, in_last;    // registered: in_left != 0, in_left == 1
     logic        in_open, p1_pop, q_s_valid, q_s_ready, q_s_last;
     logic [63:0] q_s_data;            // {r, g}
-    logic [VL_AW:0] v_have;           // velocity words in the link not yet claimed by a take
+    logic        v_have;              // velocity words are in the link, not yet claimed
     logic        v_claim;
 
     // Pass 1 runs on credits: the join takes an element only when there is room for it at the
@@ -391,7 +400,7 @@ module compress_engine #(
     logic        words_in;            // the residual word (and velocity word) of the element
 
     assign in_open = in_pass1 && in_more;
-    assign words_in = rsk_valid && (!mom_r || v_have != '0);
+    assign words_in = rsk_valid && (!mom_r || v_have);
     assign s_grad_tready = in_open && words_in && a_room && (!mom_r || v_room);
     assign p1_pop = s_grad_tvalid && s_grad_tready;
     assign v_claim = p1_pop && mom_r;
@@ -401,9 +410,10 @@ module compress_engine #(
         if (rst) q_s_valid <= 1'b0;
         else q_s_valid <= p1_pop;
         {q_s_last, q_s_data} <= {in_last, res_head, s_grad_tdata};
-        if (rst) v_have <= '0;
-        else v_have <= v_have + (VL_AW + 1)'(vel_arrived) - (VL_AW + 1)'(v_claim);
     end
+    arrival_count #(.CW(VL_AW + 1)) u_vel_have (
+        .clk, .rst, .arrived(vel_arrived), .take(v_claim), .nonzero(v_have)
+    );
 
     logic [31:0] q_tdata, q_resid;
     logic  [1:0] q_flags;
@@ -514,7 +524,7 @@ module compress_engine #(
     // never high: the credits keep both FIFOs from filling; the stages never stall
     logic unused_pass1;
     assign unused_pass1 = ^{aq_full, vwd_full, q_s_ready, ms_ready, ef_s_ready, vsk_valid,
-                            res_arrived_unused};
+                            res_link_valid};
 
     // a goes to the norms and to the write-back FIFO together
     logic wd_full, wd_empty, wd_pop, l1_ready;
@@ -570,15 +580,15 @@ module compress_engine #(
     logic                prep_rd_v0, prep_rd_l0;   // {valid, last} of the slot read a cycle ago
     logic [SW-1:0]       prep_rd_s0;               // ... and its number
     logic [63:0]         prep_product;
-    // delay line beside the multiply: {valid, last} of the slot read 2..7 cycles ago, the
-    // slot number 2..6 cycles ago (the read takes two cycles: list_pick, then prep_index)
-    localparam int PD = 6;
+    // delay line beside the multiply: {valid, last} of the slot read 2..8 cycles ago, the
+    // slot number 2..7 cycles ago (the read takes two cycles: list_pick, then prep_index)
+    localparam int PD = 7;
     logic [PD:1]         prep_v, prep_l;
     logic [SW-1:0]       prep_s [PD-1:1];
-    logic [31:0]         prep_start5, prep_left5;   // stage 5: start, n - start
-    logic [31:0]         prep_start6, prep_sum6;    // stage 6: start, start + B and whether
-    logic                prep_short6;               // the block is the last, shorter one;
-    logic [SW-1:0]       prep_s6;                   // the range goes to `ranges` at this slot
+    logic [31:0]         prep_start6, prep_left6;   // stage 6: start, n - start
+    logic [31:0]         prep_start7, prep_sum7;    // stage 7: start, start + B and whether
+    logic                prep_short7;               // the block is the last, shorter one;
+    logic [SW-1:0]       prep_s7;                   // the range goes to `ranges` at this slot
 
     // (Icarus 11 miscompiles an enum comparison written in a port connection: named signals)
     logic sort_clear, sort_busy;      // sort_clear: a flop, high in CHECK
@@ -607,12 +617,12 @@ module compress_engine #(
         prep_s[1] <= prep_rd_s0;
         for (int d = 2; d < PD; d++) prep_s[d] <= prep_s[d-1];
         // j*B < n for a selected block: the low 32 bits are the product
-        prep_start5 <= prep_product[31:0];
-        prep_left5 <= n_r - prep_product[31:0];
-        prep_start6 <= prep_start5;
-        prep_sum6 <= prep_start5 + bs_r;
-        prep_short6 <= prep_left5 <= bs_r;
-        prep_s6 <= prep_s[PD-1];
+        prep_start6 <= prep_product[31:0];
+        prep_left6 <= n_r - prep_product[31:0];
+        prep_start7 <= prep_start6;
+        prep_sum7 <= prep_start6 + bs_r;
+        prep_short7 <= prep_left6 <= bs_r;
+        prep_s7 <= prep_s[PD-1];
     end
 
     logic unused_product;
@@ -625,7 +635,7 @@ module compress_engine #(
     // Pass 1's range is [0, n).
     (* ram_style = "distributed" *) logic [63:0] ranges [1 << SW];
     always_ff @(posedge clk)
-        if (prep_v[PD]) ranges[prep_s6] <= {prep_short6 ? n_r : prep_sum6, prep_start6};
+        if (prep_v[PD]) ranges[prep_s7] <= {prep_short7 ? n_r : prep_sum7, prep_start7};
 
     always_ff @(posedge clk) begin
         {ar_re, ar_rs} <= phase2 ? ranges[ar_idx[SW-1:0]] : {n_r, 32'd0};
@@ -813,6 +823,7 @@ module compress_engine #(
             phase2 <= 1'b0;
             in_pass1 <= 1'b0;
             in_enc_cfg <= 1'b0;
+            mem_err <= 1'b0;
             err_code <= 4'd0;
             res_inflight <= '0;
             res_pop_d <= 1'b0;
@@ -845,9 +856,9 @@ module compress_engine #(
                     state <= MUL;
                     mul_wait <= 2'd0;
                 end
-                MUL: begin       // span's operands went in at the end of CHECK: 3 cycles
+                MUL: begin       // span's operands went in at the end of CHECK: 4 cycles
                     mul_wait <= mul_wait + 2'd1;
-                    if (mul_wait == 2'd2) state <= CHECK_A;
+                    if (mul_wait == 2'd3) state <= CHECK_A;
                 end
                 CHECK_A: state <= CHECK2;
                 CHECK2: begin
@@ -919,9 +930,12 @@ module compress_engine #(
             res_pop_d <= res_pop;
             res_inflight <= res_inflight + (ar_fire ? CW'(ar_len) : CW'(0)) - CW'(res_pop_d);
             if (res_push && phase2) rd_got <= rd_got + 32'd1;
-            if ((res_push && m_axi_rresp[1]) || (b_fire && m_axi_bresp[1])
-                || (vel_push && m_axi_vel_rresp[1]) || (vb_fire && m_axi_vel_bresp[1]))
-                err_code <= gradblock_pkg::ENGINE_ERR_MEMORY;
+            // an error response is flagged a cycle later, through mem_err (registered: the
+            // responses come in from four ports spread over the die); every response is in
+            // long before `done`
+            mem_err <= (res_push && m_axi_rresp[1]) || (b_fire && m_axi_bresp[1])
+                       || (vel_push && m_axi_vel_rresp[1]) || (vb_fire && m_axi_vel_bresp[1]);
+            if (mem_err) err_code <= gradblock_pkg::ENGINE_ERR_MEMORY;
             aw_fire_d <= aw_fire;
             b_fire_d <= b_fire;
             b_pending <= b_pending + {31'd0, aw_fire_d} - {31'd0, b_fire_d};

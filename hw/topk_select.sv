@@ -119,8 +119,11 @@ module topk_select #(
     assign b2 = beats(cmp2_by2);
     assign b3 = beats(cmp2_by3);
 
-    // no new pair while the layer's last one is in flight or the indices leave
-    assign s_tready = !emitting[0] && !(v2 && last2) && !(v3 && last3);
+    // no new pair while the layer's last one is in flight or the indices leave. s_tready is a
+    // flop (its upstream slice's 97 clock enables hang on it): high next cycle unless a last
+    // pair is taken now or is in stage 2 or 3, or the emission goes on
+    logic ready_r;
+    assign s_tready = ready_r;
     assign accept = s_tvalid && s_tready;
     // while emitting, slot 0 is valid: the flag clears as the last index leaves
     assign m_tvalid = emitting[0];
@@ -133,12 +136,15 @@ module topk_select #(
 
     always_ff @(posedge clk) begin
         if (rst) begin
+            ready_r <= 1'b1;
             v2 <= 1'b0;
             v3 <= 1'b0;
             keep3 <= '1;
             keep4 <= '1;
             write3 <= '0;
         end else begin
+            ready_r <= !(accept && s_tlast) && !(v2 && last2) && !(v3 && last3)
+                       && !(emitting[0] && !(m_tready && m_tlast));
             v2 <= accept;
             v3 <= v2;
             keep3 <= v2 ? keep : '1;

@@ -147,8 +147,7 @@ module zrle_run_encoder #(
     logic [31:0]   in_left;              // payload words still to take (n - taken, mod 2^32)
     logic          in_full, in_last;     // input register holds a word; it is the n-th
     logic [31:0]   in_word;
-    logic [31:0]   in_run;               // zeros in_word stands for (when it is 0)
-    logic [31:0]   take_step;            // words the beat being taken covers
+    logic [31:0]   in_run;               // zeros in_word stands for (read only when it is 0)
     logic [31:0]   zrun;                 // zeros since the last token boundary
     logic [31:0]   open_z;               // z of the open token
     logic [LW-1:0] lit_cnt;              // literals of the open token (0: none open)
@@ -171,7 +170,6 @@ module zrle_run_encoder #(
     assign s_tready   = (in_state == IN_RUN) && in_more && (!in_full || consume);
     assign take       = s_tvalid && s_tready;
     assign take_nz    = s_tdata != 32'd0;
-    assign take_step  = take_nz ? 32'd1 : s_tcount;
     assign tail_close = (in_state == IN_TAIL) && !q_full;
 
     // the token that closes (its data does not wait for the queue's room; only q_push does)
@@ -340,7 +338,9 @@ module zrle_run_encoder #(
             if (take) begin
                 in_word  <= s_tdata;
                 in_nz    <= take_nz;
-                in_run   <= take_step;
+                // the beat's count, whatever the word: read only for a zero word (no
+                // reset-to-1 on the word's != 0 test, which was a late path into 32 flops)
+                in_run   <= s_tcount;
                 // the beat is the last when its step is the words left; both outcomes of the
                 // word's != 0 test are formed beside it and picked by it (no add, then compare,
                 // after the 32-bit test: that chain bound compress_engine at 101.6 MHz)

@@ -244,7 +244,7 @@ class Engine(AxiEngineBench):
         self.clear_counts()
         before = self.done_seen
         await self.configure(cfg)
-        await self.wait_done(before, 10, f"case {case.name} ({what})")
+        await self.wait_done(before, 12, f"case {case.name} ({what})")   # the check: 8 cycles
         await ClockCycles(self.dut.clk, 2)
         tbc.check_value(case.name, f"err_code ({what})", err, self.status()["err_code"])
         assert self.dut.s_grad_tready.value == 0, f"case {case.name} ({what}): input taken"
@@ -354,7 +354,7 @@ async def config_errors(dut):
                 before = tb.done_seen
                 tb.clear_counts()
                 await tb.configure(cfg)
-                await tb.wait_done(before, 10, what)
+                await tb.wait_done(before, 12, what)   # the check: 8 cycles
                 tbc.check_value(case.name, f"err_code ({what})", err, tb.status()["err_code"])
                 for port, beats in tb.port_beats.items():
                     assert not any(beats.values()), f"{what}: {port} traffic {beats}"
