@@ -199,9 +199,12 @@ module compress_engine #(
             bad_addr <= base_r[1:0] != 2'd0 || res_end > (XW'(1) << ADDR_W);
             bad_bs <= bs_r == 32'd0;
             // n_blocks = ceil(n / B'), B' = min(B, n): span >= n > span - B'
+            // span < n and span >= n + B' on 33 bits beside the high bits' test (two 64-bit
+            // chains were the longest path here)
             bad_nb <= (n_r == 32'd0) ? nb_r != 32'd0
-                    : (nb_r == 32'd0 || nb_r > n_r || span < {32'd0, n_r}
-                       || span >= {31'd0, n_plus_bs});
+                    : (nb_r == 32'd0 || nb_r > n_r
+                       || (span[63:32] == 32'd0 && span[31:0] < n_r)
+                       || span[63:33] != 31'd0 || span[32:0] >= n_plus_bs);
             bad_k <= n_r != 32'd0 && k_r == 32'd0;
             bad_k_max <= k_eff > K_MAX_U;
             bad_lmax <= lmax_r == 5'd0 || lmax_r > LMAX_LIMIT;
@@ -572,16 +575,16 @@ module compress_engine #(
     // ---- selected blocks: sorted, then indices -> start and end elements -----------------
     // PREP streams the k_eff sorted indices j through a pipelined multiply (one per cycle) and
     // writes each selected block's range, start j*B and end min(j*B + B, n), into `ranges`
-    logic [32*K_MAX-1:0] blocks;        // ascending: the selected block indices
     logic [SW:0]         prep_rd;       // slot read this cycle
     logic                prep_rd_valid, prep_rd_last;
     logic [31:0]         prep_index;
-    logic [31:0]         prep_pick;     // list_pick: blocks[slot read a cycle ago]
+    logic [31:0]         prep_pick;     // the sorted list's head: the slot read a cycle ago
+                                        // (each read pops the head a cycle later)
     logic                prep_rd_v0, prep_rd_l0;   // {valid, last} of the slot read a cycle ago
     logic [SW-1:0]       prep_rd_s0;               // ... and its number
     logic [63:0]         prep_product;
     // delay line beside the multiply: {valid, last} of the slot read 2..8 cycles ago, the
-    // slot number 2..7 cycles ago (the read takes two cycles: list_pick, then prep_index)
+    // slot number 2..7 cycles ago (the read takes two cycles: the head, then prep_index)
     localparam int PD = 7;
     logic [PD:1]         prep_v, prep_l;
     logic [SW-1:0]       prep_s [PD-1:1];
@@ -599,13 +602,10 @@ module compress_engine #(
     // the indices go in one every two cycles (index_sort registers its compares)
     index_sort #(.K_MAX(K_MAX)) u_sort (
         .clk, .rst, .clear(sort_clear), .in_valid(sel_tvalid), .in_ready(sel_tready),
-        .in_value(sel_tdata), .busy(sort_busy), .list(blocks)
+        .in_value(sel_tdata), .busy(sort_busy), .pop(prep_rd_v0), .head(prep_pick)
     );
 
     mul32_pipe u_start_mul (.clk, .a(prep_index), .b(bs_r), .p(prep_product));
-
-    list_pick #(.K(K_MAX)) u_prep_pick (.clk, .list(blocks), .idx(prep_rd[SW-1:0]),
-        .use_list(1'b1), .dflt(32'd0), .pick(prep_pick));
 
     always_ff @(posedge clk) begin
         prep_rd_v0 <= prep_rd_valid;
@@ -904,7 +904,6 @@ module compress_engine #(
                     c_state <= C_SEL;
                     c_idx <= 32'd0;
                     c_pos <= 32'd0;
-                    rd_got <= 32'd0;
                 end
                 PASS2: if (frame_done && writes_idle && vel_writes_idle && c_state == C_END) begin
                     state <= IDLE;
@@ -929,7 +928,9 @@ module compress_engine #(
 
             res_pop_d <= res_pop;
             res_inflight <= res_inflight + (ar_fire ? CW'(ar_len) : CW'(0)) - CW'(res_pop_d);
-            if (res_push && phase2) rd_got <= rd_got + 32'd1;
+            // zero outside pass 2 (its reset is then a flop: no state decode into 32 resets)
+            if (!phase2) rd_got <= 32'd0;
+            else if (res_push) rd_got <= rd_got + 32'd1;
             // an error response is flagged a cycle later, through mem_err (registered: the
             // responses come in from four ports spread over the die); every response is in
             // long before `done`

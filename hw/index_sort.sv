@@ -1,8 +1,11 @@
 // Ascending list of up to K_MAX distinct 32-bit values, filled by insertion, one value every
-// two cycles (compress_engine sorts the selected block indices, which topk_select gives in rank
-// order). Slot i sits at list[32i +: 32], slot 0 the smallest; a value lands in front of the
-// first slot holding a larger one and the slots behind move down one, as in topk_select. The
-// caller inserts at most K_MAX values between clears.
+// two cycles, then read in order from its head (compress_engine sorts the selected block
+// indices, which topk_select gives in rank order). Slot i sits at list[32i +: 32], slot 0 the
+// smallest; a value lands in front of the first slot holding a larger one and the slots behind
+// move down one, as in topk_select. `pop` takes the head away and moves every slot up one, so
+// the reader sees slot 0 only: no K_MAX-way mux, whose select fanned out over the whole list
+// (7 ns on ECP5). The caller inserts at most K_MAX values between clears and pops only once
+// the last value is in (busy low).
 //
 // Two stages, each from flops (150 MHz on ECP5 inside compress_engine): the cycle after a value
 // is taken it is compared with every slot (K_MAX carry chains side by side) and the result is
@@ -20,10 +23,12 @@ module index_sort #(
     output logic                  in_ready,
     input  logic           [31:0] in_value,
     output logic                  busy,
-    output logic [32*K_MAX-1:0]   list
+    input  logic                  pop,
+    output logic           [31:0] head      // slot 0 (the smallest value not yet popped)
 );
-    logic [K_MAX-1:0]    used, keep, keep_r, keep_down, used_down;
-    logic [32*K_MAX-1:0] list_down;
+    logic [32*K_MAX-1:0] list;
+    logic [K_MAX-1:0]    used, keep, keep_r, keep_down, used_down, used_up;
+    logic [32*K_MAX-1:0] list_down, list_up;
     logic [31:0]         value;       // the value being compared (held), then inserted (ins)
     logic                held, ins;
 
@@ -36,6 +41,9 @@ module index_sort #(
     assign keep_down = ~(~keep_r << 1);   // keep_down[i] = keep_r[i - 1], 1 in front of slot 0
     assign used_down = used << 1;
     assign list_down = list << 32;
+    assign used_up = used >> 1;
+    assign list_up = list >> 32;
+    assign head = list[31:0];
 
     always_ff @(posedge clk) begin
         keep_r <= keep;
@@ -54,6 +62,9 @@ module index_sort #(
                         list[32*i +: 32] <= keep_down[i] ? value : list_down[32*i +: 32];
                     end
                 end
+            end else if (pop) begin
+                used <= used_up;
+                list <= list_up;
             end
         end
     end
