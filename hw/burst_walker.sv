@@ -9,8 +9,8 @@
 // then UPD (the counts and the address move on: req_fire, which comes from the AXI handshake,
 // only changes the state, not ~100 flops of arithmetic). So a range costs 3 cycles and a burst
 // 3, with bursts of up to MAX_BURST beats.
-//   start      begin walking from range 0 (count is latched here; while it is 0, done stays
-//              high and nothing is requested)
+//   start      begin walking from range 0 (count is latched here; while it is 0, nothing is
+//              requested and done is low for one cycle, the SEL that finds it)
 //   req_valid  a burst is ready: req_addr, req_len (beats, 1..MAX_BURST), req_elems = elements
 //              already covered by earlier bursts; req_fire takes it
 module burst_walker #(
@@ -43,7 +43,6 @@ module burst_walker #(
     logic [31:0] next_idx;       // range_idx + 1, registered in SEL; compared with count in LOAD
     logic [31:0] count_r;        // count, latched at start: the compares start from a flop here
                                  // (count is a mux in the parent, steady during a walk)
-    logic        empty_walk;     // SEL with a count of 0: the walk ends before it begins
 
     assign to_4k = 11'd1024 - {1'b0, req_addr[11:2]};
     assign cap = (MAX_U[10:0] < to_4k) ? MAX_U[10:0] : to_4k;
@@ -52,8 +51,7 @@ module burst_walker #(
     logic unused_cap;                 // cap <= MAX_BURST <= 256: 9 bits
     assign unused_cap = ^cap[10:9];
     assign req_valid = st == RUN;
-    assign empty_walk = st == SEL && count_r == 32'd0;
-    assign done = st == IDLE || empty_walk;
+    assign done = st == IDLE;
 
     always_ff @(posedge clk) begin
         if (rst) begin
@@ -67,7 +65,7 @@ module burst_walker #(
             case (st)
                 SEL: begin
                     next_idx <= range_idx + 32'd1;
-                    st <= empty_walk ? IDLE : LOAD;
+                    st <= (count_r == 32'd0) ? IDLE : LOAD;   // an empty walk ends here
                 end
                 LOAD: begin
                     last_range <= next_idx == count_r;

@@ -183,7 +183,8 @@ module compress_engine #(
     mul32_pipe u_span_mul (.clk, .a(nb_r), .b(bs_n), .p(span));
 
     logic bad_addr, bad_bs, bad_nb, bad_k, bad_k_max, bad_lmax, bad_range, bad_m;
-    logic bad_vel, bad_overlap;
+    logic bad_vel, bad_overlap, vel_before_res_end, res_before_vel_end;
+    assign bad_overlap = mom_r && n_nz && vel_before_res_end && res_before_vel_end;
     logic [XW-1:0] res_end, vel_end;
     always_ff @(posedge clk) begin
         n_nz <= n_r != 32'd0;
@@ -211,9 +212,10 @@ module compress_engine #(
             bad_range <= rb_r[31] || rb_r[30:23] == 8'hFF || rb_r == 32'd0;
             bad_m <= !m_r[31];
             bad_vel <= mom_r && (vbase_r[1:0] != 2'd0 || vel_end > (XW'(1) << ADDR_W));
-            // [vbase, vel_end) and [base, res_end) share a byte (both empty when n = 0)
-            bad_overlap <= mom_r && n_r != 32'd0 && XW'(vbase_r) < res_end
-                           && XW'(base_r) < vel_end;
+            // [vbase, vel_end) and [base, res_end) share a byte (both empty when n = 0): the
+            // two compares registered apart, ANDed in CHECK2 (bad_overlap)
+            vel_before_res_end <= XW'(vbase_r) < res_end;
+            res_before_vel_end <= XW'(base_r) < vel_end;
         end
     end
     assign check_code = bad_vel ? gradblock_pkg::ENGINE_ERR_VEL_ADDR
@@ -363,12 +365,19 @@ module compress_engine #(
     // the velocity word is claimed at the join (v_have, counted from m_arrived) but taken
     // after the quantiser, where momentum_pipe needs it: the take is then a flop (the
     // quantiser's last valid), not the join's decision sent across the die (7.95 ns); 32 words,
-    // as a word stays in the ring over the quantiser's latency too
-    logic        vel_arrived;
+    // as a word stays in the ring over the quantiser's latency too. A skid buffer after the
+    // link, by momentum_pipe, takes the words from the ring ahead of need: the take at the
+    // quantiser's output then stays local (sent to the link's ring it crossed the die: 7.2 ns)
+    logic        vel_arrived, vlo_valid, vlo_ready;
+    logic [31:0] vlo_data;
     localparam int VL_AW = 5;         // the velocity link's ring: 2^5 words
     axis_credit_link #(.W(32), .AW(VL_AW)) u_vel_link (
         .clk, .rst, .s_data(vsk1_data), .s_valid(vsk1_valid), .s_ready(vsk1_ready),
-        .m_data(vel_head), .m_valid(vsk_valid), .m_ready(vsk_take), .m_arrived(vel_arrived)
+        .m_data(vlo_data), .m_valid(vlo_valid), .m_ready(vlo_ready), .m_arrived(vel_arrived)
+    );
+    axis_skid_buffer #(.W(32)) u_vel_out (
+        .clk, .rst, .s_data(vlo_data), .s_valid(vlo_valid), .s_ready(vlo_ready),
+        .m_data(vel_head), .m_valid(vsk_valid), .m_ready(vsk_take)
     );
 
     // bursts are counted by beats (rlast); only resp[1] (SLVERR/DECERR) matters; the AR
