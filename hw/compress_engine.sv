@@ -304,18 +304,19 @@ module compress_engine #(
         .clk, .rst, .s_data(res_fifo_head), .s_valid(!res_empty), .s_ready(rsk_ready),
         .m_data(rsk1_data), .m_valid(rsk1_valid), .m_ready(rsk1_ready)
     );
-    logic res_arrived, res_link_valid;
-    localparam int RL_AW = 3;         // the residual link's ring: 2^3 words
-    axis_credit_link #(.W(32), .AW(RL_AW)) u_res_link (
+    logic        res_arrived_unused, rlo_valid, rlo_ready;
+    logic [31:0] rlo_data;
+    axis_credit_link #(.W(32)) u_res_link (
         .clk, .rst, .s_data(rsk1_data), .s_valid(rsk1_valid), .s_ready(rsk1_ready),
-        .m_data(res_head), .m_valid(res_link_valid), .m_ready(rsk_take),
-        .m_arrived(res_arrived)
+        .m_data(rlo_data), .m_valid(rlo_valid), .m_ready(rlo_ready),
+        .m_arrived(res_arrived_unused)
     );
-    // the join's own count of the words in the link (the link's, counted again here): the
-    // take decides on a flop by the join and only the take goes to the link (with the link's
-    // m_valid it went there and back in one cycle: 7.1 ns on ECP5)
-    arrival_count #(.CW(RL_AW + 1)) u_res_have (
-        .clk, .rst, .arrived(res_arrived), .take(rsk_take), .nonzero(rsk_valid)
+    // a skid buffer after the link, by the join: the join's take (the encoder's in pass 2)
+    // stays local, and the link sees the skid's registered ready (the take sent to the link's
+    // ring pointer crossed the die: 7.0 ns on ECP5)
+    axis_skid_buffer #(.W(32)) u_res_out (
+        .clk, .rst, .s_data(rlo_data), .s_valid(rlo_valid), .s_ready(rlo_ready),
+        .m_data(res_head), .m_valid(rsk_valid), .m_ready(rsk_take)
     );
 
     // ---- velocity reads (momentum, pass 1 only): AR walker over [0, n), FIFO, credits -------
@@ -536,7 +537,7 @@ module compress_engine #(
     // never high: the credits keep both FIFOs from filling; the stages never stall
     logic unused_pass1;
     assign unused_pass1 = ^{aq_full, vwd_full, q_s_ready, ms_ready, ef_s_ready, vsk_valid,
-                            res_link_valid};
+                            res_arrived_unused};
 
     // a goes to the norms and to the write-back FIFO together
     logic wd_full, wd_empty, wd_pop, l1_ready;
@@ -700,12 +701,17 @@ module compress_engine #(
         .m_data(lq_head), .m_valid(lq_valid), .m_ready(w_fire && m_axi_wlast)
     );
 
-    assign m_axi_wvalid = lq_valid && (phase2 || !wd_empty);
-    assign m_axi_wdata = phase2 ? 32'd0 : wd_head;
+    // W's own copy of phase2, a cycle late: W is idle whenever phase2 changes (pass 1's writes
+    // are all answered before pass 2, pass 2's before the next layer's pass 1), and the flop
+    // sits by W (phase2's own fanout spans the die: 3.1 ns of routing on ECP5)
+    logic w_zeros;                    // W writes zeros (pass 2)
+    always_ff @(posedge clk) w_zeros <= phase2;
+    assign m_axi_wvalid = lq_valid && (w_zeros || !wd_empty);
+    assign m_axi_wdata = w_zeros ? 32'd0 : wd_head;
     assign m_axi_wstrb = 4'hF;
     assign m_axi_wlast = w_beat == lq_head;
     assign w_fire = m_axi_wvalid && m_axi_wready;
-    assign wd_pop = w_fire && !phase2;
+    assign wd_pop = w_fire && !w_zeros;
     assign m_axi_bready = 1'b1;
     assign b_fire = m_axi_bvalid;
 
@@ -749,12 +755,16 @@ module compress_engine #(
         .m_data(vlq_head), .m_valid(vlq_valid), .m_ready(vw_fire && m_axi_vel_wlast)
     );
 
-    assign m_axi_vel_wvalid = vlq_valid && (phase2 || !vwd_empty);
-    assign m_axi_vel_wdata = phase2 ? 32'd0 : vwd_head;
+    // as w_zeros (pass 2 writes velocity zeros only when masking: and-ed, so synthesis keeps
+    // the two flops apart, each by its own W channel)
+    logic vw_zeros;
+    always_ff @(posedge clk) vw_zeros <= phase2 && vmask_r;
+    assign m_axi_vel_wvalid = vlq_valid && (vw_zeros || !vwd_empty);
+    assign m_axi_vel_wdata = vw_zeros ? 32'd0 : vwd_head;
     assign m_axi_vel_wstrb = 4'hF;
     assign m_axi_vel_wlast = vw_beat == vlq_head;
     assign vw_fire = m_axi_vel_wvalid && m_axi_vel_wready;
-    assign vwd_pop = vw_fire && !phase2;
+    assign vwd_pop = vw_fire && !vw_zeros;
     assign m_axi_vel_bready = 1'b1;
     assign vb_fire = m_axi_vel_bvalid;
 

@@ -158,6 +158,7 @@ module zrle_run_encoder #(
     logic          in_more;              // in_left != 0: payload words still to take
 
     logic in_nonzero, closes, in_blocked, consume, take, tail_close;
+    logic consume_last;                   // consume of the payload's last word (in_state moves)
     logic take_nz;                        // the beat being taken is a nonzero word
     logic [LW-1:0] lit_next;
 
@@ -167,6 +168,11 @@ module zrle_run_encoder #(
     assign closes     = in_nonzero ? (last_slot || in_last) : lit_open;
     assign in_blocked = (in_nonzero && ring_full) || (closes && q_full);
     assign consume    = (in_state == IN_RUN) && in_full && !in_blocked;
+    // consume && in_last, written out: the last word always closes its token if it is nonzero
+    // (closes = in_nonzero || lit_open), so in_state's update skips last_slot's terms (it was
+    // five LUTs deep inside compress_engine)
+    assign consume_last = (in_state == IN_RUN) && in_full && in_last
+                          && !((in_nonzero && ring_full) || ((in_nonzero || lit_open) && q_full));
     assign s_tready   = (in_state == IN_RUN) && in_more && (!in_full || consume);
     assign take       = s_tvalid && s_tready;
     assign take_nz    = s_tdata != 32'd0;
@@ -364,7 +370,6 @@ module zrle_run_encoder #(
                     lit_open   <= !closes;
                     slots_left <= closes ? lmax : slots_left - LW'(1);
                     last_slot  <= !closes && (slots_left == LW'(2));
-                    if (in_last) in_state <= IN_DONE;
                 end else begin
                     // a zero ends an open nonzero run (closing it) and counts toward the next
                     lit_cnt   <= '0;
@@ -372,9 +377,9 @@ module zrle_run_encoder #(
                     slots_left <= lmax;
                     last_slot  <= 1'b0;
                     zrun       <= lit_open ? in_run : zrun + in_run;
-                    if (in_last) in_state <= IN_TAIL;
                 end
             end
+            if (consume_last) in_state <= in_nonzero ? IN_DONE : IN_TAIL;
             if (tail_close) begin
                 zrun     <= 32'd0;
                 in_state <= IN_DONE;
