@@ -327,8 +327,10 @@ module compress_engine #(
     logic        vel_pop_d;           // (as res_pop_d)
     logic        vel_push, vel_pop, vel_full, vel_empty;
     logic [31:0] vel_fifo_head;
-    logic        vsk_ready, vsk_valid, vsk_take;   // the skid buffer and credit link after
-    logic [31:0] vel_head;                          // the FIFO (as the residual's): the next u
+    logic        vsk_ready;                         // the skid buffer and credit link after
+    logic [31:0] vel_head;                          // the FIFO (as the residual's); vel_head:
+                                                    // the word of the element leaving the
+                                                    // quantiser
     logic        vsk1_valid, vsk1_ready;            // between the two
     logic [31:0] vsk1_data;
 
@@ -363,23 +365,30 @@ module compress_engine #(
         .clk, .rst, .s_data(vel_fifo_head), .s_valid(!vel_empty), .s_ready(vsk_ready),
         .m_data(vsk1_data), .m_valid(vsk1_valid), .m_ready(vsk1_ready)
     );
-    // the velocity word is claimed at the join (v_have, counted from m_arrived) but taken
-    // after the quantiser, where momentum_pipe needs it: the take is then a flop (the
-    // quantiser's last valid), not the join's decision sent across the die (7.95 ns); 32 words,
-    // as a word stays in the ring over the quantiser's latency too. A skid buffer after the
-    // link, by momentum_pipe, takes the words from the ring ahead of need: the take at the
-    // quantiser's output then stays local (sent to the link's ring it crossed the die: 7.2 ns)
-    logic        vel_arrived, vlo_valid, vlo_ready;
+    // the velocity word is claimed at the join (v_have, counted from m_arrived) and taken
+    // from the link's ring QUANT_L cycles later, when the claim comes out of a delay line by
+    // the link, into vel_head, which meets the element as it leaves the quantiser (the join's
+    // register, then QUANT_L stages). Every signal between the join, the link and
+    // momentum_pipe is then a register (the join's take sent to the ring crossed the die:
+    // 7.95 ns; so did the quantiser's valid: 7.2 ns). A claimed word is in the ring (claims
+    // count arrivals), so the take never waits; 32 words, as a word stays in the ring over the
+    // quantiser's latency.
+    localparam int QUANT_L = 8;       // quantiser.sv's latency (its m_tready is held high)
+    logic        vel_arrived, vlo_valid, vel_take;
     logic [31:0] vlo_data;
+    logic        v_claim;             // the join takes an element: it claims a velocity word
+    logic [QUANT_L:1] vclaim_d;       // v_claim delayed 1 .. QUANT_L cycles
     localparam int VL_AW = 5;         // the velocity link's ring: 2^5 words
     axis_credit_link #(.W(32), .AW(VL_AW)) u_vel_link (
         .clk, .rst, .s_data(vsk1_data), .s_valid(vsk1_valid), .s_ready(vsk1_ready),
-        .m_data(vlo_data), .m_valid(vlo_valid), .m_ready(vlo_ready), .m_arrived(vel_arrived)
+        .m_data(vlo_data), .m_valid(vlo_valid), .m_ready(vel_take), .m_arrived(vel_arrived)
     );
-    axis_skid_buffer #(.W(32)) u_vel_out (
-        .clk, .rst, .s_data(vlo_data), .s_valid(vlo_valid), .s_ready(vlo_ready),
-        .m_data(vel_head), .m_valid(vsk_valid), .m_ready(vsk_take)
-    );
+    assign vel_take = vclaim_d[QUANT_L];
+    always_ff @(posedge clk) begin
+        if (rst) vclaim_d <= '0;
+        else vclaim_d <= {vclaim_d[QUANT_L-1:1], v_claim};
+        if (vel_take) vel_head <= vlo_data;
+    end
 
     // bursts are counted by beats (rlast); only resp[1] (SLVERR/DECERR) matters; the AR
     // walkers' progress counts and range index bits above SW are not needed
@@ -395,7 +404,6 @@ module compress_engine #(
     logic        in_open, p1_pop, q_s_valid, q_s_ready, q_s_last;
     logic [63:0] q_s_data;            // {r, g}
     logic        v_have;              // velocity words are in the link, not yet claimed
-    logic        v_claim;
 
     // Pass 1 runs on credits: the join takes an element only when there is room for it at the
     // far end (the `a` FIFO after ef_add and, momentum on, the velocity write FIFO), so the
@@ -454,8 +462,7 @@ module compress_engine #(
     logic [63:0] ef_s_data;
     logic [64:0] ef_in_data;          // {tlast, r, q} or {tlast, r, u'}
 
-    // the element's velocity word, claimed at the join, is the link's head now
-    assign vsk_take = q_tvalid && mom_r;
+    // the element's velocity word, claimed at the join, is in vel_head now
     always_ff @(posedge clk) begin
         if (rst) mq_valid <= 1'b0;
         else mq_valid <= q_tvalid && mom_r;
@@ -536,7 +543,7 @@ module compress_engine #(
 
     // never high: the credits keep both FIFOs from filling; the stages never stall
     logic unused_pass1;
-    assign unused_pass1 = ^{aq_full, vwd_full, q_s_ready, ms_ready, ef_s_ready, vsk_valid,
+    assign unused_pass1 = ^{aq_full, vwd_full, q_s_ready, ms_ready, ef_s_ready, vlo_valid,
                             res_arrived_unused};
 
     // a goes to the norms and to the write-back FIFO together
