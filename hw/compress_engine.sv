@@ -790,6 +790,9 @@ module compress_engine #(
     logic        c_has;          // c_idx < k_eff: a block follows the gap
     logic        c_gap_nz;       // registered c_gap != 0
     logic        c_left_one;     // registered c_left == 1
+    logic        c_in_gap, c_in_lit;   // c_state == C_GAP / C_LIT, as flops of their own: the
+                                       // encoder's valid and the take start from them (through
+                                       // the state's decode, the take ran 6.9 ns on ECP5)
     logic [31:0] c_start_pick, c_end_pick;     // ranges[c_idx], a cycle after C_SEL
 
     always_ff @(posedge clk) {c_end_pick, c_start_pick} <= ranges[c_idx[SW-1:0]];
@@ -797,20 +800,10 @@ module compress_engine #(
     logic [31:0] enc_data, enc_count;
     logic        enc_valid, enc_ready, enc_take, enc_cfg_valid, enc_cfg_ready, frame_done;
 
-    always_comb begin
-        enc_valid = 1'b0;
-        enc_data = res_head;
-        enc_count = 32'd1;
-        if (state == PASS2) begin
-            if (c_state == C_GAP) begin
-                enc_valid = c_gap_nz;
-                enc_data = 32'd0;
-                enc_count = c_gap;
-            end else if (c_state == C_LIT) begin
-                enc_valid = rsk_valid;
-            end
-        end
-    end
+    // (the consumer moves only in PASS2: C_GAP and C_LIT are never held outside it)
+    assign enc_valid = (c_in_gap && c_gap_nz) || (c_in_lit && rsk_valid);
+    assign enc_data = c_in_gap ? 32'd0 : res_head;
+    assign enc_count = c_in_gap ? c_gap : 32'd1;
     assign enc_take = enc_valid && enc_ready;
 
     // a register slice in front of the encoder: its ready is a flop (the encoder's take
@@ -822,7 +815,7 @@ module compress_engine #(
         .clk, .rst, .s_data({enc_count, enc_data}), .s_valid(enc_valid), .s_ready(enc_ready),
         .m_data(es_data), .m_valid(es_valid), .m_ready(es_ready)
     );
-    assign rsk_take = phase2 ? (enc_take && c_state == C_LIT) : p1_pop;
+    assign rsk_take = phase2 ? (c_in_lit && rsk_valid && enc_ready) : p1_pop;
     assign enc_cfg_valid = in_enc_cfg;
 
     zrle_run_encoder #(.LMAX_LOG2_MAX(LMAX_LOG2_MAX)) u_encoder (
@@ -858,6 +851,8 @@ module compress_engine #(
             b_fire_d <= 1'b0;
             w_beat <= 8'd0;
             c_state <= C_END;
+            c_in_gap <= 1'b0;
+            c_in_lit <= 1'b0;
             vel_inflight <= '0;
             vel_pop_d <= 1'b0;
             vb_pending <= 32'd0;
@@ -993,10 +988,13 @@ module compress_engine #(
                         c_left <= c_end - c_start;
                         c_left_one <= c_end - c_start == 32'd1;
                         c_state <= C_GAP;
+                        c_in_gap <= 1'b1;
                     end
                     C_GAP: if (!c_gap_nz || enc_take) begin
                         c_pos <= c_end;
                         c_state <= c_has ? C_LIT : C_END;
+                        c_in_gap <= 1'b0;
+                        c_in_lit <= c_has;
                     end
                     C_LIT: if (enc_take) begin
                         c_left <= c_left - 32'd1;
@@ -1004,6 +1002,7 @@ module compress_engine #(
                         if (c_left_one) begin
                             c_idx <= c_idx + 32'd1;
                             c_state <= C_SEL;
+                            c_in_lit <= 1'b0;
                         end
                     end
                     default: ;
