@@ -158,6 +158,7 @@ module compress_engine #(
     logic   in_pass1;    // state == PASS1, as a flop of its own (the join's take starts from it)
     logic   in_enc_cfg;  // state == ENC_CFG, as a flop (the encoder's configuration valid)
     logic   mem_err;     // an SLVERR/DECERR response came in a cycle ago
+    logic   inc_sat_q, inc_nan, inc_sat_fb, inc_sat_mo;   // a flag came a cycle ago: count it
 
     // ---- configuration ---------------------------------------------------------------------
     logic [31:0] n_r, bs_r, nb_r, k_r, m_r, ks_r, rb_r, id_r;
@@ -863,6 +864,7 @@ module compress_engine #(
             sat_quant_count <= 32'd0;
             sat_feedback_count <= 32'd0;
             nan_count <= 32'd0;
+            {inc_sat_q, inc_nan, inc_sat_fb, inc_sat_mo} <= 4'd0;
         end else begin
             case (state)
                 IDLE: if (cfg_valid) begin
@@ -940,12 +942,18 @@ module compress_engine #(
                 in_last <= in_left == 32'd2;
                 if (s_grad_tlast != in_last) err_code <= gradblock_pkg::ENGINE_ERR_TLAST_MISPLACED;
             end
-            if (q_tvalid) begin
-                sat_quant_count <= sat_quant_count + {31'd0, q_flags[0]};
-                nan_count <= nan_count + {31'd0, q_flags[1]};
-            end
-            if (a_accept) sat_feedback_count <= sat_feedback_count + {31'd0, a_sat};
-            if (mo_tvalid) sat_momentum_count <= sat_momentum_count + {31'd0, mo_sat};
+            // the flag counts: each flag is registered with its valid first, so a count's
+            // enable is a flop beside it (a stage's valid as the enable of 64 flops across the
+            // die was 6.8 ns on ECP5); a count is complete a cycle after its flag, long
+            // before `done`
+            inc_sat_q <= q_tvalid && q_flags[0];
+            inc_nan <= q_tvalid && q_flags[1];
+            inc_sat_fb <= a_accept && a_sat;
+            inc_sat_mo <= mo_tvalid && mo_sat;
+            if (inc_sat_q) sat_quant_count <= sat_quant_count + 32'd1;
+            if (inc_nan) nan_count <= nan_count + 32'd1;
+            if (inc_sat_fb) sat_feedback_count <= sat_feedback_count + 32'd1;
+            if (inc_sat_mo) sat_momentum_count <= sat_momentum_count + 32'd1;
 
             res_pop_d <= res_pop;
             res_inflight <= res_inflight + (ar_fire ? CW'(ar_len) : CW'(0)) - CW'(res_pop_d);

@@ -198,15 +198,22 @@ module zrle_run_encoder #(
     logic [31:0]   out_word;
     logic          out_last;
     logic          trailer_now;          // D_Z finds no token and the payload is done: emit t0
-    logic [31:0]   hdr_word;
+    logic [31:0]   hdr_word;             // the header word at hdr_idx, a flop (picked a cycle
+                                         // ahead: the output mux starts from it, not from a
+                                         // five-way pick by hdr_idx)
+    logic [2:0]    hdr_pick;             // hdr_idx as it will be next cycle
 
-    always_comb begin
-        case (hdr_idx)
-            3'd0:    hdr_word = gradblock_pkg::ZRLE_MAGIC;
-            3'd1:    hdr_word = {16'd0, 3'd0, lmax_log2, gradblock_pkg::ZRLE_VERSION};
-            3'd2:    hdr_word = layer_id;
-            3'd3:    hdr_word = n_words;
-            default: hdr_word = range_bits;
+    assign hdr_pick = (cfg_valid && cfg_ready) ? 3'd0
+                    : (produce && d_state == D_HDR) ? hdr_idx + 3'd1 : hdr_idx;
+    // word 0 is a constant: it is there the cycle after the configuration, whose fields
+    // (words 1..4) are registered by then
+    always_ff @(posedge clk) begin
+        case (hdr_pick)
+            3'd0:    hdr_word <= gradblock_pkg::ZRLE_MAGIC;
+            3'd1:    hdr_word <= {16'd0, 3'd0, lmax_log2, gradblock_pkg::ZRLE_VERSION};
+            3'd2:    hdr_word <= layer_id;
+            3'd3:    hdr_word <= n_words;
+            default: hdr_word <= range_bits;
         endcase
     end
 
