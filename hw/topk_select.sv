@@ -8,12 +8,12 @@
 //
 // Three stages, one pair per cycle, every slot's write enable and data select from a register:
 //   arrival  the pair is compared with every slot and with the two pairs still in flight (the
-//            ones in stages 2 and 3, not yet in the list): seven 24-bit carry chains per
-//            compare and two LUT levels, registered (stage 2);
-//   stage 2  the compares are moved to where those two inserts put the slots (first the older
-//            pair's, then the younger's): its place in the list as it will be when it is
-//            inserted; each slot's write enable and select are registered from that
-//            (stage 3);
+//            ones in stages 2 and 3, not yet in the list): three carry chains per compare, whose
+//            outputs are registered (stage 2);
+//   stage 2  the chains' outputs give the compares, which are moved to where those two inserts
+//            put the slots (first the older pair's, then the younger's): its place in the list
+//            as it will be when it is inserted; each slot's write enable and select are
+//            registered from that (stage 3);
 //   stage 3  the slots take the pair or their upper neighbour as the registered enables say.
 // cfg_k (1..K_MAX) must be held steady during a layer; outside that range cfg_err is raised and
 // k is clamped into it.
@@ -45,13 +45,15 @@ module topk_select #(
     logic [K_MAX-1:0]    slot_used;   // slot i < k
     logic                accept;
 
-    // stage 2: the pair, its compares with the slots on arrival (kn2[i] = slot i beat it:
-    // larger norm, or equal norm and index <=) and with the two pairs then in flight (b3 = the
-    // pair then in stage 3 beats it, b2 = the one in 2), all registered
+    // stage 2: the pair, its compare halves with the slots on arrival (cmp2, 3 bits per slot,
+    // giving kn2[i] = slot i beat it: larger norm, or equal norm and index <=) and with the two
+    // pairs then in flight (giving b3 = the pair then in stage 3 beats it, b2 = the one in 2)
     logic                v2, last2, b2, b3;
     logic [63:0]         norm2;
     logic [31:0]         idx2;
-    logic [K_MAX-1:0]    kn2, kn_now, used2;
+    logic [3*K_MAX-1:0]  cmp2, cmp_now;
+    logic [2:0]          cmp2_by2, cmp2_by3;
+    logic [K_MAX-1:0]    kn2, used2;
     // stage 3: the pair, where it goes (keep3[i] = slot i stays in front of it; all ones for no
     // pair), each slot's write enable and select (take the pair, else the slot above it), and
     // keep4 = keep3 a cycle later: the older in-flight pair's place for stage 2's correction
@@ -77,20 +79,20 @@ module topk_select #(
     assign keep_down = ~(~keep << 1);
 
     // (norm_a, idx_a) beats or ties (norm_b, idx_b): larger norm, or equal norm and index <=;
-    // that is {norm, ~index} >= as 96-bit numbers. In quarters: the upper three compared both
-    // ways and the lowest once, seven 24-bit carry chains side by side (one 96-bit chain is
-    // four times as long), then a quarter decides unless it ties (a >= b and a <= b): two LUT
-    // levels, so the compare is registered whole and stage 2 starts from one flop per slot.
-    function automatic logic beats(input logic [63:0] norm_a, input logic [31:0] idx_a,
-                                   input logic [63:0] norm_b, input logic [31:0] idx_b);
+    // that is {norm, ~index} >= as 96-bit numbers. In halves: the upper halves compared both
+    // ways and the lower halves once, three 48-bit carry chains side by side (a single 96-bit
+    // chain is twice as long, equality as a LUT tree deeper), registered; then
+    // beats = upper a >= b and (upper a <= b only if lower a >= b), one LUT a cycle later.
+    function automatic logic [2:0] halves(input logic [63:0] norm_a, input logic [31:0] idx_a,
+                                          input logic [63:0] norm_b, input logic [31:0] idx_b);
         logic [95:0] a, b;
-        logic [3:0]  ge;
-        logic [3:1]  le;             // the lowest quarter decides alone: no tie test
         a = {norm_a, ~idx_a};
         b = {norm_b, ~idx_b};
-        for (int q = 0; q < 4; q++) ge[q] = a[24*q +: 24] >= b[24*q +: 24];
-        for (int q = 1; q < 4; q++) le[q] = a[24*q +: 24] <= b[24*q +: 24];
-        beats = ge[3] && (!le[3] || (ge[2] && (!le[2] || (ge[1] && (!le[1] || ge[0])))));
+        halves = {a[95:48] >= b[95:48], a[95:48] <= b[95:48], a[47:0] >= b[47:0]};
+    endfunction
+
+    function automatic logic beats(input logic [2:0] h);
+        beats = h[2] && (!h[1] || h[0]);
     endfunction
 
     // Moving a pair's compares across one insert (docs/hw.md): slots in front of the inserted
@@ -100,9 +102,10 @@ module topk_select #(
     // only on the slots in front of it, and only used slots (a prefix) are ever written.
     for (genvar i = 0; i < K_MAX; i++) begin : g_slot
         localparam logic [31:0] I_U = i;
-        // an empty slot beats nothing
-        assign kn_now[i] = slot_valid[i] && beats(slot_norm[64*i +: 64], slot_idx[32*i +: 32],
-                                                  s_tdata[63:0], s_tdata[95:64]);
+        // an empty slot beats nothing: its upper-half >= is cleared
+        assign cmp_now[3*i +: 3] = halves(slot_norm[64*i +: 64], slot_idx[32*i +: 32],
+                                          s_tdata[63:0], s_tdata[95:64]) & {slot_valid[i], 2'b11};
+        assign kn2[i] = beats(cmp2[3*i +: 3]);
         // i < k clamped into 1..K_MAX (i < K_MAX always): one compare per slot, no clamp mux
         assign slot_used[i] = i == 0 || cfg_k > I_U;
         if (i == 0) begin : g_first
@@ -113,6 +116,8 @@ module topk_select #(
             assign keep[i] = keep3[i] ? kc[i] : keep3[i-1] ? b2 : kc[i-1];
         end
     end
+    assign b2 = beats(cmp2_by2);
+    assign b3 = beats(cmp2_by3);
 
     // no new pair while the layer's last one is in flight or the indices leave. s_tready is a
     // flop (its upstream slice's 97 clock enables hang on it): high next cycle unless a last
@@ -156,9 +161,9 @@ module topk_select #(
         norm2 <= s_tdata[63:0];
         idx2 <= s_tdata[95:64];
         last2 <= s_tlast;
-        kn2 <= kn_now;
-        b2 <= beats(norm2, idx2, s_tdata[63:0], s_tdata[95:64]);
-        b3 <= beats(norm3, idx3, s_tdata[63:0], s_tdata[95:64]);
+        cmp2 <= cmp_now;
+        cmp2_by2 <= halves(norm2, idx2, s_tdata[63:0], s_tdata[95:64]);
+        cmp2_by3 <= halves(norm3, idx3, s_tdata[63:0], s_tdata[95:64]);
     end
 
     // stage 3: insert (write3, take3), or move every index up one as slot 0's leaves (pairs and
