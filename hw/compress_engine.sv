@@ -374,7 +374,7 @@ module compress_engine #(
     // 7.95 ns; so did the quantiser's valid: 7.2 ns). A claimed word is in the ring (claims
     // count arrivals), so the take never waits; 32 words, as a word stays in the ring over the
     // quantiser's latency.
-    localparam int QUANT_L = 8;       // quantiser.sv's latency (its m_tready is held high)
+    localparam int QUANT_L = gradblock_pkg::QUANT_LATENCY;   // (its m_tready is held high)
     logic        vel_arrived, vlo_valid, vel_take;
     logic [31:0] vlo_data;
     logic        v_claim;             // the join takes an element: it claims a velocity word

@@ -18,6 +18,10 @@ package gradblock_pkg;
     localparam int          ZRLE_HEADER_WORDS = 5;
     localparam int          ZRLE_TRAILER_WORDS = 2;
 
+    // ---- RTL-only: quantiser.sv's register stages (its valid chain; compress_engine takes a
+    // velocity word this many cycles after the join claims it, to meet the quantiser's output)
+    localparam int          QUANT_LATENCY = 8;
+
     // ---- frame errors: zrle_decoder err_code (spec §3.5, gradblock.codec.errors) -----------
     // FRAME_ERR_<NAME> has the code of the codec error whose `name` is <NAME>.
     localparam logic [3:0] FRAME_OK                       = 4'd0;

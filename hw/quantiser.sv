@@ -39,7 +39,7 @@ module quantiser #(
     input  logic               m_tready,
     output logic               m_tlast
 );
-    localparam int L = 8;           // compress_engine's QUANT_L repeats it (its velocity take)
+    localparam int L = gradblock_pkg::QUANT_LATENCY;   // the eight stages below
     localparam logic [31:0] QMAX = 32'h7FFF_FFFF;
 
     // ---- one enable for the whole pipeline; v[i]: stage i holds a word ----------------------
