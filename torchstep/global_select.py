@@ -1,0 +1,259 @@
+"""Global block selection in torch (docs/spec.md §8), CPU or CUDA: bit-exact with
+refmodel/global_select.py.
+
+A worker runs `prepare` (a and its block norms, §2.1–2.3 / §7), puts `prep.vector` into
+collective 1 (an int64 allreduce SUM), hands the sum to `finish` (the summed-norm selection,
+its value vector for collective 2, its new residuals and velocities) and the sum of collective 2
+to `average`. Every shape is static (k_eff blocks of B words per layer), so nothing waits on
+the host except `check`, which reads collective 1's few header words, the local NaN and
+saturation counts together (one device -> host copy per exchange).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from gradblock.refmodel.global_select import (GlobalLayer, NormBoundError, PeerNonFiniteError,
+                                              RankMismatchError, check_bound, check_word,
+                                              plan_layers)
+from gradblock.refmodel.quantiser import DEFAULT_RANGE, QMAX, NonFiniteError, QuantConfig
+
+from .momentum import scale_velocity
+from .quantiser import NAN_BITS, check_float32, quant_config, quantise_lazy
+
+__all__ = ["GlobalPlan", "GlobalPrep", "GlobalFinish", "plan_global", "prepare", "check",
+           "finish", "average", "NormBoundError", "RankMismatchError", "PeerNonFiniteError"]
+
+
+@dataclass
+class GlobalPlan:
+    layers: tuple[GlobalLayer, ...]
+    cfg: QuantConfig
+    m_fix: int | None
+    mask: bool
+    n_workers: int
+    checks: tuple[int, ...]
+    head: torch.Tensor          # (1 + 2L,) int64 [0, c_0, c_0^2, ...]
+    sizes: tuple[int, ...]
+    total: int
+    n_blocks: int
+    n_values: int               # collective 2's words
+    elem_start: torch.Tensor    # (L,) int64
+    elem_end: torch.Tensor      # (L,)
+    block_of_elem: torch.Tensor  # (total,)
+    layer_of_elem: torch.Tensor  # (total,)
+    layer_of_block: torch.Tensor  # (n_blocks,)
+    block_first: torch.Tensor    # (n_blocks,) group-wide element index of each block's start
+    block_len: torch.Tensor      # (n_blocks,)
+    pick: torch.Tensor           # (sum k_eff,) positions of the chosen blocks in the ranked list
+    slot_sel: torch.Tensor       # (n_values,) which chosen block each value word belongs to
+    slot_off: torch.Tensor       # (n_values,) offset inside that block
+    sparsified_elem: torch.Tensor  # (total,) bool: the element's layer has k_eff < n_blocks
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def vector_words(self) -> int:
+        return 1 + 2 * self.n_layers + self.n_blocks
+
+
+def plan_global(shapes, *, k: int | float | list = 1, block_size: int | None = None,
+                layer_ids: list[int] | None = None, names: list[str] | None = None,
+                R: float | QuantConfig = DEFAULT_RANGE, m_fix: int | None = None,
+                mask: bool = True, n_workers: int = 1,
+                device: torch.device | str = "cpu") -> GlobalPlan:
+    """The static index maps of a group of layers; NormBoundError if N * B * QMAX >= 2**63."""
+    cfg = quant_config(R)
+    layers = tuple(plan_layers(shapes, k=k, block_size=block_size, layer_ids=layer_ids,
+                               names=names))
+    check_bound(list(layers), n_workers)
+    checks = tuple(check_word(lay, cfg, m_fix or 0, bool(mask) if m_fix else False, n_workers)
+                   for lay in layers)
+    head = [0] + [v for c in checks for v in (c, c * c)]
+    L = len(layers)
+    sizes = [lay.layout.n for lay in layers]
+    nbs = [lay.layout.n_blocks for lay in layers]
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    bstarts = np.concatenate([[0], np.cumsum(nbs)]).astype(np.int64)
+    total, n_blocks = int(starts[-1]), int(bstarts[-1])
+    block_of_elem = np.empty(total, np.int64)
+    block_first = np.empty(n_blocks, np.int64)
+    block_len = np.empty(n_blocks, np.int64)
+    pick, slot_sel, slot_off = [], [], []
+    chosen = 0
+    for j, lay in enumerate(layers):
+        B, n = lay.layout.block_size, lay.layout.n
+        block_of_elem[starts[j]:starts[j + 1]] = bstarts[j] + np.arange(n) // B
+        b = np.arange(lay.layout.n_blocks, dtype=np.int64)
+        block_first[bstarts[j]:bstarts[j + 1]] = starts[j] + b * B
+        block_len[bstarts[j]:bstarts[j + 1]] = np.minimum(B, n - b * B)
+        pick.append(bstarts[j] + np.arange(lay.k_eff, dtype=np.int64))
+        slot_sel.append(np.repeat(chosen + np.arange(lay.k_eff, dtype=np.int64), B))
+        slot_off.append(np.tile(np.arange(B, dtype=np.int64), lay.k_eff))
+        chosen += lay.k_eff
+    cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)  # noqa: E731
+    sparsified = np.repeat(np.array([lay.sparsified for lay in layers], dtype=bool), sizes)
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
+    return GlobalPlan(layers, cfg, m_fix, bool(mask), int(n_workers), checks,
+                      t(np.array(head, np.int64)), tuple(sizes), total, n_blocks,
+                      sum(lay.values for lay in layers), t(starts[:-1]), t(starts[1:]),
+                      t(block_of_elem), t(np.repeat(np.arange(L, dtype=np.int64), sizes)),
+                      t(np.repeat(np.arange(L, dtype=np.int64), nbs)), t(block_first),
+                      t(block_len), t(cat(pick)), t(cat(slot_sel)), t(cat(slot_off)),
+                      t(sparsified))
+
+
+@dataclass
+class GlobalPrep:
+    acc: torch.Tensor              # (total,) int32 a
+    velocity: torch.Tensor | None  # (total,) int32 u' (momentum correction only)
+    vector: torch.Tensor           # (vector_words,) int64: collective 1's input
+    flags: torch.Tensor            # (rows, total) int32: NaN, |g| > R, |r + u| > QMAX[, |v| > QMAX]
+
+
+def _flat(plan: GlobalPlan, tensors, dtype, dev, what: str, names) -> torch.Tensor:
+    parts = []
+    for j, t in enumerate(tensors if tensors is not None else [None] * plan.n_layers):
+        if t is None:
+            parts.append(torch.zeros(plan.sizes[j], dtype=dtype, device=dev))
+            continue
+        if t.dtype != dtype or tuple(t.shape) != plan.layers[j].shape or t.device != dev:
+            raise TypeError(f"layer {names[j]}: {what} must be {dtype} {plan.layers[j].shape} on "
+                            f"{dev}, got {t.dtype} {tuple(t.shape)} on {t.device}")
+        parts.append(t.detach().reshape(-1))
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=dtype, device=dev)
+
+
+def prepare(plan: GlobalPlan, grads, residuals=None, velocities=None) -> GlobalPrep:
+    """a = clamp(r + Q(g)) (or clamp(r + u'), u' = sat(mul(m, u) + Q(g)) with momentum) and the
+    block norms, packed into collective 1's vector. No host sync: a NaN is only flagged (the
+    vector's status word) and reported by `check`."""
+    dev = plan.head.device
+    names = [lay.name or str(lay.layer_id) for lay in plan.layers]
+    if len(grads) != plan.n_layers:
+        raise ValueError(f"plan has {plan.n_layers} layers, got {len(grads)} gradients")
+    for j, g in enumerate(grads):
+        check_float32(g, f"layer {names[j]} gradient")
+        if tuple(g.shape) != plan.layers[j].shape or g.device != dev:
+            raise ValueError(f"layer {names[j]}: gradient {tuple(g.shape)} on {g.device}, plan "
+                             f"{plan.layers[j].shape} on {dev}")
+    flat_g = _flat(plan, grads, torch.float32, dev, "gradient", names)
+    flat_r = _flat(plan, residuals, torch.int32, dev, "residual", names)
+    q, absbits = quantise_lazy(flat_g, plan.cfg)
+    rows = [absbits > NAN_BITS, absbits > plan.cfg.range_bits]
+    u_new = None
+    if plan.m_fix is not None:
+        flat_u = _flat(plan, velocities, torch.int32, dev, "velocity", names)
+        v = scale_velocity(flat_u, plan.m_fix) + q.to(torch.int64)
+        v_c = v.clamp(-QMAX, QMAX)
+        q = u_new = v_c.to(torch.int32)
+        mom_flag = v != v_c
+    s = flat_r.to(torch.int64) + q.to(torch.int64)
+    acc = s.clamp(-QMAX, QMAX)
+    rows.append(s != acc)
+    if plan.m_fix is not None:
+        rows.append(mom_flag)
+    norms = torch.zeros(plan.n_blocks, dtype=torch.int64, device=dev)
+    norms.index_add_(0, plan.block_of_elem, acc.abs())
+    flags = torch.stack(rows).to(torch.int32)
+    status = flags[0].any().to(torch.int64).reshape(1)
+    vector = torch.cat([status, plan.head[1:], norms])
+    return GlobalPrep(acc.to(torch.int32), u_new, vector, flags)
+
+
+@dataclass
+class Counts:
+    sat_quant: list[int]
+    sat_feedback: list[int]
+    sat_momentum: list[int]
+
+
+def check(plan: GlobalPlan, prep: GlobalPrep, summed: torch.Tensor, where: str = "") -> Counts:
+    """Read collective 1's header and this worker's counts (one host copy): this worker's
+    NonFiniteError (naming the first layer with NaN), else PeerNonFiniteError when another
+    worker flagged NaN, else RankMismatchError naming the first layer whose check words differ
+    (refmodel.global_select.check_sums). Returns the per-layer saturation counts."""
+    L = plan.n_layers
+    cs = torch.cumsum(prep.flags, dim=1, dtype=torch.int64)
+    cs = torch.cat([cs.new_zeros(cs.shape[0], 1), cs], dim=1)
+    per_layer = cs[:, plan.elem_end] - cs[:, plan.elem_start]          # (rows, L)
+    host = torch.cat([summed[:1 + 2 * L], per_layer.reshape(-1)]).tolist()
+    head, counts = host[:1 + 2 * L], host[1 + 2 * L:]
+    rows = [counts[i * L:(i + 1) * L] for i in range(prep.flags.shape[0])]
+    for j, c in enumerate(rows[0]):
+        if c:
+            start = int(plan.elem_start[j])
+            nan = prep.flags[0, start:start + plan.sizes[j]]
+            first = int(torch.argmax(nan.to(torch.uint8)).item())
+            lay = plan.layers[j]
+            raise NonFiniteError(int(c), first, f"{where}layer {lay.layer_id}"
+                                 + (f" {lay.name!r}" if lay.name else ""))
+    # the reference's check_sums on the header (the norms stay on the device)
+    from gradblock.refmodel.global_select import check_sums
+    check_sums(np.array(head + [0] * plan.n_blocks, dtype=np.int64), list(plan.layers),
+               plan.n_workers)
+    return Counts(rows[1], rows[2], rows[3] if plan.m_fix is not None else [0] * L)
+
+
+@dataclass
+class GlobalFinish:
+    values: torch.Tensor             # (n_values,) int64: collective 2's input
+    selected: torch.Tensor           # (sum k_eff,) int64 group-wide block ids, ascending
+    elem: torch.Tensor               # (n_values,) int64 element of each value word (total: pad)
+    residuals: list[torch.Tensor]    # int32 per layer, layer shape
+    velocities: list[torch.Tensor] | None
+    nonzeros: torch.Tensor           # (L,) int64 nonzero values this worker sends per layer
+
+
+def finish(plan: GlobalPlan, prep: GlobalPrep, summed: torch.Tensor) -> GlobalFinish:
+    """Selection by the summed norms (the same on every worker), this worker's values on the
+    selected blocks, its new residual (0 there, a elsewhere) and velocity (masked there on
+    sparsified layers unless masking is off)."""
+    dev = plan.head.device
+    norms = summed[1 + 2 * plan.n_layers:]
+    # rank blocks within each layer: norm descending, index ascending (two stable sorts);
+    # the first k_eff of each layer sit at static positions (`pick`)
+    by_norm = torch.sort(-norms, stable=True).indices
+    order = by_norm[torch.sort(plan.layer_of_block[by_norm], stable=True).indices]
+    selected = torch.sort(order[plan.pick]).values
+    blk = selected[plan.slot_sel]
+    valid = plan.slot_off < plan.block_len[blk]
+    elem = torch.where(valid, plan.block_first[blk] + plan.slot_off,
+                       torch.full((), plan.total, dtype=torch.int64, device=dev))
+    acc_pad = torch.cat([prep.acc, prep.acc.new_zeros(1)]).to(torch.int64)
+    values = acc_pad[elem]
+    block_mask = torch.zeros(plan.n_blocks, dtype=torch.bool, device=dev)
+    block_mask[selected] = True
+    elem_mask = block_mask[plan.block_of_elem]
+    zero = torch.zeros((), dtype=torch.int32, device=dev)
+    residual = torch.where(elem_mask, zero, prep.acc)
+    velocities = None
+    if prep.velocity is not None:
+        u = prep.velocity
+        if plan.mask:
+            u = torch.where(elem_mask & plan.sparsified_elem, zero, u)
+        velocities = [t.view(lay.shape) for t, lay in zip(torch.split(u, list(plan.sizes)),
+                                                           plan.layers)]
+    nz = torch.zeros(plan.n_layers, dtype=torch.int64, device=dev)
+    nz.index_add_(0, plan.layer_of_elem, (elem_mask & (prep.acc != 0)).to(torch.int64))
+    residuals = [t.view(lay.shape) for t, lay in zip(torch.split(residual, list(plan.sizes)),
+                                                      plan.layers)]
+    return GlobalFinish(values, selected, elem, residuals, velocities, nz)
+
+
+def average(plan: GlobalPlan, fin: GlobalFinish, value_sum: torch.Tensor) -> list[torch.Tensor]:
+    """Collective 2's sum -> the averaged float32 gradient of each layer (§1.3 with cN on the
+    selected elements, 0 elsewhere)."""
+    if value_sum.dtype != torch.int64 or value_sum.shape != (plan.n_values,):
+        raise ValueError(f"value sum must be int64 ({plan.n_values},), got {value_sum.dtype} "
+                         f"{tuple(value_sum.shape)}")
+    c = float(np.float64(plan.cfg.range) / (np.float64(QMAX) * np.float64(plan.n_workers)))
+    vals = (value_sum.to(torch.float64) * c).to(torch.float32)
+    out = torch.zeros(plan.total + 1, dtype=torch.float32, device=value_sum.device)
+    out[fin.elem] = vals          # padding words all land on the spare last element
+    return [t.view(lay.shape) for t, lay in zip(torch.split(out[:plan.total], list(plan.sizes)),
+                                                 plan.layers)]
