@@ -31,8 +31,9 @@ class LayerStep:
 def compress_layer(grad: np.ndarray, residual: np.ndarray | None = None, *,
                    R: float | QuantConfig = DEFAULT_RANGE, k: int | float = 1,
                    block_size: int | None = None, layer_id: int = 0,
-                   lmax_log2: int = DEFAULT_LMAX_LOG2, where: str = "") -> LayerStep:
-    """quantise -> error feedback -> block norms -> top-k -> mask -> ZRLE frame.
+                   lmax_log2: int = DEFAULT_LMAX_LOG2, where: str = "",
+                   norm: str = "l1") -> LayerStep:
+    """quantise -> error feedback -> block norms (L1 or L2, §2.3) -> top-k -> mask -> ZRLE frame.
     Arguments are checked by refmodel.validation (its order: a NaN is reported before a bad
     block size, k, lmax, layer id or size), as every backend does."""
     grad = np.asarray(grad)
@@ -40,11 +41,11 @@ def compress_layer(grad: np.ndarray, residual: np.ndarray | None = None, *,
         residual = np.zeros(grad.shape, dtype=np.int32)
     cfg, grad, residual, plan = check_step(
         grad, residual, R, nan_error=lambda g: first_nan(g, where),
-        late_checks=lambda: step_plan(grad.shape, k, block_size, layer_id, lmax_log2))
+        late_checks=lambda: step_plan(grad.shape, k, block_size, layer_id, lmax_log2, norm))
     layout, k_eff = plan.layout, plan.k_eff
     qr = quantise(grad, cfg, where=where)
     acc, sat_fb = error_feedback(residual, qr.q)
-    norms = block_norms(acc, layout)
+    norms = block_norms(acc, layout, plan.norm)
     selected = select_blocks(norms, k_eff)
     payload, residual_out = apply_selection(acc, selected, layout)
     frame = encode_frame(payload, plan.layer_id, cfg.range, plan.lmax_log2)

@@ -36,7 +36,7 @@ from .compress import LayerStep
 from .plan import (MessagePlan, StepPlan, max_step_words, message_plan, step_plan,
                    undo_log_size)
 from .quantiser import DEFAULT_RANGE, QuantConfig, QuantResult, saturation_bits
-from .selection import BlockLayout
+from .selection import BlockLayout, norm_shift
 from .step_schedule import Job, StepInfo, nan_error, run_message, thread_count
 from .validation import ShapeError, check_gradient, check_range, check_residual, check_step
 
@@ -45,15 +45,16 @@ __all__ = ["compress_layer", "compress_step", "compress_layers", "quantise", "bl
            "MessagePlan", "message_plan", "compress_message", "MessageInfo"]
 
 
-def block_norms(acc: np.ndarray, layout: BlockLayout) -> np.ndarray:
-    """Exact L1 norm of every block (uint64), as refmodel.selection.block_norms."""
+def block_norms(acc: np.ndarray, layout: BlockLayout, norm: str = "l1") -> np.ndarray:
+    """Exact L1 or L2 norm of every block (uint64), as refmodel.selection.block_norms."""
+    nsh = norm_shift(norm, layout.block_size)
     acc = np.asarray(acc)
     if acc.dtype != np.int32 or acc.size != layout.n:
         raise ValueError(f"acc must be int32 with {layout.n} elements, got {acc.dtype} "
                          f"with {acc.size}")
     norms = np.empty(layout.n_blocks, dtype=np.uint64)
     K.block_norms_kernel(np.ascontiguousarray(acc).reshape(-1), layout.block_size,
-                         norms.view(np.int64))
+                         norms.view(np.int64), nsh)
     return norms
 
 
@@ -100,7 +101,8 @@ def quantise(x, R: float | QuantConfig = DEFAULT_RANGE, where: str = "") -> Quan
 def compress_layer(grad, residual: np.ndarray | None = None, *,
                    R: float | QuantConfig = DEFAULT_RANGE, k: int | float = 1,
                    block_size: int | None = None, layer_id: int = 0,
-                   lmax_log2: int = DEFAULT_LMAX_LOG2, where: str = "") -> LayerStep:
+                   lmax_log2: int = DEFAULT_LMAX_LOG2, where: str = "",
+                   norm: str = "l1") -> LayerStep:
     """quantise -> error feedback -> block norms -> top-k -> mask -> ZRLE frame, every
     intermediate kept; the same bits (and errors) as refmodel.compress.compress_layer."""
     grad = np.asarray(grad)
@@ -108,7 +110,7 @@ def compress_layer(grad, residual: np.ndarray | None = None, *,
         residual = np.zeros(grad.shape, dtype=np.int32)
     cfg, grad, residual, plan = check_step(
         grad, residual, R, nan_error=_nan_of(where),
-        late_checks=lambda: step_plan(grad.shape, k, block_size, layer_id, lmax_log2))
+        late_checks=lambda: step_plan(grad.shape, k, block_size, layer_id, lmax_log2, norm))
     gbits = _bits(grad)
     layout = plan.layout
     n = layout.n
@@ -117,7 +119,8 @@ def compress_layer(grad, residual: np.ndarray | None = None, *,
     acc = np.empty(n, dtype=np.int32)
     norms = np.empty(layout.n_blocks, dtype=np.uint64)
     satq, satfb, nan = K.pass1_keep(gbits, r, q, acc, layout.block_size, norms.view(np.int64),
-                                    cfg.M, cfg.k, cfg.range_bits, saturation_bits(cfg))
+                                    cfg.M, cfg.k, cfg.range_bits, saturation_bits(cfg),
+                                    plan.norm_shift)
     if nan:
         raise nan_error(gbits, where)
     selected = np.empty(plan.k_eff, dtype=np.int64)
@@ -135,20 +138,20 @@ def compress_layer(grad, residual: np.ndarray | None = None, *,
                      int(satq), int(satfb))
 
 
-def _validate_layer(grad, residual, cfg, k, block_size, layer_id, lmax_log2, where):
+def _validate_layer(grad, residual, cfg, k, block_size, layer_id, lmax_log2, where, norm="l1"):
     """The in-place step's checks (all but NaN and the output size), in the contract's order.
     Returns (cfg, float bits, flat residual view, plan)."""
     cfg, grad, residual, plan = check_step(
         grad, residual, cfg, contiguous=True, writeable=True, same_shape=False,
         nan_error=_nan_of(where),
-        late_checks=lambda: step_plan(np.shape(grad), k, block_size, layer_id, lmax_log2))
+        late_checks=lambda: step_plan(np.shape(grad), k, block_size, layer_id, lmax_log2, norm))
     return cfg, _bits(grad), residual.reshape(-1), plan
 
 
 def compress_step(grad: np.ndarray, residual: np.ndarray, cfg: QuantConfig | float,
                   k: int | float, block_size: int | None, layer_id: int, lmax_log2: int,
                   out_words: np.ndarray, offset: int = 0, *, parallel: bool | int = False,
-                  where: str = "") -> StepInfo:
+                  where: str = "", norm: str = "l1") -> StepInfo:
     """One layer's compress step, lean and in place.
 
     grad: float32, C-contiguous, the layer's shape (it decides the blocks).
@@ -162,7 +165,7 @@ def compress_step(grad: np.ndarray, residual: np.ndarray, cfg: QuantConfig | flo
 
     Everything, NaN included, is checked before the residual is touched."""
     cfg, gbits, r, plan = _validate_layer(grad, residual, cfg, k, block_size, layer_id,
-                                          lmax_log2, where)
+                                          lmax_log2, where, norm)
     offset = _check_out_words(out_words, offset, [plan])
     lay = plan.layout
     threads = thread_count(parallel, "parallel")
@@ -174,7 +177,8 @@ def compress_step(grad: np.ndarray, residual: np.ndarray, cfg: QuantConfig | flo
                                           out_words, offset, plan.layer_id, plan.lmax_log2,
                                           np.empty(lay.n, dtype=np.int32),
                                           np.empty(undo_log_size(lay.n, lay.n_blocks,
-                                                                 lay.block_size), dtype=np.int64))
+                                                                 lay.block_size), dtype=np.int64),
+                                          plan.norm_shift)
     if n_words < 0:                   # a NaN: the kernel has restored the residual
         raise nan_error(gbits, where)
     return StepInfo(int(n_words), plan.k_eff, lay.n_blocks, lay.block_size, int(satq), int(satfb))
@@ -221,7 +225,8 @@ def compress_layers(grads: Sequence[np.ndarray], residuals: Sequence[np.ndarray]
                     block_size: int | None | Sequence[int | None] = None,
                     layer_ids: Sequence[int] | None = None, lmax_log2: int = DEFAULT_LMAX_LOG2,
                     n_threads: int | None = None,
-                    min_parallel: int = PARALLEL_MIN_ELEMENTS) -> tuple[np.ndarray, list[StepInfo]]:
+                    min_parallel: int = PARALLEL_MIN_ELEMENTS,
+                    norm: str = "l1") -> tuple[np.ndarray, list[StepInfo]]:
     """compress_step over every layer (residuals updated in place) -> (message, infos).
 
     The message is the layers' frames concatenated in the order given. `k` and
@@ -256,7 +261,7 @@ def compress_layers(grads: Sequence[np.ndarray], residuals: Sequence[np.ndarray]
         for i, (g, r) in enumerate(zip(grads, residuals)):
             if r.size != g.size:
                 raise ShapeError(f"layer {i}: residual has {r.size} elements, gradient {g.size}")
-        plan = message_plan([g.shape for g in grads], k, block_size, layer_ids, lmax_log2)
+        plan = message_plan([g.shape for g in grads], k, block_size, layer_ids, lmax_log2, norm)
     except (ValueError, TypeError):
         nan = first_nan()
         if nan is not None:
@@ -293,7 +298,7 @@ def _small_layers(cfg, layers, out, offsets, first_nan) -> list[StepInfo]:
         lay = p.layout
         n_words, satq, satfb = K.layer_kernel(gbits, r, lay.block_size, lay.n_blocks, p.k_eff,
                                               cfg.M, cfg.k, cfg.range_bits, tsat, out, off,
-                                              p.layer_id, p.lmax_log2, undo, log)
+                                              p.layer_id, p.lmax_log2, undo, log, p.norm_shift)
         infos.append(StepInfo(int(n_words), p.k_eff, lay.n_blocks, lay.block_size, int(satq),
                               int(satfb)))
     return infos
@@ -357,7 +362,8 @@ def compress_message(grad: np.ndarray, residual: np.ndarray, plan: MessagePlan,
                                       cfg.M, cfg.k, cfg.range_bits, saturation_bits(cfg),
                                       out, 0, n_words, satq, satfb,
                                       np.empty(plan.n, dtype=np.int32),   # undo: pages written
-                                      np.empty(plan.undo_log_size, dtype=np.int64))  # on demand
+                                      np.empty(plan.undo_log_size, dtype=np.int64),  # on demand
+                                      plan.norm_shift)
         if total < 0:
             lo, hi = plan.elem_offsets[bad], plan.elem_offsets[bad + 1]
             raise nan_error(gbits[lo:hi], f"layer {bad}")

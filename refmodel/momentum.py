@@ -26,7 +26,7 @@ from gradblock.codec.zrle import DEFAULT_LMAX_LOG2, encode_frame
 from .quantiser import DEFAULT_RANGE, QMAX, QuantConfig, quantise
 from .selection import (BlockLayout, apply_selection, block_layout, block_norms, error_feedback,
                         resolve_k, select_blocks)
-from .validation import ParameterError, ShapeError
+from .validation import ParameterError, ShapeError, check_norm
 
 M_FRAC_BITS = 16                    # m = m_fix / 2**16
 M_FIX_MAX = 2**M_FRAC_BITS - 1      # m < 1: a velocity that never decays is refused
@@ -144,14 +144,17 @@ def check_inputs(grad, residual, velocity, momentum):
     return mcfg, residual, velocity
 
 
-def plan_layer(grad_shape, residual_shape, block_size, k) -> tuple[BlockLayout, int]:
+def plan_layer(grad_shape, residual_shape, block_size, k, norm="l1") -> tuple[BlockLayout, int]:
     """The checks after the NaN scan, in order: residual shape (ShapeError), block size, k
-    (the ValueErrors of block_layout and resolve_k). Returns (layout, k_eff)."""
+    (the ValueErrors of block_layout and resolve_k), norm kind (NormError). Returns
+    (layout, k_eff)."""
     if tuple(residual_shape) != tuple(grad_shape):
         raise ShapeError(f"residual shape {tuple(residual_shape)} != gradient shape "
                          f"{tuple(grad_shape)}")
     layout = block_layout(tuple(grad_shape), block_size)
-    return layout, resolve_k(k, layout.n_blocks)
+    k_eff = resolve_k(k, layout.n_blocks)
+    check_norm(norm)
+    return layout, k_eff
 
 
 @dataclass
@@ -177,7 +180,7 @@ def momentum_layer(grad: np.ndarray, residual: np.ndarray | None, velocity: np.n
                    momentum: MomentumConfig | float, *, R: float | QuantConfig = DEFAULT_RANGE,
                    k: int | float = 1, block_size: int | None = None, layer_id: int = 0,
                    lmax_log2: int = DEFAULT_LMAX_LOG2, mask: bool = True,
-                   where: str = "") -> MomentumStep:
+                   where: str = "", norm: str = "l1") -> MomentumStep:
     """quantise -> velocity -> error feedback -> block norms -> top-k -> payload, residual and
     masked velocity -> ZRLE frame. `residual`/`velocity` None mean zeros (the first step).
 
@@ -187,10 +190,10 @@ def momentum_layer(grad: np.ndarray, residual: np.ndarray | None, velocity: np.n
     cfg = R if isinstance(R, QuantConfig) else QuantConfig.from_range(R)
     grad = np.asarray(grad)
     qr = quantise(grad, cfg, where=where)
-    layout, k_eff = plan_layer(grad.shape, residual.shape, block_size, k)
+    layout, k_eff = plan_layer(grad.shape, residual.shape, block_size, k, norm)
     u_new, sat_m = velocity_update(velocity, qr.q, mcfg.m_fix)
     acc, sat_fb = error_feedback(residual, u_new)
-    norms = block_norms(acc, layout)
+    norms = block_norms(acc, layout, norm)
     selected = select_blocks(norms, k_eff)
     payload, residual_out = apply_selection(acc, selected, layout)
     masked = bool(mask and k_eff < layout.n_blocks)

@@ -15,6 +15,8 @@ from gradblock.codec.zrle import DEFAULT_LMAX_LOG2
 from gradblock.codec.zrle_numba import encode_frame
 
 from . import fast
+from .selection import norm_shift
+from .step_kernels import norm_term
 from .momentum import (M_FRAC_BITS, ROUND_BIAS, MomentumConfig, MomentumStep, check_inputs,
                        plan_layer)
 from .quantiser import DEFAULT_RANGE, QMAX, QuantConfig
@@ -23,7 +25,7 @@ __all__ = ["velocity_feedback_kernel", "split_kernel", "momentum_layer"]
 
 
 @nb.njit(nogil=True, cache=True)
-def velocity_feedback_kernel(q, u, r, m_fix, B, u_out, acc_out, norms):
+def velocity_feedback_kernel(q, u, r, m_fix, B, u_out, acc_out, norms, nsh):
     """u' = clamp(mul(m, u) + q), a = clamp(r + u'), norms[j] = sum |a| over block j.
     All arrays flat; returns (sat_momentum, sat_feedback)."""
     sat_m = 0
@@ -49,7 +51,7 @@ def velocity_feedback_kernel(q, u, r, m_fix, B, u_out, acc_out, norms):
             s = -QMAX
             sat_fb += 1
         acc_out[i] = s
-        norms[i // B] += np.uint64(s if s >= 0 else -s)
+        norms[i // B] += np.uint64(norm_term(s if s >= 0 else -s, nsh))
     return sat_m, sat_fb
 
 
@@ -71,13 +73,13 @@ def momentum_layer(grad: np.ndarray, residual: np.ndarray | None, velocity: np.n
                    momentum: MomentumConfig | float, *, R: float | QuantConfig = DEFAULT_RANGE,
                    k: int | float = 1, block_size: int | None = None, layer_id: int = 0,
                    lmax_log2: int = DEFAULT_LMAX_LOG2, mask: bool = True,
-                   where: str = "") -> MomentumStep:
+                   where: str = "", norm: str = "l1") -> MomentumStep:
     """As refmodel.momentum.momentum_layer (same result, same errors)."""
     mcfg, residual, velocity = check_inputs(grad, residual, velocity, momentum)
     cfg = R if isinstance(R, QuantConfig) else QuantConfig.from_range(R)
     grad = np.asarray(grad)
     qr = fast.quantise(grad, cfg, where=where)
-    layout, k_eff = plan_layer(grad.shape, residual.shape, block_size, k)
+    layout, k_eff = plan_layer(grad.shape, residual.shape, block_size, k, norm)
     n, B = layout.n, layout.block_size
     q = qr.q.reshape(-1)
     u_new = np.empty(n, dtype=np.int32)
@@ -85,7 +87,8 @@ def momentum_layer(grad: np.ndarray, residual: np.ndarray | None, velocity: np.n
     norms = np.empty(layout.n_blocks, dtype=np.uint64)
     sat_m, sat_fb = velocity_feedback_kernel(q, np.ascontiguousarray(velocity).reshape(-1),
                                              np.ascontiguousarray(residual).reshape(-1),
-                                             mcfg.m_fix, B, u_new, acc, norms)
+                                             mcfg.m_fix, B, u_new, acc, norms,
+                                             norm_shift(norm, B))
     selected = fast.select_blocks(norms, k_eff)
     block_sent = np.zeros(layout.n_blocks, dtype=np.bool_)
     block_sent[selected] = True

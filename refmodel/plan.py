@@ -14,8 +14,8 @@ import numpy as np
 
 from gradblock.codec.zrle import DEFAULT_LMAX_LOG2, HEADER_WORDS, TRAILER_WORDS, max_frame_words
 
-from .selection import BlockLayout, block_layout, resolve_k
-from .validation import ParameterError, check_layer_id, check_layer_size, check_lmax_log2
+from .selection import BlockLayout, block_layout, norm_shift, resolve_k
+from .validation import ParameterError, check_layer_id, check_layer_size, check_lmax_log2, check_norm
 
 
 @dataclass(frozen=True)
@@ -25,30 +25,34 @@ class StepPlan:
     k_eff: int
     layer_id: int
     lmax_log2: int
+    norm: str = "l1"             # block norm kind, docs/spec.md §2.3
+    norm_shift: int = -1         # -1: L1; else the L2 norm's shift s (refmodel.selection.norm_shift)
 
 
-def _make_plan(shape: tuple, k, block_size, layer_id, lmax_log2) -> StepPlan:
+def _make_plan(shape: tuple, k, block_size, layer_id, lmax_log2, norm="l1") -> StepPlan:
     layout = block_layout(shape, block_size)         # BlockSizeError
     k_eff = resolve_k(k, layout.n_blocks)            # KError
     lmax_log2 = check_lmax_log2(lmax_log2)           # LmaxError
     layer_id = check_layer_id(layer_id)              # LayerIdError
     check_layer_size(layout.n)                       # SizeLimitError
-    return StepPlan(layout, k_eff, layer_id, lmax_log2)
+    norm = check_norm(norm)                          # NormError
+    return StepPlan(layout, k_eff, layer_id, lmax_log2, norm, norm_shift(norm, layout.block_size))
 
 
 # typed: True and 1, or 2 and 2.0, are different arguments (a bool k must still be refused)
 _cached_plan = functools.lru_cache(maxsize=4096, typed=True)(_make_plan)
 
 
-def step_plan(shape, k=1, block_size=None, layer_id=0, lmax_log2=DEFAULT_LMAX_LOG2) -> StepPlan:
+def step_plan(shape, k=1, block_size=None, layer_id=0, lmax_log2=DEFAULT_LMAX_LOG2,
+              norm="l1") -> StepPlan:
     """The validated plan of one layer's step (cached on hashable arguments)."""
     shape = tuple(int(d) for d in shape)
     try:
-        return _cached_plan(shape, k, block_size, layer_id, lmax_log2)
+        return _cached_plan(shape, k, block_size, layer_id, lmax_log2, norm)
     except TypeError as unhashable:                  # e.g. a numpy array as k: check uncached
         if "unhashable" not in str(unhashable):
             raise
-        return _make_plan(shape, k, block_size, layer_id, lmax_log2)
+        return _make_plan(shape, k, block_size, layer_id, lmax_log2, norm)
 
 
 def max_step_words(n: int, block_size: int, k_eff: int) -> int:
@@ -95,6 +99,7 @@ class MessagePlan:
     k_eff: np.ndarray
     layer_id: np.ndarray
     lmax_log2: np.ndarray
+    norm_shift: np.ndarray       # int64 per layer: -1 (L1) or the L2 shift (docs/spec.md §2.3)
     undo_log_size: int           # entries of the guarded pass 1's undo log for the message
 
     @property
@@ -120,12 +125,14 @@ def _per_layer(value, count: int, name: str) -> list:
     return [value] * count
 
 
-def _make_message_plan(shapes, k, block_size, layer_ids, lmax_log2) -> MessagePlan:
+def _make_message_plan(shapes, k, block_size, layer_ids, lmax_log2, norm="l1") -> MessagePlan:
     count = len(shapes)
     ks = _per_layer(k, count, "k")
     bss = _per_layer(block_size, count, "block_size")
     ids = list(range(count)) if layer_ids is None else _per_layer(layer_ids, count, "layer_ids")
-    plans = tuple(step_plan(s, ks[i], bss[i], ids[i], lmax_log2) for i, s in enumerate(shapes))
+    plans = tuple(step_plan(s, ks[i], bss[i], ids[i], lmax_log2, norm)
+                  for i, s in enumerate(shapes))
+    check_norm(norm)                                 # an empty message checks it too
     sizes = [p.layout.n for p in plans]
     words = [max_step_words(p.layout.n, p.layout.block_size, p.k_eff) for p in plans]
     return MessagePlan(
@@ -137,6 +144,7 @@ def _make_message_plan(shapes, k, block_size, layer_ids, lmax_log2) -> MessagePl
         k_eff=_frozen([p.k_eff for p in plans]),
         layer_id=_frozen([p.layer_id for p in plans]),
         lmax_log2=_frozen([p.lmax_log2 for p in plans]),
+        norm_shift=_frozen([p.norm_shift for p in plans]),
         undo_log_size=sum(undo_log_size(p.layout.n, p.layout.n_blocks, p.layout.block_size)
                           for p in plans))
 
@@ -145,15 +153,15 @@ _cached_message_plan = functools.lru_cache(maxsize=64, typed=True)(_make_message
 
 
 def message_plan(shapes, k=1, block_size=None, layer_ids=None,
-                 lmax_log2=DEFAULT_LMAX_LOG2) -> MessagePlan:
+                 lmax_log2=DEFAULT_LMAX_LOG2, norm="l1") -> MessagePlan:
     """The validated, cached plan of a message of layers with these shapes (in order).
     `k`, `block_size` and `layer_ids` may be one value or one entry per layer; layer ids
     default to 0, 1, 2, ..."""
     shapes = tuple(tuple(int(d) for d in s) for s in shapes)
     args = tuple(tuple(a) if isinstance(a, list) else a for a in (k, block_size, layer_ids))
     try:
-        return _cached_message_plan(shapes, *args, lmax_log2)
+        return _cached_message_plan(shapes, *args, lmax_log2, norm)
     except TypeError as unhashable:
         if "unhashable" not in str(unhashable):
             raise
-        return _make_message_plan(shapes, k, block_size, layer_ids, lmax_log2)
+        return _make_message_plan(shapes, k, block_size, layer_ids, lmax_log2, norm)

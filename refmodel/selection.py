@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .quantiser import QMAX
-from .validation import ShapeError, check_block_size, check_k
+from .validation import ShapeError, check_block_size, check_k, check_norm
 
 
 @dataclass(frozen=True)
@@ -56,9 +56,23 @@ def error_feedback(residual: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, int
     return np.clip(s, -QMAX, QMAX).astype(np.int32), saturated
 
 
-def block_norms(acc: np.ndarray, layout: BlockLayout) -> np.ndarray:
-    """Exact L1 norm of every block, uint64 (|a| <= QMAX, so no overflow below 2**33 elements)."""
+def norm_shift(norm: str, block_size: int) -> int:
+    """The L2 norm's per-element right shift s = bit_length(B) >> 1 (docs/spec.md §2.3), so that
+    a block's sum of (|a| >> s)**2 stays below 2**63; -1 stands for the L1 norm."""
+    if check_norm(norm) == "l1":
+        return -1
+    return int(block_size).bit_length() >> 1
+
+
+def block_norms(acc: np.ndarray, layout: BlockLayout, norm: str = "l1") -> np.ndarray:
+    """Exact norm of every block, uint64 (docs/spec.md §2.3). L1: sum |a| (|a| <= QMAX, so no
+    overflow below 2**33 elements). L2: sum (|a| >> s)**2 with s = norm_shift('l2', B):
+    B < 2**L and (|a| >> s)**2 < 2**(62 - 2s) give a sum < 2**(62 + L - 2s) <= 2**63."""
     flat = np.abs(acc.reshape(-1).astype(np.int64)).astype(np.uint64)
+    s = norm_shift(norm, layout.block_size)
+    if s >= 0:
+        flat >>= np.uint64(s)
+        flat *= flat
     if layout.n_blocks == 0:
         return np.zeros(0, dtype=np.uint64)
     starts = np.arange(layout.n_blocks, dtype=np.int64) * layout.block_size

@@ -80,6 +80,16 @@ def feedback(qv, r):
     return (c if a >= 0 else -c), c, mag > QMAX
 
 
+@nb.njit(inline="always", nogil=True, cache=True)
+def norm_term(mag, nsh):
+    """One element's share of its block norm (spec §2.3): |a| for L1 (nsh < 0), else
+    (|a| >> nsh)**2. Exact in int64: the block sums stay below 2**63."""
+    if nsh < 0:
+        return mag
+    m = mag >> nsh
+    return m * m
+
+
 # ---------------------------------------------------------------------------------------------
 # Pass 1: quantise + feedback + saturation counts + block norms, one read of g and r
 # ---------------------------------------------------------------------------------------------
@@ -88,7 +98,7 @@ def feedback(qv, r):
 # drops its wraparound test, and LLVM vectorises the loop (a ~10x difference).
 
 @nb.njit(nogil=True, cache=True)
-def pass1_keep(gbits, r, q_out, acc_out, B, norms, M, k, rbits, tsat):
+def pass1_keep(gbits, r, q_out, acc_out, B, norms, M, k, rbits, tsat, nsh):
     """Keeps q and a in their own arrays (r is read only). Returns (sat_q, sat_fb, nan)."""
     n = gbits.size
     satq = 0
@@ -109,7 +119,7 @@ def pass1_keep(gbits, r, q_out, acc_out, B, norms, M, k, rbits, tsat):
             a, mag, over = feedback(qv, r_blk[i])
             satfb += over
             a_blk[i] = a
-            norm += mag
+            norm += norm_term(mag, nsh)
         norms[j] = norm
     return satq, satfb, nan
 
@@ -182,7 +192,7 @@ def _clamp_feedback(qv, rv):
 
 
 @nb.njit(inline="always", nogil=True, cache=True)
-def _unit(g_run, r_run, B, norms, jn, M, kc, vmin, rbits, tsat, scratch):
+def _unit(g_run, r_run, B, norms, jn, M, kc, vmin, rbits, tsat, scratch, nsh):
     """Pass 1 over one unit: elements g_run/r_run, blocks of B from block jn on (B == 0: the
     unit is a slice of one block, its norm returned rather than stored); the old residual
     is copied to scratch in the same loop (a separate copy loop would stall on reading r).
@@ -200,7 +210,7 @@ def _unit(g_run, r_run, B, norms, jn, M, kc, vmin, rbits, tsat, scratch):
             a, diff = _clamp_feedback(quantise_lean(b, M, kc, vmin, tsat), rv)
             clamped |= diff
             r_run[i] = a
-            n_run[i] = abs(a)
+            n_run[i] = norm_term(abs(a), nsh)
     elif B == 0:
         keep = scratch[:g_run.size]
         for i in range(g_run.size):
@@ -211,7 +221,7 @@ def _unit(g_run, r_run, B, norms, jn, M, kc, vmin, rbits, tsat, scratch):
             a, diff = _clamp_feedback(quantise_lean(b, M, kc, vmin, tsat), rv)
             clamped |= diff
             r_run[i] = a
-            norm += abs(a)
+            norm += norm_term(abs(a), nsh)
     else:
         n = g_run.size
         for j in range((n + B - 1) // B):
@@ -227,7 +237,7 @@ def _unit(g_run, r_run, B, norms, jn, M, kc, vmin, rbits, tsat, scratch):
                 a, diff = _clamp_feedback(quantise_lean(b, M, kc, vmin, tsat), rv)
                 clamped |= diff
                 r_blk[i] = a
-                bnorm += abs(a)
+                bnorm += norm_term(abs(a), nsh)
             norms[jn + j] = bnorm
     satq = 0
     satfb = 0
@@ -249,7 +259,7 @@ def _save(r_lo, lo, hi, scratch, undo, log, nlog):
 
 
 @nb.njit(nogil=True, cache=True)
-def pass1_guarded(gbits, r, B, norms, M, k, rbits, tsat, jlo, jhi, undo, log, nlog, r_lo):
+def pass1_guarded(gbits, r, B, norms, M, k, rbits, tsat, jlo, jhi, undo, log, nlog, r_lo, nsh):
     """Pass 1 over blocks [jlo, jhi) (r <- a, norms filled), NaNs counted on the way and the
     old residual of every saturated unit saved (undo indexed like r; log entries are r_lo +
     offsets into r). Returns (sat_q, sat_fb, units holding a NaN, nlog)."""
@@ -266,7 +276,7 @@ def pass1_guarded(gbits, r, B, norms, M, k, rbits, tsat, jlo, jhi, undo, log, nl
             lo = j0 * B
             hi = min(min(j0 + per, jhi) * B, n)
             sq, sf, nn, _ = _unit(gbits[lo:hi], r[lo:hi], B, norms, j0, M, kc, vmin, rbits,
-                                  tsat, scratch)
+                                  tsat, scratch, nsh)
             satq += sq
             nan += nn
             if sf:
@@ -281,7 +291,7 @@ def pass1_guarded(gbits, r, B, norms, M, k, rbits, tsat, jlo, jhi, undo, log, nl
         for lo in range(blo, bhi, step):
             hi = min(lo + step, bhi)
             sq, sf, nn, part = _unit(gbits[lo:hi], r[lo:hi], 0, norms, j, M, kc, vmin, rbits,
-                                     tsat, scratch)
+                                     tsat, scratch, nsh)
             satq += sq
             nan += nn
             norm += part
@@ -367,13 +377,13 @@ def select_top_k(norms, k_eff, selected):
 
 
 @nb.njit(nogil=True, cache=True)
-def block_norms_kernel(acc, B, norms):
+def block_norms_kernel(acc, B, norms, nsh):
     n = acc.size
     for j in range(norms.size):
         blk = acc[j * B:min(j * B + B, n)]
         s = np.int64(0)
         for i in range(blk.size):
-            s += abs(np.int64(blk[i]))
+            s += norm_term(abs(np.int64(blk[i])), nsh)
         norms[j] = s
 
 
@@ -440,12 +450,12 @@ def pass2_inplace(r, B, mask, out, base, layer_id, rbits, lmax_log2):
 
 @nb.njit(nogil=True, cache=True)
 def layer_kernel(gbits, r, B, n_blocks, k_eff, M, k, rbits, tsat, out, base, layer_id, lmax_log2,
-                 undo, log):
+                 undo, log, nsh):
     """One layer's lean step with the guarded pass 1 (no separate NaN scan): on a NaN the
     residual is restored and n_words is -1. Returns (n_words, sat_q, sat_fb)."""
     norms = np.empty(n_blocks, dtype=np.int64)
     satq, satfb, nan, nlog = pass1_guarded(gbits, r, B, norms, M, k, rbits, tsat, 0, n_blocks,
-                                           undo, log, 0, 0)
+                                           undo, log, 0, 0, nsh)
     if nan:
         restore(gbits, r, undo, log, nlog, 0, M, k, tsat)
         return np.int64(-1), satq, satfb
@@ -465,7 +475,7 @@ def step_tail(r, B, norms, k_eff, out, base, layer_id, rbits, lmax_log2):
 
 @nb.njit(nogil=True, cache=True)
 def message_kernel(gbits, r, g_off, block, n_blocks, k_eff, layer_id, lmax_log2, M, k, rbits, tsat,
-                   out, base, n_words, satq, satfb, undo, log):
+                   out, base, n_words, satq, satfb, undo, log, nsh):
     """Every layer of a message in one call: layer i is gbits/r[g_off[i]:g_off[i + 1]].
 
     Pass 1 of every layer first (pass1_guarded, NaNs counted in the same read). At the first
@@ -484,7 +494,7 @@ def message_kernel(gbits, r, g_off, block, n_blocks, k_eff, layer_id, lmax_log2,
         hi = g_off[i + 1]
         sq, sf, nan, nlog = pass1_guarded(gbits[lo:hi], r[lo:hi], block[i],
                                           norms[b_off[i]:b_off[i + 1]], M, k, rbits, tsat, 0,
-                                          n_blocks[i], undo[lo:hi], log, nlog, lo)
+                                          n_blocks[i], undo[lo:hi], log, nlog, lo, nsh[i])
         if nan:
             restore(gbits[:hi], r[:hi], undo[:hi], log, nlog, 0, M, k, tsat)
             return i, np.int64(-1)
@@ -518,7 +528,7 @@ def compact_frames(out, offsets, n_words, dst):
 
 @nb.njit(nogil=True, cache=True)
 def pass1_group(gbits, r, undo, log, tasks, t_elo, t_ehi, t_B, t_nblk, t_noff, t_logoff, norms,
-                M, k, rbits, tsat, t_satq, t_satfb, t_nan, t_nlog):
+                M, k, rbits, tsat, t_satq, t_satfb, t_nan, t_nlog, t_nsh):
     """Guarded pass 1 of the tasks listed in `tasks` (indices into the t_* tables): task t is
     message elements [t_elo, t_ehi) in blocks of t_B (t_nblk of them, their norms at
     norms[t_noff:]), its undo log at log[t_logoff:]. Results per task, so that threads
@@ -529,7 +539,8 @@ def pass1_group(gbits, r, undo, log, tasks, t_elo, t_ehi, t_B, t_nblk, t_noff, t
         hi = t_ehi[t]
         sq, sf, nan, nl = pass1_guarded(gbits[lo:hi], r[lo:hi], t_B[t],
                                         norms[t_noff[t]:t_noff[t] + t_nblk[t]], M, k, rbits, tsat,
-                                        0, t_nblk[t], undo[lo:hi], log[t_logoff[t]:], 0, 0)
+                                        0, t_nblk[t], undo[lo:hi], log[t_logoff[t]:], 0, 0,
+                                        t_nsh[t])
         t_satq[t] = sq
         t_satfb[t] = sf
         t_nan[t] = nan

@@ -137,7 +137,7 @@ class Job:
             log = np.empty(undo_log_size(hi - lo, jhi - jlo, B), dtype=np.int64)
             sq, sf, nan, nlog = K.pass1_guarded(g_t, r_t, B, norms[i][jlo:jhi], cfg.M, cfg.k,
                                                 cfg.range_bits, tsat, 0, jhi - jlo, undo, log,
-                                                0, 0)
+                                                0, 0, plan.norm_shift)
             return i, int(sq), int(sf), int(nan), (g_t, r_t, undo, log, int(nlog))
 
         done = spread(pass1_task, tasks, self._elems, self.CHUNK)
@@ -177,6 +177,7 @@ class MessageTasks:
     B: np.ndarray            # per task: block size
     nblk: np.ndarray         # per task: blocks
     noff: np.ndarray         # per task: first norm in the message's norms
+    nsh: np.ndarray          # per task: its layer's norm shift (-1: L1; docs/spec.md §2.3)
     logoff: np.ndarray       # per task: first entry of its undo log
     log_size: int
     b_off: np.ndarray        # per layer: first norm (count + 1 entries)
@@ -186,7 +187,7 @@ class MessageTasks:
 
 @functools.lru_cache(maxsize=32)
 def message_tasks(plan, groups: int, chunk: int) -> MessageTasks:
-    rows = []                # (elo, ehi, B, nblk, noff)
+    rows = []                # (elo, ehi, B, nblk, noff, nsh)
     b_off = [0]
     for i, p in enumerate(plan.layers):
         lay = p.layout
@@ -195,12 +196,12 @@ def message_tasks(plan, groups: int, chunk: int) -> MessageTasks:
         for j in range(0, lay.n_blocks, per):
             jhi = min(j + per, lay.n_blocks)
             rows.append((base + j * lay.block_size, base + min(jhi * lay.block_size, lay.n),
-                         lay.block_size, jhi - j, b_off[-1] + j))
+                         lay.block_size, jhi - j, b_off[-1] + j, p.norm_shift))
         b_off.append(b_off[-1] + lay.n_blocks)
-    logs = [undo_log_size(hi - lo, nblk, B) for lo, hi, B, nblk, _ in rows]
+    logs = [undo_log_size(hi - lo, nblk, B) for lo, hi, B, nblk, _, _ in rows]
     logoff = np.concatenate([[0], np.cumsum(logs, dtype=np.int64)])
     cols = [np.array(c, dtype=np.int64).reshape(-1) for c in zip(*rows)] if rows else \
-        [np.zeros(0, np.int64)] * 5
+        [np.zeros(0, np.int64)] * 6
 
     def grouped(items, cost):
         return [np.array(g, dtype=np.int64)
@@ -232,7 +233,7 @@ def run_message(cfg: QuantConfig, gbits: np.ndarray, r: np.ndarray, plan, out: n
     def pass1(tasks):
         K.pass1_group(gbits, r, undo, log, tasks, mt.elo, mt.ehi, mt.B, mt.nblk, mt.noff,
                       mt.logoff, norms, cfg.M, cfg.k, cfg.range_bits, tsat, t_satq, t_satfb,
-                      t_nan, t_nlog)
+                      t_nan, t_nlog, mt.nsh)
 
     list(pool.map(pass1, mt.pass1_groups))
     if t_nan.any():

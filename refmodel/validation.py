@@ -8,11 +8,11 @@ arithmetic; a float block size is a typing error).
 
 Check order of a compress step (`check_step`): range R, residual dtype, gradient dtype
 (and contiguity where the caller needs it), then NaN in the gradient, then residual size,
-block size, k, lmax_log2, layer id, layer size. The NaN scan is the caller's (it is
+block size, k, lmax_log2, layer id, layer size, norm kind. The NaN scan is the caller's (it is
 the costly one): `check_step` takes it as a function and runs it only when a check after it
 fails, so a NaN is still reported first.
 
-Named errors are ValueError subclasses (TypeError for a wrong dtype, as numpy does).
+Named errors are GradblockError (so ValueError) subclasses (TypeError for a wrong dtype, as numpy does).
 """
 from __future__ import annotations
 
@@ -23,12 +23,13 @@ from typing import Callable
 
 import numpy as np
 
+from gradblock.codec.errors import GradblockError
 from gradblock.codec.zrle import LMAX_LOG2_MAX, LMAX_LOG2_MIN
 
 from .quantiser import NonFiniteError, QuantConfig, RangeError
 
 __all__ = ["ParameterError", "BlockSizeError", "KError", "ShapeError", "SizeLimitError",
-           "LayerIdError", "LmaxError", "ExpectedSizeError", "RangeError", "NonFiniteError",
+           "LayerIdError", "LmaxError", "ExpectedSizeError", "NormError", "NORMS", "check_norm", "RangeError", "NonFiniteError",
            "MAX_LAYER_ELEMENTS", "MAX_BLOCK_SIZE", "MAX_LAYER_ID",
            "check_range", "check_block_size", "check_k", "parse_k", "check_lmax_log2",
            "check_layer_id", "check_expected_n", "check_layer_size", "check_gradient",
@@ -39,7 +40,7 @@ MAX_BLOCK_SIZE = 2**32 - 1       # a larger block is never smaller than the laye
 MAX_LAYER_ID = 2**32 - 1         # header word h2
 
 
-class ParameterError(ValueError):
+class ParameterError(GradblockError):
     """A step parameter outside the range docs/spec.md allows."""
 
 
@@ -70,6 +71,20 @@ class LmaxError(ParameterError):
 
 class ExpectedSizeError(ParameterError):
     """An expected layer size that is not an integer in 0..MAX_LAYER_ELEMENTS."""
+
+
+class NormError(ParameterError):
+    """The block norm kind is neither 'l1' nor 'l2' (docs/spec.md §2.3)."""
+
+
+NORMS = ("l1", "l2")
+
+
+def check_norm(norm) -> str:
+    """'l1' or 'l2' (exactly these strings); NormError otherwise."""
+    if not isinstance(norm, str) or norm not in NORMS:
+        raise NormError(f"norm must be one of {', '.join(NORMS)}, got {norm!r}")
+    return norm
 
 
 def _integer(value, what: str, error: type[ParameterError]) -> int:

@@ -16,7 +16,7 @@ from gradblock.codec.zrle_torch import encode_frames, u32_to_i32
 from gradblock.refmodel.quantiser import DEFAULT_RANGE, QMAX, NonFiniteError, QuantConfig
 from gradblock.refmodel.plan import step_plan
 from gradblock.refmodel.selection import BlockLayout
-from gradblock.refmodel.validation import check_lmax_log2
+from gradblock.refmodel.validation import check_lmax_log2, check_norm
 
 from .momentum import scale_velocity as scale_velocity_flat
 from .quantiser import NAN_BITS, check_float32, quant_config, quantise_lazy
@@ -44,6 +44,8 @@ class GroupPlan:
     headers: torch.Tensor                  # (L, 5) int32 frame headers
     total: int
     n_blocks: int
+    norm: str = "l1"                       # block norm kind (docs/spec.md §2.3)
+    norm_shift_of_elem: torch.Tensor | None = None   # (n,) int64 L2 shift per element; None: L1
 
     @property
     def n_layers(self) -> int:
@@ -53,7 +55,7 @@ class GroupPlan:
 def plan_group(shapes, *, k: int | float | list = 1, block_size: int | None | list = None,
                layer_ids: list[int] | None = None, R: float | QuantConfig = DEFAULT_RANGE,
                lmax_log2: int = zrle.DEFAULT_LMAX_LOG2,
-               device: torch.device | str = "cpu") -> GroupPlan:
+               device: torch.device | str = "cpu", norm: str = "l1") -> GroupPlan:
     """Precompute the index maps for compressing `shapes` together. `k` and `block_size` may be
     one value for all layers or a list with one per layer."""
     shapes = tuple(tuple(int(d) for d in s) for s in shapes)
@@ -66,7 +68,8 @@ def plan_group(shapes, *, k: int | float | list = 1, block_size: int | None | li
                          f"{len(ids)} layer ids")
     rbits = quant_config(R).range_bits
     # each layer's parameters through the reference's validator, in its order
-    plans = [step_plan(s, kk, b, i, lmax_log2) for s, kk, b, i in zip(shapes, ks, bss, ids)]
+    plans = [step_plan(s, kk, b, i, lmax_log2, norm) for s, kk, b, i in zip(shapes, ks, bss, ids)]
+    norm = check_norm(norm)
     ids = [p.layer_id for p in plans]
     lmax_log2 = check_lmax_log2(lmax_log2)
     layouts = tuple(p.layout for p in plans)
@@ -89,7 +92,9 @@ def plan_group(shapes, *, k: int | float | list = 1, block_size: int | None | li
     return GroupPlan(shapes, layouts, k_effs, tuple(ids), sizes,
                      t(starts), t(starts + np.asarray(sizes, dtype=np.int64)), t(layer_of_elem),
                      t(block_of_elem), t(np.repeat(np.arange(L, dtype=np.int64), nbs)), t(bstarts),
-                     t(np.asarray(k_effs, dtype=np.int64)), t(is_start), t(headers), total, n_blocks)
+                     t(np.asarray(k_effs, dtype=np.int64)), t(is_start), t(headers), total, n_blocks,
+                     norm, None if norm == "l1" else t(np.repeat(
+                         np.array([p.norm_shift for p in plans], dtype=np.int64), sizes)))
 
 
 @dataclass
@@ -193,7 +198,11 @@ def compress_group(plan: GroupPlan, grads: list[torch.Tensor], residuals: list[t
     # block norms and per-layer selection: blocks grouped by layer, norm descending, index
     # ascending (two stable sorts), then the first k_eff of each layer
     norms = torch.zeros(plan.n_blocks, dtype=torch.int64, device=dev)
-    norms.index_add_(0, plan.block_of_elem, acc.abs())
+    terms = acc.abs()
+    if plan.norm_shift_of_elem is not None:          # L2: (|a| >> s)**2, s per layer
+        terms = terms >> plan.norm_shift_of_elem
+        terms = terms * terms
+    norms.index_add_(0, plan.block_of_elem, terms)
     by_norm = torch.sort(-norms, stable=True).indices
     order = by_norm[torch.sort(plan.layer_of_block[by_norm], stable=True).indices]
     layer_of_ranked = plan.layer_of_block[order]

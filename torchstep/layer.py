@@ -62,7 +62,7 @@ def compress_layer(grad: torch.Tensor, residual: torch.Tensor | None = None, *,
                    R: float | QuantConfig = DEFAULT_RANGE, k: int | float = 1,
                    block_size: int | None = None, layer_id: int = 0,
                    lmax_log2: int = zrle.DEFAULT_LMAX_LOG2, where: str = "",
-                   crc: str = "auto") -> TorchLayerStep:
+                   crc: str = "auto", norm: str = "l1") -> TorchLayerStep:
     """The inputs are not modified; the caller stores `residual_out` as the next residual."""
     cfg = check_range(R)
     if not isinstance(grad, torch.Tensor):
@@ -74,7 +74,7 @@ def compress_layer(grad: torch.Tensor, residual: torch.Tensor | None = None, *,
     is_nan = absbits > NAN_BITS
     try:
         check_residual_size(tuple(grad.shape), tuple(residual.shape), same_shape=True)
-        plan = step_plan(grad.shape, k, block_size, layer_id, lmax_log2)
+        plan = step_plan(grad.shape, k, block_size, layer_id, lmax_log2, norm)
     except (ValueError, TypeError):
         nan = nan_error(is_nan, where)
         if nan is not None:
@@ -85,7 +85,7 @@ def compress_layer(grad: torch.Tensor, residual: torch.Tensor | None = None, *,
                                         sat_fb]).tolist()
     if nan_n:
         raise nan_error(is_nan, where)
-    norms = block_norms(acc, plan.layout)
+    norms = block_norms(acc, plan.layout, plan.norm)
     selected = select_blocks(norms, plan.k_eff)
     payload, residual_out = apply_selection(acc, selected, plan.layout)
     frame = encode_frame(payload, plan.layer_id, cfg.range, plan.lmax_log2, crc=crc)

@@ -65,7 +65,7 @@ def momentum_layer(grad: torch.Tensor, residual: torch.Tensor | None,
                    R: float | QuantConfig = DEFAULT_RANGE, k: int | float = 1,
                    block_size: int | None = None, layer_id: int = 0,
                    lmax_log2: int = zrle.DEFAULT_LMAX_LOG2, mask: bool = True, where: str = "",
-                   crc: str = "auto") -> TorchMomentumStep:
+                   crc: str = "auto", norm: str = "l1") -> TorchMomentumStep:
     """As refmodel.momentum.momentum_layer; the inputs are not modified."""
     mcfg = MomentumConfig.from_float(momentum)
     if not isinstance(grad, torch.Tensor):
@@ -81,7 +81,7 @@ def momentum_layer(grad: torch.Tensor, residual: torch.Tensor | None,
     q, absbits = quantise_lazy(grad, cfg)
     is_nan = absbits > NAN_BITS
     try:                              # raised after the NaN check, as the reference does
-        layout, k_eff = plan_layer(tuple(grad.shape), tuple(residual.shape), block_size, k)
+        layout, k_eff = plan_layer(tuple(grad.shape), tuple(residual.shape), block_size, k, norm)
         deferred = None
     except ValueError as e:
         deferred = e
@@ -96,7 +96,7 @@ def momentum_layer(grad: torch.Tensor, residual: torch.Tensor | None,
         raise_nan(is_nan, nan_n, where)
     if deferred is not None:
         raise deferred
-    norms = block_norms(acc, layout)
+    norms = block_norms(acc, layout, norm)
     selected = select_blocks(norms, k_eff)
     block_sent = torch.zeros(layout.n_blocks, dtype=torch.bool, device=grad.device)
     block_sent[selected] = True

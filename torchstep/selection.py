@@ -1,4 +1,4 @@
-"""§2 of docs/spec.md in torch: error feedback, exact block L1 norms, tie-stable top-k blocks.
+"""§2 of docs/spec.md in torch: error feedback, exact block L1 / L2 norms, tie-stable top-k blocks.
 
 Bit-exact with refmodel/selection.py; int64 arithmetic on the tensors' device."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from gradblock.refmodel.quantiser import QMAX
-from gradblock.refmodel.selection import BlockLayout
+from gradblock.refmodel.selection import BlockLayout, norm_shift
 
 __all__ = ["error_feedback", "error_feedback_lazy", "block_norms", "select_blocks",
            "apply_selection"]
@@ -26,9 +26,21 @@ def error_feedback_lazy(residual: torch.Tensor, q: torch.Tensor):
     return s.clamp(-QMAX, QMAX).to(torch.int32), saturated
 
 
-def block_norms(acc: torch.Tensor, layout: BlockLayout) -> torch.Tensor:
-    """Exact L1 norm per block as int64 (|a| <= QMAX, so exact below 2**32 elements)."""
-    flat = acc.reshape(-1).to(torch.int64).abs()
+def norm_terms(mag: torch.Tensor, nsh) -> torch.Tensor:
+    """Each element's share of its block norm (spec §2.3) from |a| (int64): |a| itself for L1
+    (nsh < 0), (|a| >> nsh)**2 for L2; nsh an int or a per-element int64 tensor."""
+    if isinstance(nsh, int):
+        if nsh < 0:
+            return mag
+        m = mag >> nsh
+        return m * m
+    m = mag >> nsh.clamp(min=0)
+    return torch.where(nsh < 0, mag, m * m)
+
+
+def block_norms(acc: torch.Tensor, layout: BlockLayout, norm: str = "l1") -> torch.Tensor:
+    """Exact L1 or L2 norm per block as int64 (spec §2.3: every sum stays below 2**63)."""
+    flat = norm_terms(acc.reshape(-1).to(torch.int64).abs(), norm_shift(norm, layout.block_size))
     if layout.n_blocks == 0:
         return torch.zeros(0, dtype=torch.int64, device=acc.device)
     padded_len = layout.n_blocks * layout.block_size
