@@ -20,12 +20,13 @@ import numpy as np
 from gradblock import fileio, momentum_step
 from gradblock.codec import errors as frame_errors
 from gradblock.codec import zrle
-from gradblock.codec.errors import GradblockError
+from gradblock.codec.errors import GradblockError, UsageError
 from gradblock.npyio import DEFAULT_MAX_ELEMENTS, check_frame_size, read_npy, read_words
 from gradblock.refmodel import compress as ref_compress
 from gradblock.refmodel.quantiser import DEFAULT_RANGE, QuantConfig, RangeError, quantise
 from gradblock.refmodel.validation import (MAX_LAYER_ELEMENTS, ParameterError, check_block_size,
-                                           check_layer_id, check_lmax_log2, check_range, parse_k)
+                                           check_layer_id, check_lmax_log2, check_norm,
+                                           check_range, parse_k)
 
 BACKEND_ENV = "GRADBLOCK_BACKEND"        # auto (default) | numba | reference
 
@@ -85,7 +86,7 @@ def backend(choice: str | None = None) -> Backend:
 
 # ------------------------------------------------------------------------------- helpers
 
-class CommandError(GradblockError):
+class CommandError(UsageError):
     """A user error in a command's arguments: reported as one line, exit status 2."""
 
 
@@ -261,6 +262,9 @@ def step_main(argv: list[str]) -> int:
     p.add_argument("--block-size", type=int, default=None,
                    help="elements per block, 1..2^32-1 (default: the product of the trailing "
                         "dimensions)")
+    p.add_argument("--norm", default="l1",
+                   help="block norm that ranks blocks: l1 (sum |a|, default) or l2 (sum of "
+                        "(|a| >> s)^2, s = bit_length(B) >> 1; docs/spec.md §2.3)")
     _add_frame_options(p)
     p.add_argument("--frame", required=True, help="output frame .bin")
     p.add_argument("--residual-out", required=True, help="output int32 .npy residual")
@@ -274,6 +278,7 @@ def _step(args) -> int:
     cfg = _checked("--range", check_range, args.R)
     lmax_log2, layer_id = _frame_options(args)
     block_size = _checked("--block-size", check_block_size, args.block_size)
+    norm = _checked("--norm", check_norm, args.norm)
     _outputs(args.frame, args.residual_out, *momentum_step.check_args(args))
     grad = read_npy(args.grad, np.float32, "the gradient", args.max_elements)
     if args.residual == "-":
@@ -286,10 +291,12 @@ def _step(args) -> int:
     if momentum_step.requested(args):       # docs/spec.md §7, gradblock/momentum_step.py
         st = momentum_step.run(args, grad, residual, R=cfg, block_size=block_size,
                                layer_id=layer_id, lmax_log2=lmax_log2,
-                               max_elements=args.max_elements, backend_name=backend().compress_name)
+                               max_elements=args.max_elements, backend_name=backend().compress_name,
+                               norm=norm)
     else:
         st = backend().compress_layer(grad, residual, R=cfg, k=args.k, block_size=block_size,
-                                      layer_id=layer_id, lmax_log2=lmax_log2, where=args.grad)
+                                      layer_id=layer_id, lmax_log2=lmax_log2, where=args.grad,
+                                      norm=norm)
     fileio.write_words(args.frame, st.frame)
     fileio.save_npy(args.residual_out, st.residual_out)
 
@@ -300,7 +307,7 @@ def _step(args) -> int:
           f"{lay.block_size}{last}; {_describe_config(cfg)}")
     print(f"k = {args.k} -> k_eff = {st.k_eff}")
     shown = st.selected[:16]
-    listing = ", ".join(f"{int(b)} (L1 {int(st.norms[b])})" for b in shown)
+    listing = ", ".join(f"{int(b)} ({norm.upper()} {int(st.norms[b])})" for b in shown)
     more = f" ... and {st.selected.size - shown.size} more" if st.selected.size > shown.size else ""
     print(f"selected blocks (rank order): {listing}{more}")
     print(f"saturation: quantiser {st.sat_quant}, feedback {st.sat_feedback}")

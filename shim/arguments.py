@@ -13,6 +13,7 @@ from gradblock.codec.zrle import LMAX_LOG2_MAX, LMAX_LOG2_MIN
 from gradblock.refmodel.validation import parse_k   # the one k parser shared by every command
 
 from .compressors import COMPRESSORS
+from .peers import PEERS
 from .config import DATASETS, TrainConfig
 from .models import ALIASES as MODEL_ALIASES
 
@@ -140,6 +141,13 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--range", type=positive_float, default=d.range, help="quantiser range R")
     p.add_argument("--block-size", type=positive_int, default=None,
                    help="override the block size B (None: one filter / FC row)")
+    p.add_argument("--norm", choices=("l1", "l2"), default=d.norm,
+                   help="coarse: block norm that ranks blocks, l1 = sum |a| or l2 = sum of "
+                        "(|a| >> s)^2 (docs/spec.md §2.3)")
+    p.add_argument("--exchange", choices=("allgather", "allreduce"), default=d.exchange,
+                   help="coarse: allgather = every worker's ZRLE frames to every worker; allreduce "
+                        "= global block selection, the blocks chosen by the summed norms and "
+                        "summed by two int64 allreduces, traffic flat in N (docs/spec.md §8)")
     p.add_argument("--lmax-log2", type=lmax_log2_value, default=d.lmax_log2,
                    help="ZRLE LMAX_LOG2 (1..24)")
     p.add_argument("--train-subset", type=positive_int, default=None, metavar="N",
@@ -162,7 +170,11 @@ def build_parser(description: str = "train one configuration with one gradient c
     p = argparse.ArgumentParser(prog="gradblock train", description=description,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_common_arguments(p)
-    p.add_argument("--compressor", default="coarse", choices=COMPRESSORS)
+    p.add_argument("--compressor", default="coarse", choices=COMPRESSORS + PEERS,
+                   help="gradblock's methods, or a torch peer: allreduce (DDP, no hook), fp16 "
+                        "(fp16_compress_hook), powersgd (powerSGD_hook; shim/peers.py)")
+    p.add_argument("--rank", "--powersgd-rank", dest="powersgd_rank", type=positive_int, default=1,
+                   metavar="R", help="--compressor powersgd: matrix approximation rank")
     p.add_argument("--k", type=parse_k, default=1,
                    help="coarse: blocks per layer (integer) or fraction of blocks; topk/dlgs with "
                         "--density match: match coarse at this k")
@@ -182,6 +194,16 @@ def build_parser(description: str = "train one configuration with one gradient c
                         "at --max-steps (per rank under --ddp: NAME.rankR.pt)")
     p.add_argument("--checkpoint-every", type=nonneg_int, default=0, metavar="STEPS")
     p.add_argument("--resume", default=None, help="continue from this checkpoint")
+    p.add_argument("--elastic", action="store_true",
+                   help="--ddp under torchrun --max-restarts N: write step-tagged checkpoints every "
+                        "--checkpoint-every steps (two kept per rank) and, when the group starts, "
+                        "resume from the newest one every rank holds (docs/reliability.md)")
+    p.add_argument("--timeout", type=positive_float, default=300.0, metavar="SECONDS",
+                   help="--ddp: bound on every collective; a rank that does not answer within it "
+                        "ends the step on every rank with an error naming it")
+    p.add_argument("--check-every", type=nonneg_int, default=0, metavar="STEPS",
+                   help="--ddp: compare a CRC-32 of every rank's parameters and optimizer state "
+                        "every STEPS steps (and at the end); replicas that differ stop the job")
     p.add_argument("--merge-plan", default=None, metavar="FILE|greedy|exact|none",
                    help="DLGS layer merging: compress each group of layers in one call and "
                         "exchange it in one collective; greedy / exact plan from inputs measured "

@@ -52,13 +52,14 @@ from gradblock.codec.zrle import DEFAULT_LMAX_LOG2
 from gradblock.refmodel.momentum import MomentumConfig
 from gradblock.refmodel.quantiser import DEFAULT_RANGE, NonFiniteError, QuantConfig
 from gradblock.refmodel.selection import block_layout, resolve_k
+from gradblock.refmodel.validation import check_norm
 
 from .warmup import Warmup
 
 COMPRESSORS = ("dense", "topk", "dlgs", "coarse")
 
 
-class PacketError(ValueError):
+class PacketError(frame_errors.GradblockError):
     """A peer's packet for a non-frame method (dense / sparse) or a message's framing is
     malformed: wrong length, index out of range or unsorted, wrong layer id."""
 
@@ -468,8 +469,15 @@ class CoarseCompressor(Compressor):
 
     def __init__(self, layers, n_workers, *, k: int | float = 1, R: float = DEFAULT_RANGE,
                  block_size: int | None = None, lmax_log2: int = DEFAULT_LMAX_LOG2,
-                 dense_below: int = 0, **kw):
+                 dense_below: int = 0, norm: str = "l1", exchange: str = "allgather", **kw):
         super().__init__(layers, n_workers, dense_below=dense_below, **kw)
+        self.norm = check_norm(norm)                             # NormError
+        if exchange not in ("allgather", "allreduce"):     # allreduce: shim/global_exchange.py
+            raise ValueError(f"exchange must be allgather or allreduce, got {exchange!r}")
+        if exchange == "allreduce" and self.norm != "l1":
+            raise ValueError("the allreduce exchange (global block selection) sums L1 block "
+                             f"norms; norm {self.norm!r} is not supported there")
+        self.exchange = exchange
         self.cfg = QuantConfig.from_range(R)
         resolve_k(k, 1)                                          # validates k
         if block_size is not None and int(block_size) < 1:
@@ -479,8 +487,13 @@ class CoarseCompressor(Compressor):
         self._plans: dict = {}
 
     def config(self) -> dict:
-        return {**super().config(), "k": self.k, "R": self.cfg.range, "block_size": self.block_size,
-                "lmax_log2": self.lmax_log2}
+        cfg = {**super().config(), "k": self.k, "R": self.cfg.range, "block_size": self.block_size,
+               "lmax_log2": self.lmax_log2}
+        if self.norm != "l1":       # checkpoints carry it; one without "norm" is l1 (older runs)
+            cfg["norm"] = self.norm
+        if self.exchange != "allgather":      # global block selection (docs/spec.md §8)
+            cfg["exchange"] = self.exchange
+        return cfg
 
     def _state_spec(self, layer: LayerInfo) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
         spec = {"residual": (torch.int32, layer.shape)}
@@ -507,7 +520,7 @@ class CoarseCompressor(Compressor):
                 self._plans = {k: v for k, v in self._plans.items() if not isinstance(k[2], tuple)}
             plan = tc.plan_group([lay.shape for lay in layers], k=ks, block_size=self.block_size,
                                  layer_ids=[lay.index for lay in layers], R=self.cfg,
-                                 lmax_log2=self.lmax_log2, device=device)
+                                 lmax_log2=self.lmax_log2, device=device, norm=self.norm)
             self._plans[key] = plan
         return plan
 
@@ -555,9 +568,13 @@ def build_compressor(name: str, layers: Sequence[LayerInfo], n_workers: int, *,
                      R: float = DEFAULT_RANGE, block_size: int | None = None,
                      lmax_log2: int = DEFAULT_LMAX_LOG2, dense_below: int = 0,
                      local_momentum: float = 0.0, momentum_mask: bool = True,
-                     warmup: Warmup | None = None) -> Compressor:
+                     warmup: Warmup | None = None, norm: str = "l1",
+                     exchange: str = "allgather") -> Compressor:
     """A compressor by name. For topk / dlgs, density 'match' keeps per layer as many elements
-    as coarse selection with the same k would send."""
+    as coarse selection with the same k would send. `exchange="allreduce"` (coarse only):
+    global block selection (docs/spec.md §8, shim/global_exchange.py)."""
+    if exchange != "allgather" and name != "coarse":
+        raise ValueError(f"exchange {exchange!r} needs the coarse compressor, not {name!r}")
     common = dict(dense_below=dense_below, local_momentum=local_momentum,
                   momentum_mask=momentum_mask, warmup=warmup)
     if name == "dense":
@@ -569,7 +586,7 @@ def build_compressor(name: str, layers: Sequence[LayerInfo], n_workers: int, *,
         return DlgsCompressor(layers, n_workers, interval=interval, **kw)
     if name == "coarse":
         return CoarseCompressor(layers, n_workers, k=k, R=R, block_size=block_size,
-                                lmax_log2=lmax_log2, **common)
+                                lmax_log2=lmax_log2, norm=norm, exchange=exchange, **common)
     raise ValueError(f"unknown compressor {name!r}; choose one of {', '.join(COMPRESSORS)}")
 
 

@@ -32,6 +32,7 @@ class TrainConfig:
     range: float = 10.0
     block_size: int | None = None
     lmax_log2: int = 8
+    norm: str = "l1"                    # coarse: block norm kind, l1 | l2 (docs/spec.md §2.3)
     workers: int | None = None          # None: 4 simulated, or the torchrun world size
     epochs: int = 3
     batch_size: int = 32                # per worker
@@ -54,8 +55,13 @@ class TrainConfig:
     checkpoint: str | None = None
     checkpoint_every: int = 0
     resume: str | None = None
+    elastic: bool = False               # step-tagged checkpoints, resumed by themselves (resilience.py)
+    timeout: float = 300.0              # seconds a collective may wait under --ddp
+    check_every: int = 0                # cross-rank checksum every this many steps (--ddp)
     progress: bool = True
     merge_plan: str | None = None       # none | greedy | exact | a plan file (shim/merge_apply.py)
+    exchange: str = "allgather"         # allreduce: global block selection (shim/global_exchange.py)
+    powersgd_rank: int = 1              # --compressor powersgd: matrix approximation rank (shim/peers.py)
 
     # settings that decide the bits; a checkpoint is only resumed under the same ones
     # (not `epochs`: the data order depends on (seed, epoch) only, so a run may be extended)
@@ -67,7 +73,12 @@ class TrainConfig:
 
     def run_config(self) -> dict:
         d = asdict(self)
-        return {k: d[k] for k in self.BIT_KEYS}
+        bits = {k: d[k] for k in self.BIT_KEYS}
+        if self.norm != "l1":       # a checkpoint without "norm" (written before it existed) is l1
+            bits["norm"] = self.norm
+        if self.exchange != "allgather":    # likewise: a checkpoint without it is allgather
+            bits["exchange"] = self.exchange
+        return bits
 
     def check(self) -> "TrainConfig":
         """Refuse values no run can use (ConfigError naming the field); returns self."""
@@ -81,7 +92,10 @@ class TrainConfig:
             return isinstance(v, int) and not isinstance(v, bool)
 
         need(self.data in DATASETS, "data", "one of " + ", ".join(DATASETS))
-        need(self.compressor in COMPRESSORS, "compressor", "one of " + ", ".join(COMPRESSORS))
+        from .peers import PEERS, check_peer_config
+        need(self.compressor in COMPRESSORS + PEERS, "compressor",
+             "one of " + ", ".join(COMPRESSORS + PEERS))
+        check_peer_config(self)
         try:
             resolve_k(self.k, 1)
         except (TypeError, ValueError):
@@ -91,12 +105,14 @@ class TrainConfig:
                  "density", "in (0, 1] or 'match'")
         for name in ("dlgs_interval", "epochs", "batch_size"):
             need(is_int(getattr(self, name)) and getattr(self, name) >= 1, name, "an integer >= 1")
-        for name in ("dense_below", "warmup_epochs", "threads", "eval_every", "checkpoint_every"):
+        for name in ("dense_below", "warmup_epochs", "threads", "eval_every", "checkpoint_every",
+                     "check_every"):
             need(is_int(getattr(self, name)) and getattr(self, name) >= 0, name, "an integer >= 0")
         for name in ("workers", "block_size", "train_subset", "test_subset", "max_steps"):
             v = getattr(self, name)
             need(v is None or (is_int(v) and v >= 1), name, "None or an integer >= 1")
         need(is_int(self.seed), "seed", "an integer")
+        need(self.norm in ("l1", "l2"), "norm", "l1 or l2")
         need(is_int(self.lmax_log2) and LMAX_LOG2_MIN <= self.lmax_log2 <= LMAX_LOG2_MAX,
              "lmax_log2", f"an integer in {LMAX_LOG2_MIN}..{LMAX_LOG2_MAX}")
         for name in ("lr", "range"):
@@ -120,6 +136,19 @@ class TrainConfig:
              "sparsity_warmup_fraction", "in (0, 1]")
         need(self.merge_plan is None or (isinstance(self.merge_plan, str) and self.merge_plan != ""),
              "merge_plan", "None, none, greedy, exact or a plan file")
+        need(isinstance(self.timeout, (int, float)) and math.isfinite(self.timeout)
+             and self.timeout > 0, "timeout", "a finite number of seconds > 0")
+        if self.elastic:
+            need(self.ddp, "elastic", "used with --ddp (under torchrun)")
+            need(bool(self.checkpoint), "elastic", "used with --checkpoint")
+            need(self.checkpoint_every >= 1, "elastic", "used with --checkpoint-every >= 1")
+            need(self.resume is None, "elastic", "used without --resume (it finds its checkpoint)")
+        need(self.check_every == 0 or self.ddp, "check_every", "0 outside --ddp")
         need(isinstance(self.lr_warmup_epochs, (int, float)) and math.isfinite(self.lr_warmup_epochs)
              and self.lr_warmup_epochs >= 0, "lr_warmup_epochs", "a finite number >= 0")
+        need(self.exchange in ("allgather", "allreduce"), "exchange", "allgather or allreduce")
+        if self.exchange == "allreduce":    # global block selection: coarse, L1, no merge plan
+            need(self.compressor == "coarse", "exchange", "allgather unless --compressor coarse")
+            need(self.norm == "l1", "exchange", "allgather with --norm l2 (it sums L1 norms)")
+            need(self.merge_plan in (None, "none"), "exchange", "allgather with --merge-plan")
         return self

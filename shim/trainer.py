@@ -27,8 +27,11 @@ from .config import TrainConfig
 from .errors import CheckpointError
 from .exchange import Exchange, StepOutcome, make_exchange
 from .optim import GlobalMomentumSGD
+from .peers import PEERS, build_peer, make_peer_exchange, run_peer_locally
 from .outputs import atomic_write, atomic_write_text, check_output_dir, check_output_file
 from .problem import build_problem, epoch_shards, evaluate, worker_batch
+from .resilience import (FaultInjector, check_replicas, common_step, is_comm_failure, peer_lost,
+                         prune, step_path)
 from .warmup import Warmup
 from .state import (CheckpointExpectation, check_checkpoint, compressor_state, is_checkpoint,
                     load_checkpoint, rng_state, save_checkpoint, set_rng_state)
@@ -78,7 +81,10 @@ class Trainer:
             check_output_dir(cfg.out, "--out")
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
-        self.exchange = exchange or make_exchange(cfg.ddp, cfg.workers, cfg.device, cfg.time_phases)
+        if exchange is None and cfg.compressor in PEERS:    # torch's own DDP hooks (shim/peers.py)
+            exchange = make_peer_exchange(cfg)
+        self.exchange = exchange or make_exchange(cfg.ddp, cfg.workers, cfg.device, cfg.time_phases,
+                                                  cfg.timeout)
         try:
             self._setup(cfg, dataset)
         except BaseException:
@@ -98,10 +104,12 @@ class Trainer:
         model = self.problem.model
         cfg.model = self.problem.model_name
         self.layers = layers_of(model)
-        self.compressor = build_compressor(
+        self.compressor = build_peer(cfg, self.layers, self.n) if cfg.compressor in PEERS \
+            else build_compressor(
             cfg.compressor, self.layers, self.n, k=cfg.k, density=cfg.density,
             interval=cfg.dlgs_interval, R=cfg.range, block_size=cfg.block_size,
-            lmax_log2=cfg.lmax_log2, dense_below=cfg.dense_below,
+            lmax_log2=cfg.lmax_log2, dense_below=cfg.dense_below, norm=cfg.norm,
+            exchange=cfg.exchange,
             local_momentum=cfg.local_momentum, momentum_mask=cfg.momentum_mask,
             warmup=Warmup(cfg.sparsity_warmup_steps, cfg.sparsity_warmup_fraction))
         self.optimizer = GlobalMomentumSGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
@@ -111,10 +119,16 @@ class Trainer:
         # dense warm-up epochs: a stateless dense compressor stands in for the real one
         self.warm = DenseCompressor(self.layers, self.n, local_momentum=cfg.local_momentum) \
             if cfg.warmup_epochs else None
-        if cfg.resume:
+        resume = cfg.resume
+        if cfg.elastic:             # the newest step every rank holds, agreed by a collective
+            step = common_step(ex, cfg.checkpoint)
+            resume = None if step is None else str(step_path(cfg.checkpoint, step))
+        self.resumed_from = resume
+        self.faults = FaultInjector(self.rank) if ex.mode == "ddp" else None
+        if resume:
             # per-rank files under DDP: every rank learns whether all of them could resume
             try:
-                self.states = self._load(cfg.resume)
+                self.states = self._load(resume)
             except CheckpointError:
                 ex.all_agree(False)
                 raise
@@ -143,6 +157,14 @@ class Trainer:
             self.exchange.use(self.compressor, self.states)
 
     # -- checkpoints
+    def checkpoint(self) -> Path:
+        """Write --checkpoint (under --elastic: the step-tagged file, then prune old ones)."""
+        if not self.cfg.elastic:
+            return self.save(self.cfg.checkpoint)
+        written = self.save(str(step_path(self.cfg.checkpoint, self.global_step)))
+        prune(self.cfg.checkpoint, self.rank)
+        return written
+
     def save(self, path: str) -> Path:
         return save_checkpoint(self.exchange.checkpoint_path(path), {
             "run_config": self.cfg.run_config(),
@@ -186,10 +208,20 @@ class Trainer:
         h = self.history
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr_at(self.global_step)
+        ex = self.exchange
+        if self.faults is not None:
+            self.faults.before_step(self.global_step, getattr(ex, "hook", None))
         t0 = time.perf_counter()
-        out: StepOutcome = self.exchange.step(self.problem, shards, self.step_in_epoch,
-                                              self.cfg.batch_size, self.optimizer)
+        try:
+            out: StepOutcome = ex.step(self.problem, shards, self.step_in_epoch,
+                                       self.cfg.batch_size, self.optimizer)
+        except Exception as e:
+            if ex.mode == "ddp" and is_comm_failure(e):
+                raise peer_lost(e, self.rank, self.n, self.global_step, self.cfg.timeout) from e
+            raise
         h.step_s += time.perf_counter() - t0
+        if self.faults is not None:
+            self.faults.after_step(self.global_step, self.problem.model)
         if out.times is not None:
             for k, v in asdict(out.times).items():
                 h.times[k] += v
@@ -245,9 +277,11 @@ class Trainer:
                     if cfg.eval_every and self.global_step % cfg.eval_every == 0 \
                             and self.step_in_epoch < p.steps_per_epoch:
                         self._record()
+                    if cfg.check_every and self.global_step % cfg.check_every == 0:
+                        check_replicas(self.exchange, p.model, self.optimizer, self.global_step)
                     if cfg.checkpoint and cfg.checkpoint_every \
                             and self.global_step % cfg.checkpoint_every == 0:
-                        self.save(cfg.checkpoint)
+                        self.checkpoint()
                 if stopped:
                     break
                 self.epoch, self.step_in_epoch = self.epoch + 1, 0
@@ -255,9 +289,11 @@ class Trainer:
                 if progress is not None:
                     progress.set_postfix(epoch=self.epoch, acc=f"{point['test_acc']:.4f}")
                 if cfg.checkpoint:
-                    self.save(cfg.checkpoint)
+                    self.checkpoint()
             if stopped and cfg.checkpoint:
-                self.save(cfg.checkpoint)
+                self.checkpoint()
+            if cfg.check_every:
+                check_replicas(self.exchange, p.model, self.optimizer, self.global_step)
         finally:
             if own_bar is not None:
                 own_bar.close()
@@ -330,6 +366,8 @@ class Trainer:
 def run_training(cfg: TrainConfig, progress=None, dataset=None) -> dict:
     """Train one configuration; returns the result dict (also written to cfg.out).
     `progress`: a tqdm-like bar to advance per step; `dataset`: a preloaded Dataset."""
+    if cfg.compressor in PEERS and not cfg.ddp:     # torch's hooks need a process group
+        return run_peer_locally(cfg, progress)
     trainer = Trainer(cfg, dataset)
     try:
         result = trainer.run(progress)
