@@ -28,6 +28,7 @@ from .errors import CheckpointError
 from .exchange import Exchange, StepOutcome, make_exchange
 from .optim import GlobalMomentumSGD
 from .peers import PEERS, build_peer, make_peer_exchange, run_peer_locally
+from .peers import PEERS, build_peer, make_peer_exchange, run_peer_locally
 from .outputs import atomic_write, atomic_write_text, check_output_dir, check_output_file
 from .problem import build_problem, epoch_shards, evaluate, worker_batch
 from .resilience import (FaultInjector, check_replicas, common_step, is_comm_failure, peer_lost,
@@ -81,6 +82,8 @@ class Trainer:
             check_output_dir(cfg.out, "--out")
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
+        if exchange is None and cfg.compressor in PEERS:    # torch's own DDP hooks (shim/peers.py)
+            exchange = make_peer_exchange(cfg)
         if exchange is None and cfg.compressor in PEERS:    # torch's own DDP hooks (shim/peers.py)
             exchange = make_peer_exchange(cfg)
         self.exchange = exchange or make_exchange(cfg.ddp, cfg.workers, cfg.device, cfg.time_phases,
@@ -366,6 +369,8 @@ class Trainer:
 def run_training(cfg: TrainConfig, progress=None, dataset=None) -> dict:
     """Train one configuration; returns the result dict (also written to cfg.out).
     `progress`: a tqdm-like bar to advance per step; `dataset`: a preloaded Dataset."""
+    if cfg.compressor in PEERS and not cfg.ddp:     # torch's hooks need a process group
+        return run_peer_locally(cfg, progress)
     if cfg.compressor in PEERS and not cfg.ddp:     # torch's hooks need a process group
         return run_peer_locally(cfg, progress)
     trainer = Trainer(cfg, dataset)
