@@ -200,7 +200,11 @@ def gradblock_hook(state: GradblockHookState, bucket: dist.GradBucket
 
 def register(ddp_model: torch.nn.parallel.DistributedDataParallel, compressor: Compressor,
              worker_state: WorkerState | None = None, **kw) -> GradblockHookState:
-    """Build the hook state for `ddp_model` and register the hook; returns the state."""
+    """Build the hook state for `ddp_model` and register the hook; returns the state. A
+    compressor with exchange "allreduce" gets shim/global_exchange.py's hook."""
+    if getattr(compressor, "exchange", "allgather") == "allreduce":
+        from .global_exchange import register_global
+        return register_global(ddp_model, compressor, worker_state=worker_state, **kw)
     state = GradblockHookState(compressor, ddp_model, ddp_model.process_group,
                                worker_state=worker_state, **kw)
     ddp_model.register_comm_hook(state, gradblock_hook)

@@ -85,7 +85,9 @@ def matrix(base: TrainConfig, k_large, rows: list[str] | None, uncorrected: bool
             return rows is None or name in rows
         return (rows is not None and name in rows) or (
             uncorrected and (rows is None or name.removesuffix("_plain") in rows))
-    return [(name, cfg) for name, cfg in runs if wanted(name)]
+    # --exchange allreduce (global block selection) applies to the coarse rows only
+    return [(name, cfg if cfg.compressor == "coarse" else replace(cfg, exchange="allgather"))
+            for name, cfg in runs if wanted(name)]
 
 
 def with_seeds(runs: list[tuple[str, TrainConfig]], seeds: list[int]

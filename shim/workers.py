@@ -89,6 +89,8 @@ class SimulatedCluster:
         if len(batches) != n:
             raise ValueError(f"{len(batches)} batches for {n} workers")
         order = list(range(n)) if order is None else list(order)
+        # encode_group / decode_group, or global block selection (--exchange allreduce)
+        from .global_exchange import decode_for, encode_for
         if sorted(order) != list(range(n)):
             raise ValueError(f"order must be a permutation of 0..{n - 1}, got {order}")
         self.model.train()
@@ -111,8 +113,8 @@ class SimulatedCluster:
             t1 = time.perf_counter()
             messages[w] = []
             for g in self.groups:
-                msg, st = encode_group(self.compressor, [self.layers[i] for i in g],
-                                       [self.params[i].grad for i in g], self.workers[w])
+                msg, st = encode_for(self.compressor, [self.layers[i] for i in g],
+                                     [self.params[i].grad for i in g], self.workers[w])
                 messages[w].append(msg)
                 stats[w].add(st)
             self._sync()
@@ -126,8 +128,8 @@ class SimulatedCluster:
         t0 = time.perf_counter()
         averaged: list = [None] * len(self.params)
         for j, g in enumerate(self.groups):
-            decoded = decode_group(self.compressor, [self.layers[i] for i in g],
-                                   [messages[w][j] for w in order], order)
+            decoded = decode_for(self.compressor, [self.layers[i] for i in g],
+                                 [messages[w][j] for w in order], order, self.workers, stats)
             for i, avg in zip(g, decoded):
                 averaged[i] = avg
         self._sync()
