@@ -45,6 +45,7 @@ class CaseSpec:
     m_fix: int | None = None
     velocity: np.ndarray | None = None      # None: zeros, or the residual_from case's output
     momentum_mask: bool = True
+    norm: str = "l1"                        # block norm kind, docs/spec.md §2.3
 
     def grad_f32(self) -> np.ndarray:
         g = np.asarray(self.grad)
@@ -264,6 +265,53 @@ def momentum_specs(seed: int) -> list[CaseSpec]:
     return specs
 
 
+def l2_specs(seed: int) -> list[CaseSpec]:
+    """The L2 block norm (docs/spec.md §2.3): a layer L1 and L2 rank apart, ties, |a| = QMAX
+    with B = 1 (s = 0), a block whose norm comes within 0.05 % of 2^63, a random conv layer and a
+    momentum step. Their own generator, so adding them changes no other case."""
+    rng = np.random.default_rng(seed + 22)
+    specs = []
+    g = rng.normal(0, 0.05, (8, 6)).astype(np.float32)
+    g[2] = 1.0
+    g[5] = [4.0, 0.01, -0.01, 0.01, -0.01, 0.01]
+    specs.append(CaseSpec("l2_differs_from_l1", "B = 6 (s = 1): block 2 holds six 1.0s (L1 6, "
+                          "the L1 pick), block 5 one 4.0 and five 0.01s (L2 picks it)", g,
+                          k=1, norm="l2", expect_selected=(5,)))
+    g = _with_norm_ties(rng, 48, 12, [([9, 3], 3.0), ([33, 1, 20], 2.0)], 1.0)
+    specs.append(CaseSpec("l2_tie_break_k4", "equal L2 norms (permuted magnitudes): two blocks "
+                          "tie for the largest, three for the next across the k = 4 cut: "
+                          "selects 3, 9, 1, 20", g.reshape(48, 12), k=4, norm="l2",
+                          expect_selected=(3, 9, 1, 20)))
+    g = rng.uniform(-10.0, 10.0, 64).astype(np.float32)
+    r = rng.integers(-2**30, 2**30, 64).astype(np.int64)
+    r[::4] = QMAX
+    r[1::4] = -QMAX
+    specs.append(CaseSpec("l2_unit_blocks_qmax", "1-D, B = 1 so s = 0: |a| up to QMAX, norms up "
+                          "to (2^31 - 1)^2, saturated elements tie (lower index first), k = 6",
+                          g, np.clip(r, -QMAX, QMAX).astype(np.int32), k=6, norm="l2"))
+    B = 2047                                  # bit_length 11, s = 5: 2047 * (2^26 - 1)^2 < 2^63
+    g = np.zeros((3, B), np.float32)
+    r = np.where(rng.random((3, B)) < 0.5, -QMAX, QMAX).astype(np.int64)
+    r[1, 7] = QMAX - 32                       # one shifted magnitude less: block 1 ranks last
+    specs.append(CaseSpec("l2_near_2p63", "3 blocks of 2047 at |a| = QMAX: each L2 norm is "
+                          "2047 * (2^26 - 1)^2 > 0.9995 * 2^63 (blocks 0 and 2 tie), block 1 "
+                          "one shifted step less; k = 2 selects 0, 2", g, r.astype(np.int32),
+                          k=2, norm="l2", expect_selected=(0, 2)))
+    specs.append(CaseSpec("l2_random_conv", "32x3x3x3 N(0, 2) gradient with a random residual, "
+                          "k = 5, L2", rng.normal(0, 2, (32, 3, 3, 3)).astype(np.float32),
+                          rng.integers(-2**28, 2**28, (32, 3, 3, 3)).astype(np.int32), k=5,
+                          layer_id=4, norm="l2"))
+    m09 = MomentumConfig.from_float(0.9).m_fix
+    specs.append(CaseSpec("l2_momentum", "momentum step, m = 0.9, k = 2 of 24 blocks of 8, "
+                          "blocks ranked by the L2 norm, velocity masked on the sent blocks",
+                          rng.normal(0, 1.0, (24, 8)).astype(np.float32),
+                          rng.integers(-2**24, 2**24, (24, 8)).astype(np.int32), k=2,
+                          stages=MOMENTUM_STAGES, m_fix=m09,
+                          velocity=rng.integers(-2**26, 2**26, (24, 8)).astype(np.int32),
+                          norm="l2"))
+    return specs
+
+
 def real_specs(source: str, seed: int, quick: bool, compress_layer,
                data_dir: str | None = None) -> tuple[list[CaseSpec], dict]:
     from .realgrads import RealGradConfig, capture_real_gradients
@@ -271,6 +319,7 @@ def real_specs(source: str, seed: int, quick: bool, compress_layer,
     cfg = RealGradConfig.for_golden(source, seed, quick, data_dir)
     rg = capture_real_gradients(cfg, compress_layer)
     specs, names = [], set()
+    l2 = []
     for cap in rg.steps:
         stem = "real_" + cap.param.replace(".", "_")
         name = f"{stem}_s{cap.step}"
@@ -283,6 +332,14 @@ def real_specs(source: str, seed: int, quick: bool, compress_layer,
             source={"dataset": rg.dataset, "model": rg.model, "param": cap.param,
                     "step": cap.step, "seed": seed}))
         names.add(name)
+        if cap.step == rg.steps[-1].step:
+            # the last step's gradients ranked by the L2 norm; the residual is an input here
+            # (it came from the L1 run), so the case stands alone
+            l2.append(CaseSpec(
+                f"{name}_l2", f"{specs[-1].description}; blocks ranked by the L2 norm",
+                cap.grad, cap.residual_in, R=cfg.R, k=cfg.k, layer_id=cap.layer_id, kind="real",
+                source=dict(specs[-1].source), norm="l2"))
+    specs += l2
     info = {"dataset": rg.dataset, "model": rg.model, "torch": rg.torch_version,
             "losses": [round(v, 6) for v in rg.losses]}
     return specs, info

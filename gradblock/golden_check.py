@@ -12,6 +12,7 @@ from gradblock.codec import errors as frame_errors
 from gradblock.codec import zrle
 from gradblock.refmodel import compress as ref_compress
 from gradblock.refmodel import momentum as ref_momentum
+from gradblock.refmodel.golden_format import case_norm
 from gradblock.refmodel.golden_format import (ARRAY_DTYPES, HEX_DIGITS, MAX_FILE_BYTES,
                                               MOMENTUM_STAGE, QUANTISER_ONLY, GoldenCase,
                                               GoldenError, arrays_for, hex_text, load_exchange,
@@ -61,7 +62,7 @@ def _reference_arrays(meta: dict, arrays: dict, problems: list[str]) -> tuple[di
                                    problems)
     st = ref_compress.compress_layer(grad, residual, R=cfg, k=meta["k_req"],
                                      block_size=meta["block_size"], layer_id=meta["layer_id"],
-                                     lmax_log2=meta["lmax_log2"])
+                                     lmax_log2=meta["lmax_log2"], norm=case_norm(meta))
     fb = feedback_flags(residual.reshape(-1), st.q.reshape(-1))
     if int(sat.sum()) != st.sat_quant:
         problems.append(f"quant_sat flags sum to {int(sat.sum())}, reference counts "
@@ -88,7 +89,8 @@ def _reference_momentum(meta, arrays, grad, residual, sat, nan, layout, scalars,
     st = ref_momentum.momentum_layer(grad, residual, velocity, ref_momentum.MomentumConfig(m_fix),
                                      R=QuantConfig.from_bits(meta["range_bits"]), k=meta["k_req"],
                                      block_size=meta["block_size"], layer_id=meta["layer_id"],
-                                     lmax_log2=meta["lmax_log2"], mask=meta["momentum_mask"])
+                                     lmax_log2=meta["lmax_log2"], mask=meta["momentum_mask"],
+                                     norm=case_norm(meta))
     fb = feedback_flags(residual.reshape(-1), st.velocity.reshape(-1))
     ms = momentum_flags(velocity.reshape(-1), st.q.reshape(-1), m_fix)
     for what, flags, count in (("quant_sat", sat, st.sat_quant), ("feedback_sat", fb,

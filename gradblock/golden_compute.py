@@ -11,7 +11,7 @@ from gradblock.refmodel.golden_format import ARRAY_DTYPES, QUANTISER_ONLY, write
 from gradblock.refmodel.quantiser import QMAX, QuantConfig, quantise
 from gradblock.refmodel.selection import block_layout
 
-from .golden_cases import CaseSpec, momentum_specs, real_specs, synthetic_specs
+from .golden_cases import CaseSpec, l2_specs, momentum_specs, real_specs, synthetic_specs
 from .golden_exchange import compute_exchange, exchange_specs
 
 
@@ -45,7 +45,7 @@ def compute_momentum_case(spec: CaseSpec, meta: dict, grad: np.ndarray, residual
     st = ref_momentum.momentum_layer(grad, residual, velocity, ref_momentum.MomentumConfig(
         spec.m_fix), R=meta["range"], k=spec.k, block_size=spec.block_size,
         layer_id=spec.layer_id, lmax_log2=spec.lmax_log2, mask=spec.momentum_mask,
-        where=spec.name)
+        where=spec.name, norm=spec.norm)
     fb = feedback_flags(residual.reshape(-1), st.velocity.reshape(-1))
     ms = momentum_flags(velocity.reshape(-1), st.q.reshape(-1), spec.m_fix)
     if (int(sat.sum()), int(fb.sum()), int(ms.sum())) != (st.sat_quant, st.sat_feedback,
@@ -79,7 +79,7 @@ def compute_case(spec: CaseSpec, compress_layer, residual_override: np.ndarray |
             "n": int(grad.size), "layer_id": int(spec.layer_id), "range": float(cfg.range),
             "range_bits": cfg.range_bits, "M": cfg.M, "k_shift": cfg.k,
             "lmax_log2": int(spec.lmax_log2), "block_size": layout.block_size,
-            "n_blocks": layout.n_blocks, "k_req": spec.k}
+            "n_blocks": layout.n_blocks, "k_req": spec.k, "norm": spec.norm}
     if tuple(spec.stages) == QUANTISER_ONLY:
         # NaN has no code in the software contract; the RTL emits 0, which is Q(+0).
         q = quantise(np.where(nan.astype(bool), np.float32(0), grad.reshape(-1)), cfg)
@@ -102,7 +102,8 @@ def compute_case(spec: CaseSpec, compress_layer, residual_override: np.ndarray |
             meta["residual_from"] = spec.residual_from
         return meta, {k: np.ascontiguousarray(v, dtype=ARRAY_DTYPES[k]) for k, v in arrays.items()}
     st = compress_layer(grad, residual, R=cfg, k=spec.k, block_size=spec.block_size,
-                        layer_id=spec.layer_id, lmax_log2=spec.lmax_log2, where=spec.name)
+                        layer_id=spec.layer_id, lmax_log2=spec.lmax_log2, where=spec.name,
+                        norm=spec.norm)
     fb = feedback_flags(residual.reshape(-1), st.q.reshape(-1))
     if int(sat.sum()) != st.sat_quant or int(fb.sum()) != st.sat_feedback:
         raise AssertionError(f"{spec.name}: flag sums ({int(sat.sum())}, {int(fb.sum())}) != "
@@ -138,7 +139,7 @@ def generate_golden(out_dir: str | Path, *, quick: bool = False, real_source: st
     from .commands import backend
 
     be = backend(backend_choice)
-    specs = synthetic_specs(seed) + momentum_specs(seed)
+    specs = synthetic_specs(seed) + momentum_specs(seed) + l2_specs(seed)
     r_specs, real_info = real_specs(real_source, seed, quick, be.compress_layer, data_dir)
     specs += r_specs
     names = [s.name for s in specs]

@@ -94,6 +94,14 @@ META_KEYS = ("name", "kind", "description", "stages", "shape", "n", "layer_id", 
              "range_bits", "M", "k_shift", "lmax_log2", "block_size", "n_blocks", "k_req",
              "k_eff", "sat_quant", "sat_feedback", "frame_words", "npz", "hex")
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
+# the block norm kind (docs/spec.md §2.3): an optional case key; a case without it (written
+# before L2 existed) is an L1 case, so older golden directories still load and check
+NORM_KINDS = ("l1", "l2")
+
+
+def case_norm(meta: dict) -> str:
+    """A validated case entry's block norm kind: its "norm", or "l1" when absent."""
+    return meta.get("norm", "l1")
 
 
 class GoldenError(GradblockError):
@@ -327,6 +335,8 @@ def validate_entry(where: str, entry, index: int) -> dict:
     f.int("sat_quant", 0, n)
     f.int("sat_feedback", 0, n, nullable=quantiser_only)
     f.int("frame_words", 0, max_frame_words(n), nullable=quantiser_only)
+    if f.present("norm", optional=True) and entry["norm"] not in NORM_KINDS:
+        f.fail("norm", f"not one of {list(NORM_KINDS)}")
     if MOMENTUM_STAGE in stages:
         if MOMENTUM_STAGE in stages and "top" in stages:
             f.fail("stages", "a momentum case cannot list 'top' (compress_top has no velocity)")
