@@ -18,6 +18,12 @@ global momentum update up to rounding, so this is the same algorithm and the ord
 A row that fails (a diverged run's NaN gradient, say) is reported by name and the others
 still run; the table holds the rows that finished, validate.json lists the failures, and
 the exit status is then 2. Bad arguments, data or an unwritable --out stop it before any row.
+
+`--require ROW:max_drop=PTS,min_compression=X` (repeatable) gives the run a verdict: the row's
+seed-mean accuracy may be at most PTS points below dense's seed mean, and its compression (all
+dense bytes / all bytes sent over its seeds) at least X. A missed requirement prints the row
+and exits 1 (0 when all hold; 2 stays for a failed row or bad input); validate.json records
+`"requirements": [{"row", "max_drop", "min_compression", "drop", "compression", "met"}]`.
 """
 from __future__ import annotations
 
@@ -29,6 +35,7 @@ from pathlib import Path
 from .arguments import add_common_arguments, parse_k
 from .config import TrainConfig
 from .data import DatasetError
+from .errors import ConfigError
 from .outputs import atomic_write_text, check_output_dir, check_output_file
 from .report import (NO_ROWS, describe_run, format_row_table, format_table, is_own_output,
                      plot_acc_compression, plot_curves, summarise_rows, write_json)
@@ -57,9 +64,82 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--uncorrected", action="store_true",
                    help="with --local-momentum: also run coarse k=1 and the larger k without "
                         "correction (global momentum M) as rows coarse1_plain / coarseK_plain")
+    p.add_argument("--require", action="append", default=[], metavar="ROW:KEY=V[,KEY=V]",
+                   help="a verdict: ROW:max_drop=PTS (seed-mean accuracy at most PTS points "
+                        "below dense's) and/or min_compression=X (at least X times fewer bytes); "
+                        "repeatable; exit status 1 naming each row that misses")
     p.add_argument("--out", default="validate_out", help="output directory")
     p.set_defaults(epochs=None)
     return p
+
+
+class RequirementError(ConfigError):
+    """A --require that cannot be read: unknown row or key, a value that is not a finite
+    number, no key at all."""
+
+
+REQUIRE_KEYS = ("max_drop", "min_compression")
+
+
+def parse_requirement(text: str, rows: list[str]) -> dict:
+    """`ROW:max_drop=PTS,min_compression=X` -> {"row", "max_drop", "min_compression"} (a key
+    not given is None); RequirementError naming what is wrong."""
+    import math
+    row, sep, spec = text.partition(":")
+    row = row.strip()
+    if not sep or not row or not spec.strip():
+        raise RequirementError(f"--require {text!r}: expected ROW:max_drop=PTS,min_compression=X")
+    if row not in rows:
+        raise RequirementError(f"--require {text!r}: row {row!r} is not run here (rows: "
+                               f"{', '.join(rows)})")
+    req = {"row": row, "max_drop": None, "min_compression": None}
+    for item in spec.split(","):
+        key, eq, value = (part.strip() for part in item.partition("="))
+        if key not in REQUIRE_KEYS or not eq:
+            raise RequirementError(f"--require {text!r}: {item.strip()!r} is not KEY=VALUE with "
+                                   f"KEY one of {', '.join(REQUIRE_KEYS)}")
+        if req[key] is not None:
+            raise RequirementError(f"--require {text!r}: {key} given twice")
+        try:
+            v = float(value)
+        except ValueError:
+            v = math.nan
+        if not math.isfinite(v) or (key == "min_compression" and v <= 0):
+            raise RequirementError(f"--require {text!r}: {key} must be a finite number"
+                                   + (" > 0" if key == "min_compression" else "")
+                                   + f", got {value!r}")
+        req[key] = v
+    return req
+
+
+def judge(requirements: list[dict], row_stats: list[dict]) -> list[dict]:
+    """Each requirement with its row's drop (points of the seed mean below dense's seed mean;
+    None without both), compression and verdict. A row that did not finish misses."""
+    by_name = {r["name"]: r for r in row_stats}
+    out = []
+    for req in requirements:
+        r = by_name.get(req["row"])
+        delta = None if r is None else r.get("delta_vs_dense_pts")
+        drop = None if delta is None else (0.0 if req["row"] == "dense" else -delta)
+        comp = None if r is None else r.get("compression")
+        met = r is not None
+        if req["max_drop"] is not None:
+            met = met and drop is not None and drop <= req["max_drop"]
+        if req["min_compression"] is not None:
+            met = met and comp is not None and comp >= req["min_compression"]
+        out.append(req | {"drop": drop, "compression": comp, "met": bool(met)})
+    return out
+
+
+def describe_requirement(v: dict) -> str:
+    """One line: what was asked, what was measured, the verdict."""
+    asked = [f"drop <= {v['max_drop']:g} pts" if v["max_drop"] is not None else None,
+             f"compression >= {v['min_compression']:g}x" if v["min_compression"] is not None
+             else None]
+    got = ("drop " + ("n/a" if v["drop"] is None else f"{v['drop']:+.2f} pts") + ", compression "
+           + ("n/a" if v["compression"] is None else f"{v['compression']:.1f}x"))
+    return (f"{v['row']}: required {' and '.join(a for a in asked if a)}; measured {got}: "
+            + ("met" if v["met"] else "MISSED"))
 
 
 def matrix(base: TrainConfig, k_large, rows: list[str] | None, uncorrected: bool = False
@@ -136,6 +216,7 @@ def validate_main(argv: list[str]) -> int:
     rows = matrix(base, args.k_large, args.compressors, args.uncorrected)
     runs = with_seeds(rows, seeds)
     try:
+        requirements = [parse_requirement(t, [name for name, _ in rows]) for t in args.require]
         for _, cfg in runs:
             cfg.check()
         check_output_dir(out, "--out")
@@ -159,15 +240,24 @@ def validate_main(argv: list[str]) -> int:
     print(f"\n{header}\n\n{seed_table}\n\nper run:\n\n{table}\n")
     if failures:
         print("failed rows: " + "; ".join(f"{f['row']} ({f['error']})" for f in failures))
+    verdicts = judge(requirements, row_stats)
+    if verdicts:
+        print("requirements:\n" + "\n".join(f"  {describe_requirement(v)}" for v in verdicts))
     write_json(out / "validate.json", {"description": header, "seeds": seeds, "rows": row_stats,
-                                       "runs": results, "failures": failures})
+                                       "runs": results, "failures": failures,
+                                       "requirements": verdicts})
     atomic_write_text(out / "validate.md", f"{header}\n\n{seed_table}\n\nper run:\n\n{table}\n"
                       + "".join(f"\nfailed: {f['row']}: {f['error']}: {f['message']}\n"
-                                for f in failures))
+                                for f in failures)
+                      + "".join(f"\nrequirement {describe_requirement(v)}\n" for v in verdicts))
     written = [out / "validate.json", out / "validate.md"]
     if results:
         written.append(plot_curves(results, out / "validate.png", title=header))
         written.append(plot_acc_compression(row_stats, out / "validate_acc_compression.png",
                                             title=header))
     print("wrote " + ", ".join(str(p) for p in written))
-    return 2 if failures else 0
+    missed = [v for v in verdicts if not v["met"]]
+    if missed:
+        print("gradblock validate: requirement missed: "
+              + "; ".join(describe_requirement(v) for v in missed), file=sys.stderr)
+    return 2 if failures else (1 if missed else 0)
