@@ -65,9 +65,15 @@ class GlobalLayer:
     name: str = ""
 
     @property
+    def width(self) -> int:
+        """W = min(B, n): the words one selected block takes in collective 2."""
+        return min(self.layout.block_size, self.layout.n)
+
+    @property
     def values(self) -> int:
-        """Words this layer puts into collective 2: k_eff blocks of B (short blocks padded)."""
-        return self.k_eff * self.layout.block_size
+        """Words this layer puts into collective 2: k_eff blocks of W (a short last block
+        padded with zeros)."""
+        return self.k_eff * self.width
 
     @property
     def sparsified(self) -> bool:
@@ -94,16 +100,16 @@ def _label(layer: GlobalLayer) -> str:
 
 
 def check_bound(layers: list[GlobalLayer], n_workers: int) -> None:
-    """Refuse what the int64 collectives cannot carry exactly: N * B * QMAX < 2**63 for every
-    layer (a summed block norm), N <= 2**15 - 1 (the check words). NormBoundError names the
-    layer."""
+    """Refuse what the int64 collectives cannot carry exactly: N * W * QMAX < 2**63 for every
+    layer (a summed block norm; W = min(B, n), the most elements a block holds), N <= 2**15 - 1
+    (the check words). NormBoundError names the layer."""
     if not 1 <= int(n_workers) <= MAX_WORKERS:
         raise NormBoundError(f"global selection needs 1 <= N <= {MAX_WORKERS} workers, got "
                              f"{n_workers}")
     for lay in layers:
-        if n_workers * lay.layout.block_size * QMAX >= INT64_LIMIT:
-            raise NormBoundError(f"{_label(lay)}: N * B * QMAX = {n_workers} * "
-                                 f"{lay.layout.block_size} * {QMAX} >= 2**63: its summed block "
+        if n_workers * lay.width * QMAX >= INT64_LIMIT:
+            raise NormBoundError(f"{_label(lay)}: N * W * QMAX = {n_workers} * "
+                                 f"{lay.width} * {QMAX} >= 2**63: its summed block "
                                  "norm could overflow int64 (use a smaller --block-size)")
 
 
@@ -205,13 +211,14 @@ def select_global(summed_norms: np.ndarray, k_eff: int) -> np.ndarray:
 
 
 def payload_vector(acc: np.ndarray, selected: np.ndarray, layout: BlockLayout) -> np.ndarray:
-    """a on the selected blocks, block after block in `selected`'s order, B words each (a short
-    last block padded with zeros) -> int64 (k_eff * B,)."""
+    """a on the selected blocks, block after block in `selected`'s order, W = min(B, n) words
+    each (a short last block padded with zeros) -> int64 (k_eff * W,)."""
     flat = acc.reshape(-1)
-    out = np.zeros(len(selected) * layout.block_size, dtype=np.int64)
+    W = min(layout.block_size, layout.n)
+    out = np.zeros(len(selected) * W, dtype=np.int64)
     for i, b in enumerate(selected):
         s, e = layout.bounds(int(b))
-        out[i * layout.block_size:i * layout.block_size + (e - s)] = flat[s:e]
+        out[i * W:i * W + (e - s)] = flat[s:e]
     return out
 
 
@@ -240,11 +247,11 @@ def average_values(summed: np.ndarray, selected: list[np.ndarray], layers: list[
     (§1.3) on the selected blocks' elements, 0 elsewhere."""
     out, at = [], 0
     for lay, sel in zip(layers, selected):
-        B = lay.layout.block_size
+        W = lay.width
         flat = np.zeros(lay.layout.n, dtype=np.float32)
         for i, b in enumerate(sel):
             s, e = lay.layout.bounds(int(b))
-            flat[s:e] = average(summed[at + i * B:at + i * B + (e - s)], n_workers, cfg)
+            flat[s:e] = average(summed[at + i * W:at + i * W + (e - s)], n_workers, cfg)
         at += lay.values
         out.append(flat.reshape(lay.shape))
     return out

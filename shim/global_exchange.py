@@ -197,6 +197,11 @@ def decode_for(compressor: Compressor, layers, messages, ranks, states: dict[int
         summed = preps[0].prep.vector.clone()
         for p in preps[1:]:
             summed += p.prep.vector
+    for w, gp in zip(ranks, preps):     # a worker's own NaN first, as the reference raises it
+        if gp.dense_error is not None:
+            raise gp.dense_error
+        if gp.plan is not None:
+            gs.own_nan(gp.plan, gp.prep, where=f"worker {w} ")
     fins = []
     for w, gp in zip(ranks, preps):
         fin, st = finish_group(compressor, gp, summed, states[w], where=f"worker {w} ")

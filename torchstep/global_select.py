@@ -23,7 +23,7 @@ from gradblock.refmodel.quantiser import DEFAULT_RANGE, QMAX, NonFiniteError, Qu
 from .momentum import scale_velocity
 from .quantiser import NAN_BITS, check_float32, quant_config, quantise_lazy
 
-__all__ = ["GlobalPlan", "GlobalPrep", "GlobalFinish", "plan_global", "prepare", "check",
+__all__ = ["GlobalPlan", "GlobalPrep", "GlobalFinish", "plan_global", "prepare", "own_nan", "check",
            "finish", "average", "NormBoundError", "RankMismatchError", "PeerNonFiniteError"]
 
 
@@ -86,14 +86,14 @@ def plan_global(shapes, *, k: int | float | list = 1, block_size: int | None = N
     pick, slot_sel, slot_off = [], [], []
     chosen = 0
     for j, lay in enumerate(layers):
-        B, n = lay.layout.block_size, lay.layout.n
+        B, n, W = lay.layout.block_size, lay.layout.n, lay.width
         block_of_elem[starts[j]:starts[j + 1]] = bstarts[j] + np.arange(n) // B
         b = np.arange(lay.layout.n_blocks, dtype=np.int64)
         block_first[bstarts[j]:bstarts[j + 1]] = starts[j] + b * B
         block_len[bstarts[j]:bstarts[j + 1]] = np.minimum(B, n - b * B)
         pick.append(bstarts[j] + np.arange(lay.k_eff, dtype=np.int64))
-        slot_sel.append(np.repeat(chosen + np.arange(lay.k_eff, dtype=np.int64), B))
-        slot_off.append(np.tile(np.arange(B, dtype=np.int64), lay.k_eff))
+        slot_sel.append(np.repeat(chosen + np.arange(lay.k_eff, dtype=np.int64), W))
+        slot_off.append(np.tile(np.arange(W, dtype=np.int64), lay.k_eff))
         chosen += lay.k_eff
     cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)  # noqa: E731
     sparsified = np.repeat(np.array([lay.sparsified for lay in layers], dtype=bool), sizes)
@@ -165,6 +165,22 @@ def prepare(plan: GlobalPlan, grads, residuals=None, velocities=None) -> GlobalP
     return GlobalPrep(acc.to(torch.int32), u_new, vector, flags)
 
 
+def own_nan(plan: GlobalPlan, prep: GlobalPrep, where: str = "") -> None:
+    """This worker's NonFiniteError (the reference's: count and first index in the first layer
+    with NaN), if its gradient held NaN; one host sync."""
+    if not bool(prep.flags[0].any()):
+        return
+    for j in range(plan.n_layers):
+        start = int(plan.elem_start[j])
+        nan = prep.flags[0, start:start + plan.sizes[j]]
+        c = int(nan.sum())
+        if c:
+            lay = plan.layers[j]
+            raise NonFiniteError(c, int(torch.argmax(nan.to(torch.uint8)).item()),
+                                 f"{where}layer {lay.layer_id}"
+                                 + (f" {lay.name!r}" if lay.name else ""))
+
+
 @dataclass
 class Counts:
     sat_quant: list[int]
@@ -184,14 +200,8 @@ def check(plan: GlobalPlan, prep: GlobalPrep, summed: torch.Tensor, where: str =
     host = torch.cat([summed[:1 + 2 * L], per_layer.reshape(-1)]).tolist()
     head, counts = host[:1 + 2 * L], host[1 + 2 * L:]
     rows = [counts[i * L:(i + 1) * L] for i in range(prep.flags.shape[0])]
-    for j, c in enumerate(rows[0]):
-        if c:
-            start = int(plan.elem_start[j])
-            nan = prep.flags[0, start:start + plan.sizes[j]]
-            first = int(torch.argmax(nan.to(torch.uint8)).item())
-            lay = plan.layers[j]
-            raise NonFiniteError(int(c), first, f"{where}layer {lay.layer_id}"
-                                 + (f" {lay.name!r}" if lay.name else ""))
+    if any(rows[0]):
+        own_nan(plan, prep, where)
     # the reference's check_sums on the header (the norms stay on the device)
     from gradblock.refmodel.global_select import check_sums
     check_sums(np.array(head + [0] * plan.n_blocks, dtype=np.int64), list(plan.layers),

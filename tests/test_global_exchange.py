@@ -1,0 +1,300 @@
+"""Global block selection, the allreduce exchange (docs/spec.md §8): the numpy reference
+(refmodel/global_select.py) against the torch step (torchstep/global_select.py), the spec's
+worked example, the named errors, and DDP (2 and 3 gloo ranks) against the single-process
+simulation (shim/global_exchange.py, tests/global_ddp_case.py)."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gradblock.refmodel.global_select import (NormBoundError, PeerNonFiniteError,
+                                              RankMismatchError, check_bound, check_sums,
+                                              global_step, plan_layers)
+from gradblock.refmodel.momentum import MomentumConfig
+from gradblock.refmodel.quantiser import QMAX, NonFiniteError, QuantConfig
+
+torch = pytest.importorskip("torch", reason="the torch step needs torch")
+from gradblock.torchstep import global_select as tg  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = [pytest.mark.torch]
+
+
+def torch_step(grads, residuals, velocities, shapes, *, k, block_size, R, momentum, mask,
+               device="cpu"):
+    """global_step through the torch functions, the collectives as sums in rank order."""
+    n = len(grads)
+    m_fix = None if momentum is None else MomentumConfig.from_float(momentum).m_fix
+    plan = tg.plan_global(shapes, k=k, block_size=block_size, R=R, m_fix=m_fix, mask=mask,
+                          n_workers=n, device=device)
+    t = lambda a: None if a is None else torch.from_numpy(np.array(a)).to(device)  # noqa: E731
+    preps = [tg.prepare(plan, [t(g) for g in grads[w]],
+                        None if residuals is None else [t(r) for r in residuals[w]],
+                        None if velocities is None else [t(u) for u in velocities[w]])
+             for w in range(n)]
+    summed = preps[0].vector.clone()
+    for p in preps[1:]:
+        summed += p.vector
+    for w, p in enumerate(preps):
+        tg.own_nan(plan, p, where=f"worker {w} ")
+    for w, p in enumerate(preps):
+        tg.check(plan, p, summed, where=f"worker {w} ")
+    fins = [tg.finish(plan, p, summed) for p in preps]
+    vsum = fins[0].values.clone()
+    for f in fins[1:]:
+        vsum += f.values
+    return preps, fins, tg.average(plan, fins[0], vsum), vsum
+
+
+def assert_same(ref, preps, fins, avg, vsum):
+    for w, (p, f) in enumerate(zip(preps, fins)):
+        assert np.array_equal(p.vector.cpu().numpy(), ref.norm_vectors[w])
+        assert np.array_equal(f.values.cpu().numpy(), ref.value_vectors[w])
+        for j, r in enumerate(f.residuals):
+            assert np.array_equal(r.cpu().numpy(), ref.residuals[w][j]), (w, j)
+            if ref.velocities is not None:
+                assert np.array_equal(f.velocities[j].cpu().numpy(), ref.velocities[w][j]), (w, j)
+    assert np.array_equal(vsum.cpu().numpy(), ref.value_sum)
+    for j, a in enumerate(avg):
+        assert a.cpu().numpy().tobytes() == ref.averaged[j].tobytes(), j
+
+
+SHAPES = st.lists(st.one_of(
+    st.tuples(st.integers(1, 6), st.integers(1, 5)),
+    st.tuples(st.integers(1, 4), st.integers(1, 3), st.integers(1, 3)),
+    st.tuples(st.integers(1, 9)),
+    st.just(())), min_size=1, max_size=4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(shapes=SHAPES, n=st.integers(1, 4), k=st.sampled_from([1, 2, 3, 0.3, 0.75]),
+       block_size=st.sampled_from([None, None, 1, 2, 4, 7]),
+       momentum=st.sampled_from([None, None, 0.9, 0.5]), mask=st.booleans(),
+       ties=st.booleans(), big=st.booleans(), seed=st.integers(0, 2**31 - 1),
+       R=st.sampled_from([10.0, 1.0, 0.1]))
+def test_torch_equals_reference(shapes, n, k, block_size, momentum, mask, ties, big, seed, R):
+    """Bit for bit: vectors of both collectives, residuals, velocities and the averages; with
+    `ties` the gradients take few distinct values, so many summed norms tie and the lower
+    index must win; with `big` the residuals / velocities reach the saturation."""
+    rng = np.random.default_rng(seed)
+
+    def grad(s):
+        if ties:
+            return rng.choice(np.float32([0, 0.5, -0.5, 1.0]), size=s).astype(np.float32)
+        return (rng.standard_normal(s) * R).astype(np.float32)
+
+    lim = QMAX if big else 10**6
+    grads = [[grad(s) for s in shapes] for _ in range(n)]
+    res = [[rng.integers(-lim, lim, size=s, endpoint=True).astype(np.int32) for s in shapes]
+           for _ in range(n)]
+    vel = None if momentum is None else [
+        [rng.integers(-lim, lim, size=s, endpoint=True).astype(np.int32) for s in shapes]
+        for _ in range(n)]
+    layers = plan_layers(shapes, k=k, block_size=block_size)
+    ref = global_step(grads, res, vel, layers, R=R, momentum=momentum, mask=mask)
+    got = torch_step(grads, res, vel, shapes, k=k, block_size=block_size, R=R,
+                     momentum=momentum, mask=mask)
+    assert_same(ref, *got)
+    for sel, lay in zip(ref.selected, layers):           # the same k_eff blocks, ascending
+        assert len(sel) == lay.k_eff and list(sel) == sorted(set(sel.tolist()))
+
+
+def test_ties_go_to_the_lower_block_on_every_worker():
+    """Two workers whose own largest blocks differ, equal summed norms: block 0 wins, and
+    both send it (worker 1 its zeros there)."""
+    g = [[np.float32([[1.0, 0.0], [0.0, 0.0], [0.0, 0.0]])],
+         [np.float32([[0.0, 0.0], [0.0, 0.0], [0.5, 0.5]])]]
+    layers = plan_layers([(3, 2)], k=1)
+    ref = global_step(g, None, None, layers)
+    assert ref.selected[0].tolist() == [0]
+    assert [v.tolist() for v in ref.value_vectors] == [[214748365, 0], [0, 0]]
+    assert ref.residuals[1][0].tolist() == [[0, 0], [0, 0], [107374182, 107374182]]
+    assert_same(ref, *torch_step(g, None, None, [(3, 2)], k=1, block_size=None, R=10.0,
+                                 momentum=None, mask=True))
+
+
+def test_spec_worked_example():
+    """docs/spec.md §8.6, number for number."""
+    g = [[np.float32([[0.5, -0.25], [1.0, 0.001], [0.0, 0.0]]), np.float32([0.25, -1.0, 0.5])],
+         [np.float32([[0.5, 0.25], [0.0, 0.0], [2.0, 0.0]]), np.float32([0.0, 1.0, 0.5])]]
+    r = [[np.int32([[0, 0], [0, 0], [0, 0]]), np.int32([0, 0, 0])],
+         [np.int32([[0, 0], [0, 0], [0, 0]]), np.int32([0, 0, 0])]]
+    layers = plan_layers([(3, 2), (3,)], k=1)
+    ref = global_step(g, r, None, layers)
+    assert ref.norm_vectors[0].tolist() == [0, 10245335, 10245335**2, 3862844, 3862844**2,
+                                            161061273, 214963113, 0, 53687091, 214748365,
+                                            107374182]
+    assert ref.norm_vectors[1].tolist()[5:] == [161061273, 0, 429496730, 0, 214748365, 107374182]
+    assert [s.tolist() for s in ref.summed_norms] == [[322122546, 214963113, 429496730],
+                                                      [53687091, 429496730, 214748364]]
+    assert [s.tolist() for s in ref.selected] == [[2], [1]]
+    assert ref.value_vectors[0].tolist() == [0, 0, -214748365]
+    assert ref.value_vectors[1].tolist() == [429496730, 0, 214748365]
+    assert ref.value_sum.tolist() == [429496730, 0, 0]
+    assert ref.averaged[0].tolist() == [[0, 0], [0, 0], [1.0, 0.0]]
+    assert ref.averaged[1].tolist() == [0.0, 0.0, 0.0]
+    assert ref.residuals[0][0].tolist() == [[107374182, -53687091], [214748365, 214748], [0, 0]]
+    assert ref.residuals[0][1].tolist() == [53687091, 0, 107374182]
+    assert ref.residuals[1][1].tolist() == [0, 0, 107374182]
+    assert ref.norm_vectors[1][:5].tolist() == ref.norm_vectors[0][:5].tolist()
+    assert_same(ref, *torch_step(g, r, None, [(3, 2), (3,)], k=1, block_size=None, R=10.0,
+                                 momentum=None, mask=True))
+
+
+def test_norm_bound_is_checked_before_anything_is_allocated():
+    huge = plan_layers([(2**31,)], block_size=2**31, names=["wide"])
+    check_bound(huge, 2)                                   # 2 * 2**31 * QMAX < 2**63
+    with pytest.raises(NormBoundError, match="layer 0 'wide'"):
+        check_bound(huge, 3)
+    with pytest.raises(NormBoundError, match="layer 0 'wide'"):
+        tg.plan_global([(2**31,)], block_size=2**31, names=["wide"], n_workers=3)
+    with pytest.raises(NormBoundError):
+        check_bound(plan_layers([(4,)]), 2**15)
+
+
+def test_header_errors():
+    layers = plan_layers([(2, 2), (3,)], names=["a", "b"])
+    ok = np.array([0, 5, 25, 7, 49] + [0] * 5, dtype=np.int64) * 2
+    check_sums(ok, layers, 2)
+    bad = ok.copy()
+    bad[3], bad[4] = 6 + 8, 36 + 64                      # the ranks sent 6 and 8 for layer 1
+    with pytest.raises(RankMismatchError, match="layer 1 'b'"):
+        check_sums(bad, layers, 2)
+    nan = ok.copy()
+    nan[0] = 1
+    with pytest.raises(PeerNonFiniteError, match="1 worker"):
+        check_sums(nan, layers, 2)
+
+
+def test_nan_is_the_reference_error_on_the_worker_that_has_it():
+    shapes = [(2, 3)]
+    g = [[np.ones(s, np.float32) for s in shapes] for _ in range(2)]
+    g[1][0][1, 2] = np.nan
+    layers = plan_layers(shapes)
+    with pytest.raises(NonFiniteError) as ref:
+        global_step(g, None, None, layers)
+    with pytest.raises(NonFiniteError) as got:
+        torch_step(g, None, None, shapes, k=1, block_size=None, R=10.0, momentum=None, mask=True)
+    assert str(ref.value) == str(got.value) and "worker 1 layer 0" in str(got.value)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_equals_reference():
+    rng = np.random.default_rng(1)
+    shapes = [(6, 1, 5, 5), (6,), (10, 84)]
+    grads = [[rng.standard_normal(s).astype(np.float32) for s in shapes] for _ in range(3)]
+    layers = plan_layers(shapes, k=2)
+    ref = global_step(grads, None, None, layers, momentum=0.9)
+    assert_same(ref, *torch_step(grads, None, None, shapes, k=2, block_size=None, R=10.0,
+                                 momentum=0.9, mask=True, device="cuda"))
+
+
+# ------------------------------------------------------------------------------ shim
+
+def test_simulation_checkpoint_carries_the_exchange(tmp_path):
+    """A run with --exchange allreduce records it (compressor config and run config); a
+    resume under the default exchange is refused by name."""
+    from gradblock.shim.errors import CheckpointError
+    from gradblock.shim.train import TrainConfig, run_training
+    common = dict(data="digits", compressor="coarse", k=1, epochs=1, batch_size=16, workers=3,
+                  threads=1, progress=False, local_momentum=0.9, momentum=0.0)
+    ck = tmp_path / "ck.pt"
+    r = run_training(TrainConfig(exchange="allreduce", max_steps=3, checkpoint=str(ck), **common))
+    assert r["compressor_config"]["exchange"] == "allreduce" and r["steps"] == 3
+    assert r["bytes_sent"] > 0
+    with pytest.raises(CheckpointError, match="exchange"):
+        run_training(TrainConfig(max_steps=5, resume=str(ck), **common))
+    again = run_training(TrainConfig(exchange="allreduce", max_steps=5, resume=str(ck), **common))
+    assert again["steps"] == 5
+
+
+def test_allreduce_needs_coarse(capsys):
+    from gradblock import cli
+    assert cli.main(["train", "--compressor", "topk", "--exchange", "allreduce",
+                     "--data", "digits", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "exchange" in err and "Traceback" not in err
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(args: list[str], nproc: int, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT),
+                                           os.environ.get("PYTHONPATH", "")]))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
+           "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
+           "--master-port", str(free_port()), "-m", *args]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module", params=[2, pytest.param(3, marks=pytest.mark.slow)])
+def ddp_reports(request, tmp_path_factory):
+    import torch.distributed as dist
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch.distributed with the gloo backend is not available")
+    world = request.param
+    out = tmp_path_factory.mktemp(f"global_ddp{world}")
+    proc = torchrun(["global_ddp_case", str(out)], world)
+    reports = {}
+    for r in range(world):
+        path = out / f"rank{r}.json"
+        if not path.exists():
+            pytest.fail(f"rank {r} wrote no report; torchrun said:\n{proc.stdout}\n{proc.stderr}")
+        reports[r] = json.loads(path.read_text())
+        assert "error" not in reports[r], reports[r]["error"]
+    return world, reports
+
+
+def test_ddp_equals_simulation(ddp_reports):
+    world, reports = ddp_reports
+    for r, rep in reports.items():
+        assert rep["configs"], rep
+        for name, c in rep["configs"].items():
+            assert c["hook"] == "GlobalHookState", (r, name)
+            assert c["equal_to_simulation"] and c["equal_on_all_ranks"], (r, name, c)
+            assert c["bytes"] > 0
+
+
+def test_ddp_rank_mismatch_and_nan_raise_on_every_rank(ddp_reports):
+    world, reports = ddp_reports
+    for r, rep in reports.items():
+        assert rep["mismatch"]["raised"] == "RankMismatchError", rep["mismatch"]
+        assert "layer 0 'conv.weight'" in rep["mismatch"]["message"]
+        want = "NonFiniteError" if r == world - 1 else "PeerNonFiniteError"
+        assert rep["nan"]["raised"] == want, (r, rep["nan"])
+    assert f"rank {world - 1} layer 0" in reports[world - 1]["nan"]["message"]
+
+
+@pytest.mark.slow
+def test_train_ddp_allreduce_equals_simulation(tmp_path):
+    """`gradblock train --ddp --exchange allreduce` ends with the simulation's parameters."""
+    from gradblock.shim.train import TrainConfig, run_training
+    common = ["--data", "digits", "--compressor", "coarse", "--k", "2", "--epochs", "1",
+              "--batch-size", "32", "--threads", "1", "--no-progress", "--max-steps", "8",
+              "--exchange", "allreduce", "--local-momentum", "0.9", "--momentum", "0"]
+    proc = torchrun(["gradblock.cli", "train", "--ddp", *common, "--out", str(tmp_path / "ddp")],
+                    2)
+    assert proc.returncode == 0, proc.stderr
+    run_training(TrainConfig(data="digits", compressor="coarse", k=2, epochs=1, batch_size=32,
+                             workers=2, threads=1, max_steps=8, progress=False,
+                             exchange="allreduce", local_momentum=0.9, momentum=0.0,
+                             out=str(tmp_path / "sim")))
+    sim = torch.load(tmp_path / "sim" / "model.pt", weights_only=True)
+    for r in (0, 1):
+        state = torch.load(tmp_path / "ddp" / f"model.rank{r}.pt", weights_only=True)
+        for k, v in sim.items():
+            assert torch.equal(state[k], v), (r, k)
