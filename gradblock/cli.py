@@ -40,6 +40,7 @@ COMMANDS = {
     "merge-plan": ("gradblock.shim.merge_measure", "merge_plan_main", "DLGS layer merging: none/greedy/exact"),
     "split": ("gradblock.bench.engine_split", "split_main", "split a model's layers over compress engines"),
     "interfere": ("gradblock.bench.interference", "interfere_main", "two jobs alone and together: r_AB, r_BA"),
+    "netbench": ("gradblock.bench.netbench", "netbench_main", "methods vs torch peers on a shaped network (root)"),
 }
 
 # Named user errors defined outside the GradblockError hierarchy: (module, class). Looked up

@@ -240,8 +240,8 @@ def wait_ranks(procs: Sequence[subprocess.Popen], logs: Sequence[Path], timeout:
 
 
 def _package_root() -> str:
-    import gradblock
-    return str(Path(gradblock.__file__).resolve().parents[1])
+    """The repository root (the rank processes run from there, as torchrun's tests do)."""
+    return str(Path(__file__).resolve().parents[1])
 
 
 def rank_env(rank: int, world: int, port: int, addr: str = "127.0.0.1") -> dict:

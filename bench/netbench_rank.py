@@ -1,0 +1,146 @@
+"""One rank of `gradblock netbench`, started by bench/netbench.py inside its worker's network
+namespace with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; gloo bound
+to the worker's veth by GLOO_SOCKET_IFNAME; one torch thread).
+
+    python -m gradblock.bench.netbench_rank --plan PLAN.json --outdir DIR --warmup 5 --steps 30
+
+PLAN.json lists the methods to run one after the other in this process, each as
+{"name": ..., "args": [`gradblock train` options]} (parsed by train's own parser, so every
+method and option `train --ddp` knows works here, torch's peers included); each run is `--ddp`,
+timed, in a process group of its own (MASTER_PORT + its index in the plan); the dataset is
+loaded once. Each method's report is written to DIR/<name>.rank<R>.json as soon as it ends, so a
+failure later in the plan keeps what finished.
+
+Step mode (default): `--warmup` steps, a barrier, the interface counters, `--steps` measured
+steps (each timed with perf_counter around the exchange's step: forward, backward with the
+hook, optimizer step), a barrier, the counters again; then `--compute-steps` forward+backward
+passes under DDP's `no_sync()` on the same batches: the compute alone, with no communication.
+Time-to-accuracy mode (`--tta-every E`): train `--steps` steps, evaluating on the test set every
+E steps on rank 0 with the clock stopped; records (training seconds, step, accuracy).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="netbench_rank")
+    ap.add_argument("--plan", required=True)
+    ap.add_argument("--outdir", required=True)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--compute-steps", type=int, default=10)
+    ap.add_argument("--tta-every", type=int, default=0)
+    a = ap.parse_args(argv)
+
+    import torch
+
+    from gradblock.shim.arguments import build_parser, config_from_args
+    from gradblock.shim.data import load_dataset
+
+    torch.set_num_threads(1)
+    plan = json.loads(Path(a.plan).read_text())
+    base_port = int(os.environ["MASTER_PORT"])
+    dataset = None
+    for i, item in enumerate(plan):
+        os.environ["MASTER_PORT"] = str(base_port + i)
+        args = build_parser().parse_args(item["args"])
+        cfg = config_from_args(args, ddp=True, progress=False, time_phases=True, threads=1,
+                               device="cpu", out=None, max_steps=None)
+        if dataset is None:
+            dataset = load_dataset(cfg.data, cfg.data_dir)
+        report = run_one(a, cfg, item["args"], dataset)
+        out = Path(a.outdir) / f"{item['name']}.rank{report['rank']}.json"
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(report))
+        tmp.replace(out)
+    return 0
+
+
+def run_one(a, cfg, train_args: list[str], dataset) -> dict:
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    from gradblock.shim.problem import epoch_shards, evaluate, worker_batch
+    from gradblock.shim.trainer import Trainer
+
+    from .netns import read_counters
+
+    trainer = Trainer(cfg, dataset)
+    try:
+        ex, p = trainer.exchange, trainer.problem
+        rank, n = ex.rank, ex.n_workers
+        trainer._activate(0)
+        per_epoch = p.steps_per_epoch
+        ifname = os.environ.get("GRADBLOCK_NET_IF")
+        opt = trainer.optimizer
+
+        def batch_of(step: int):
+            shards = epoch_shards(len(p.y_train), n, cfg.seed, step // per_epoch)
+            return shards, step % per_epoch
+
+        def one_step(step: int):
+            for group in opt.param_groups:
+                group["lr"] = trainer.lr_at(step)
+            shards, s = batch_of(step)
+            t0 = time.perf_counter()
+            out = ex.step(p, shards, s, cfg.batch_size, opt)
+            return time.perf_counter() - t0, out
+
+        report: dict = {"rank": rank, "world": n, "method_args": train_args,
+                        "compressor": trainer.compressor.config()}
+        if a.tta_every:
+            points, train_s = [], 0.0
+            for step in range(a.steps):
+                dt, _ = one_step(step)
+                train_s += dt
+                if (step + 1) % a.tta_every == 0 or step + 1 == a.steps:
+                    dist.barrier()
+                    if rank == 0:
+                        acc, loss = evaluate(p.model, p.x_test, p.y_test)
+                        points.append({"step": step + 1, "train_s": train_s, "test_acc": acc,
+                                       "test_loss": loss})
+                    dist.barrier()
+            report["tta"] = points
+        else:
+            for step in range(a.warmup):
+                one_step(step)
+            dist.barrier()
+            c0 = read_counters(ifname) if ifname else None
+            steps, compress, exchange, payload, padded = [], [], [], 0, 0
+            for step in range(a.warmup, a.warmup + a.steps):
+                dt, out = one_step(step)
+                steps.append(dt)
+                if out.times is not None:
+                    compress.append(out.times.compress_s)
+                    exchange.append(out.times.exchange_s)
+                payload += sum(st.bytes_sent for st in out.stats)
+                padded += out.padded_bytes
+            dist.barrier()
+            c1 = read_counters(ifname) if ifname else None
+            compute = []
+            model = ex.ddp_model
+            for i in range(a.compute_steps):
+                shards, s = batch_of(i)
+                x, y = worker_batch(p, shards[rank], s, cfg.batch_size)
+                with model.no_sync():
+                    opt.zero_grad(set_to_none=True)
+                    t0 = time.perf_counter()
+                    F.cross_entropy(model(x), y).backward()
+                    compute.append(time.perf_counter() - t0)
+            opt.zero_grad(set_to_none=True)
+            report |= {"step_s": steps, "compress_s": compress, "exchange_s": exchange,
+                       "compute_s": compute, "payload_bytes": payload, "padded_bytes": padded,
+                       "counters_before": c0, "counters_after": c1}
+        return report
+    finally:
+        trainer.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
