@@ -60,6 +60,7 @@ module compress_engine #(
     input  logic        [31:0] cfg_range_bits,
     input  logic        [31:0] cfg_layer_id,
     input  logic         [4:0] cfg_lmax_log2,
+    input  logic               cfg_norm,          // block norm: gradblock_pkg::NORM_L1 / NORM_L2
     input  logic  [ADDR_W-1:0] cfg_res_base,
     input  logic               cfg_momentum_en,   // momentum correction for this layer
     input  logic        [15:0] cfg_m_fix,         // m = m_fix / 2^16 (spec §7.1)
@@ -163,6 +164,7 @@ module compress_engine #(
     // ---- configuration ---------------------------------------------------------------------
     logic [31:0] n_r, bs_r, nb_r, k_r, m_r, ks_r, rb_r, id_r;
     logic  [4:0] lmax_r;
+    logic        norm_r;                          // the layer's block norm kind (spec §2.3)
     logic [ADDR_W-1:0] base_r, vbase_r;
     logic        mom_r, mask_r;  // momentum on; factor masking asked for
     logic [15:0] m_fix_r;
@@ -242,6 +244,7 @@ module compress_engine #(
             rb_r <= cfg_range_bits;
             id_r <= cfg_layer_id;
             lmax_r <= cfg_lmax_log2;
+            norm_r <= cfg_norm;
             base_r <= cfg_res_base;
             mom_r <= cfg_momentum_en;
             m_fix_r <= cfg_m_fix;
@@ -562,7 +565,7 @@ module compress_engine #(
     logic        l1_tvalid, l1_tready, l1_tlast, norm_tvalid, norm_tready, norm_tlast;
 
     block_l1 u_block_l1 (
-        .clk, .rst, .cfg_block_size(bs_r),
+        .clk, .rst, .cfg_block_size(bs_r), .cfg_norm(norm_r),
         .s_tdata(a_tdata), .s_tvalid(a_tvalid && !wd_full), .s_tready(l1_ready),
         .s_tlast(a_tlast),
         .m_tdata(l1_tdata), .m_tvalid(l1_tvalid), .m_tready(l1_tready),

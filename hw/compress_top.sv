@@ -39,6 +39,7 @@ module compress_top #(
     input  logic        [31:0] cfg_range_bits,
     input  logic        [31:0] cfg_layer_id,
     input  logic         [4:0] cfg_lmax_log2,
+    input  logic               cfg_norm,          // block norm: gradblock_pkg::NORM_L1 / NORM_L2
     // pass 1 input
     input  logic        [63:0] s_tdata,
     input  logic               s_tvalid,
@@ -74,6 +75,7 @@ module compress_top #(
     // ---- configuration -------------------------------------------------------------------
     logic [31:0] n_r, bs_r, nb_r, k_r, m_r, ks_r, rb_r, id_r;
     logic  [4:0] lmax_r;
+    logic        norm_r;                          // the layer's block norm kind (spec §2.3)
     logic [31:0] k_eff;
     logic [AW-1:0] n_a, nb_a, bs_a;
     logic [2*AW-1:0] blocks_span;
@@ -123,6 +125,7 @@ module compress_top #(
             rb_r <= cfg_range_bits;
             id_r <= cfg_layer_id;
             lmax_r <= cfg_lmax_log2;
+            norm_r <= cfg_norm;
         end
     end
 
@@ -163,7 +166,7 @@ module compress_top #(
     logic        norm_tvalid, norm_tready, norm_tlast;
 
     block_l1 u_block_l1 (
-        .clk, .rst, .cfg_block_size(bs_r),
+        .clk, .rst, .cfg_block_size(bs_r), .cfg_norm(norm_r),
         .s_tdata(a_tdata), .s_tvalid(a_tvalid), .s_tready(a_tready), .s_tlast(a_tlast),
         .m_tdata(norm_tdata), .m_tvalid(norm_tvalid), .m_tready(norm_tready),
         .m_tlast(norm_tlast)

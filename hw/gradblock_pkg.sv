@@ -22,6 +22,12 @@ package gradblock_pkg;
     // velocity word this many cycles after the join claims it, to meet the quantiser's output)
     localparam int          QUANT_LATENCY = 8;
 
+    // ---- block norm kind (spec §2.3): the cfg_norm bit of block_l1, compress_top and
+    // compress_engine; the values are the indices of refmodel.validation.NORMS ("l1", "l2")
+    localparam logic        NORM_L1 = 1'b0;                  // sum |a|
+    localparam logic        NORM_L2 = 1'b1;                  // sum (|a| >> s)^2
+    localparam int          NORM_L2_SHIFT_MAX = 16;          // s for B = 2^32 - 1
+
     // ---- frame errors: zrle_decoder err_code (spec §3.5, gradblock.codec.errors) -----------
     // FRAME_ERR_<NAME> has the code of the codec error whose `name` is <NAME>.
     localparam logic [3:0] FRAME_OK                       = 4'd0;

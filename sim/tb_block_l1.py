@@ -1,11 +1,17 @@
-"""cocotb testbench of hw/block_l1.sv against golden vectors: accumulated -> block_norms (each
+"""cocotb testbench of hw/block_l1.sv against golden vectors: accumulated -> block_norms, L1 or
+L2 as the case's "norm" says (each
 with its block index, tlast on the last block); the tests (every traffic profile, a reset
 inside a block, full rate) are tb_datapath_common.stage_tests."""
 from __future__ import annotations
 
 from cocotbext.axi import AxiStreamFrame
 
+from gradblock.hw.sv_constants import package_constants
+from gradblock.refmodel.golden_format import case_norm
 from gradblock.sim import tb_datapath_common as tbc
+
+# cfg_norm per norm kind (gradblock_pkg::NORM_L1 / NORM_L2; docs/spec.md §2.3)
+NORM_BIT = {"l1": package_constants()["NORM_L1"], "l2": package_constants()["NORM_L2"]}
 
 MASK64 = (1 << 64) - 1
 
@@ -16,6 +22,7 @@ class Bench(tbc.StageBench):
 
     def frame(self, case, seed: int) -> AxiStreamFrame:
         self.dut.cfg_block_size.value = int(case.meta["block_size"])
+        self.dut.cfg_norm.value = NORM_BIT[case_norm(case.meta)]
         return AxiStreamFrame(tdata=case.arrays["accumulated"].view("uint32").tolist())
 
     def check(self, case, rx, sent) -> None:

@@ -24,10 +24,15 @@ import cocotb
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiStreamFrame
 
-from gradblock.hw.sv_constants import codes
+from gradblock.hw.sv_constants import codes, package_constants
+from gradblock.refmodel.golden_format import case_norm
 from gradblock.sim import tb_datapath_common as tbc
 from gradblock.sim import tb_util
 from gradblock.sim.tb_engine_common import AxiEngineBench
+
+# cfg_norm per norm kind (gradblock_pkg::NORM_L1 / NORM_L2; docs/spec.md §2.3)
+NORM_L1 = package_constants()["NORM_L1"]
+NORM_BIT = {"l1": NORM_L1, "l2": package_constants()["NORM_L2"]}
 
 MODULE = "compress_engine"
 # the engine runs the golden "top" stage, and the "momentum" stage with momentum on
@@ -70,7 +75,8 @@ def config_of(case, base: int = BASE, vel_base: int = UNUSED_VEL_BASE) -> dict:
     return {"n": m["n"], "block_size": m["block_size"], "n_blocks": m["n_blocks"],
             "k": m["k_eff"], "m": m["M"], "k_shift": m["k_shift"] & 0xFFFFFFFF,
             "range_bits": m["range_bits"], "layer_id": m["layer_id"],
-            "lmax_log2": m["lmax_log2"], "res_base": base, "momentum_en": int(mom),
+            "lmax_log2": m["lmax_log2"], "norm": NORM_BIT[case_norm(m)],
+            "res_base": base, "momentum_en": int(mom),
             "m_fix": m["m_fix"] if mom else 0, "momentum_mask": int(mom and m["momentum_mask"]),
             "vel_base": vel_base if mom else UNUSED_VEL_BASE}
 
@@ -165,7 +171,8 @@ class Engine(AxiEngineBench):
         """Present the config until it is taken; returns the cycle of the handshake."""
         return await self.present_config({name: cfg[name] for name in (
             "n", "block_size", "n_blocks", "k", "m", "k_shift", "range_bits", "layer_id",
-            "lmax_log2", "res_base", "momentum_en", "m_fix", "momentum_mask", "vel_base")})
+            "lmax_log2", "res_base", "momentum_en", "m_fix", "momentum_mask", "vel_base")}
+            | {"norm": cfg.get("norm", NORM_L1)})
 
     def status(self) -> dict:
         d = self.dut

@@ -18,8 +18,12 @@ from cocotbext.axi import AxiStreamFrame
 
 from gradblock.codec.zrle import encode_frame
 from gradblock.hw.sv_constants import package_constants
+from gradblock.refmodel.golden_format import case_norm
 from gradblock.sim import tb_datapath_common as tbc
 from gradblock.sim import tb_util
+
+# cfg_norm per norm kind (gradblock_pkg::NORM_L1 / NORM_L2; docs/spec.md §2.3)
+NORM_BIT = {"l1": package_constants()["NORM_L1"], "l2": package_constants()["NORM_L2"]}
 
 MODULE = "compress_top"
 # err_code values come from the package the RTL compiles (gradblock_pkg TOP_*), not a copy
@@ -45,7 +49,8 @@ def config_of(case) -> dict:
     m = case.meta
     return {"n": m["n"], "block_size": m["block_size"], "n_blocks": m["n_blocks"],
             "k": m["k_eff"], "m": m["M"], "k_shift": m["k_shift"] & 0xFFFFFFFF,
-            "range_bits": m["range_bits"], "layer_id": m["layer_id"], "lmax_log2": m["lmax_log2"]}
+            "range_bits": m["range_bits"], "layer_id": m["layer_id"], "lmax_log2": m["lmax_log2"],
+            "norm": NORM_BIT[case_norm(m)]}
 
 
 def expected_error(cfg: dict) -> int:
@@ -112,6 +117,7 @@ class Bench:
         d.cfg_range_bits.value = cfg["range_bits"]
         d.cfg_layer_id.value = cfg["layer_id"]
         d.cfg_lmax_log2.value = cfg["lmax_log2"]
+        d.cfg_norm.value = cfg.get("norm", NORM_BIT["l1"])
         d.cfg_valid.value = 1
         for _ in range(1000):
             await RisingEdge(d.clk)

@@ -25,6 +25,16 @@ def test_frame_constants(pkg):
     assert pkg["ZRLE_TRAILER_WORDS"] == zrle.TRAILER_WORDS
 
 
+def test_norm_constants(pkg):
+    """cfg_norm's values are the indices of the software's norm kinds, and the largest L2
+    shift is the one the reference computes for the largest block size (docs/spec.md §2.3)."""
+    from gradblock.refmodel.selection import norm_shift
+    from gradblock.refmodel.validation import MAX_BLOCK_SIZE, NORMS
+    assert (pkg["NORM_L1"], pkg["NORM_L2"]) == (NORMS.index("l1"), NORMS.index("l2"))
+    assert pkg["NORM_L2_SHIFT_MAX"] == norm_shift("l2", MAX_BLOCK_SIZE) == 16
+    assert pkg["NORM_L2_SHIFT_MAX"] < 2**5, "block_l1's shift register is 5 bits wide"
+
+
 def test_frame_error_codes_match_codec(pkg):
     """FRAME_ERR_<NAME> exists for every codec error, with its code, and for nothing else."""
     rtl = codes("FRAME_ERR_")
