@@ -147,6 +147,9 @@ class Compressor:
     """Base class: dense packets for small layers, the method's own packets otherwise."""
 
     name = "base"
+    # CPU tensors go through the numba kernels (shim/fastpath.py; bit-identical frames and
+    # sums); False keeps the torch ops everywhere (tests compare the two)
+    host_fast = True
 
     def __init__(self, layers: Sequence[LayerInfo], n_workers: int, *, dense_below: int = 0,
                  local_momentum: float = 0.0, momentum_mask: bool = True,
@@ -238,6 +241,28 @@ class Compressor:
         for i, u in velocities.items():
             ws.layers[i] = {"velocity": u}
         return out
+
+    # -- the exchange's fixed slot (shim/hook.py): every packet's size is known in advance
+    def packet_bound(self, layer: LayerInfo, ws: WorkerState) -> int | None:
+        """Most words `layer`'s next packet from this worker state can take, the same on
+        every worker (layer shapes, the configuration and the step counters only); None when
+        the method cannot bound it usefully (dlgs between threshold steps)."""
+        if self.sends_dense(layer):
+            return layer.numel
+        return self._packet_bound(layer, ws)
+
+    def _packet_bound(self, layer: LayerInfo, ws: WorkerState) -> int | None:
+        return None
+
+    def message_bound(self, layers: Sequence[LayerInfo], ws: WorkerState) -> int | None:
+        """Most words of the message of `layers` (encode_group's), or None if unbounded."""
+        total = 0
+        for layer in layers:
+            b = self.packet_bound(layer, ws)
+            if b is None:
+                return None
+            total += b
+        return total
 
     def _encode_layers(self, layers, grads, ws):
         """The method's packets for layers it compresses. Default: one layer at a time, the
@@ -409,12 +434,28 @@ class _SparseFeedback(Compressor):
     def _decode(self, layer, words, start, host=None):
         return _decode_sparse(layer, words, start)
 
+    def _packet_bound(self, layer, ws):
+        return 1 + 2 * self.k_elements(layer, self.compressed_step(layer, ws))
+
     def _reduce(self, layer, contributions):
         (idx0, _) = contributions[0]
         total = torch.zeros(layer.numel, dtype=torch.float64, device=idx0.device)
         for idx, vals in contributions:                       # rank order
             total.index_add_(0, idx, vals.to(torch.float64))
         return (total / len(contributions)).to(torch.float32).reshape(layer.shape)
+
+
+def _stable_top(mag: torch.Tensor, k: int) -> torch.Tensor:
+    """The indices of the k largest |values| ordered by (-|v|, index): ties at the k-th value go
+    to the lower indices, on every device (torch.topk's tie order differs between CPU and
+    CUDA). Returned unsorted; the caller sorts them."""
+    n = mag.numel()
+    if k >= n:
+        return torch.arange(n, device=mag.device)
+    t = torch.topk(mag, k, sorted=False).values.min()       # the k-th largest value
+    above = torch.nonzero(mag > t).reshape(-1)
+    ties = torch.nonzero(mag == t).reshape(-1)[:k - above.numel()]
+    return torch.cat([above, ties])
 
 
 class TopKCompressor(_SparseFeedback):
@@ -424,8 +465,7 @@ class TopKCompressor(_SparseFeedback):
 
     def _encode(self, layer, grad, ws):
         st, acc = self._accumulate(layer, grad, ws)
-        idx = torch.topk(acc.abs(), self.k_elements(layer, self.compressed_step(layer, ws)),
-                         sorted=False).indices
+        idx = _stable_top(acc.abs(), self.k_elements(layer, self.compressed_step(layer, ws)))
         return self._finish(layer, ws, st, acc, idx)
 
 
@@ -447,14 +487,17 @@ class DlgsCompressor(_SparseFeedback):
     def _state_spec(self, layer: LayerInfo) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
         return {**super()._state_spec(layer), "threshold": (torch.float32, ())}
 
+    def _packet_bound(self, layer, ws):
+        step = self.compressed_step(layer, ws)
+        return super()._packet_bound(layer, ws) if step % self.interval == 0 else None
+
     def _encode(self, layer, grad, ws):
         st, acc = self._accumulate(layer, grad, ws)
         mag = acc.abs()
         step = self.compressed_step(layer, ws)
         if step % self.interval == 0:
-            top = torch.topk(mag, self.k_elements(layer, step), sorted=True)
-            st["threshold"] = top.values[-1].reshape(())
-            idx = top.indices
+            idx = _stable_top(mag, self.k_elements(layer, step))
+            st["threshold"] = mag[idx].min().reshape(())          # the k-th largest |value|
         else:
             idx = torch.nonzero((mag >= st["threshold"]) & (mag > 0)).reshape(-1)
         return self._finish(layer, ws, st, acc, idx)
@@ -524,11 +567,41 @@ class CoarseCompressor(Compressor):
             self._plans[key] = plan
         return plan
 
+    def _packet_bound(self, layer, ws):
+        from gradblock.refmodel.plan import step_plan
+        from .fastpath import frame_words_bound
+        ks = self._ks([layer], self.compressed_step(layer, ws))
+        p = step_plan(layer.shape, ks[0] if isinstance(ks, list) else ks, self.block_size,
+                      layer.index, self.lmax_log2)
+        return frame_words_bound(p.layout.n, p.layout.block_size, p.k_eff, self.lmax_log2)
+
+    def message_bound(self, layers, ws):
+        # the group's k at warm-up follows its first layer's step, as _encode_layers does
+        sub = [lay for lay in layers if not self.sends_dense(lay)]
+        if not sub:
+            return sum(lay.numel for lay in layers)
+        from gradblock.refmodel.plan import step_plan
+        from .fastpath import frame_words_bound
+        ks = self._ks(layers, self.compressed_step(sub[0], ws))
+        total = 0
+        for j, layer in enumerate(layers):
+            if self.sends_dense(layer):
+                total += layer.numel
+                continue
+            p = step_plan(layer.shape, ks[j] if isinstance(ks, list) else ks, self.block_size,
+                          layer.index, self.lmax_log2)
+            total += frame_words_bound(p.layout.n, p.layout.block_size, p.k_eff, self.lmax_log2)
+        return total
+
     def _encode_layers(self, layers, grads, ws):
         """All the group's layers in one pass of the torch codec (torchstep.compress_group),
-        frames bit-identical to compress_layer's (momentum_layer's with momentum correction)."""
-        plan = self._plan(layers, grads[0].device,
-                          self._ks(layers, self.compressed_step(layers[0], ws)))
+        frames bit-identical to compress_layer's (momentum_layer's with momentum correction).
+        CPU tensors take the numba kernels instead (shim/fastpath.py, same frames)."""
+        ks = self._ks(layers, self.compressed_step(layers[0], ws))
+        if self.host_fast and all(g.device.type == "cpu" for g in grads):
+            from .fastpath import encode_coarse_host
+            return encode_coarse_host(self, layers, grads, ws, ks)
+        plan = self._plan(layers, grads[0].device, ks)
         state = [ws.layers.get(lay.index, {}) for lay in layers]
         kw = {}
         if self.momentum is not None:
@@ -625,6 +698,10 @@ def decode_group(compressor: Compressor, layers: Sequence[LayerInfo],
     ranks = list(range(len(messages))) if ranks is None else list(ranks)
     if len(ranks) != len(messages):
         raise ValueError(f"{len(ranks)} rank labels for {len(messages)} messages")
+    if (compressor.host_fast and compressor.name == "coarse"
+            and len(messages) == compressor.n_workers
+            and all(m.device.type == "cpu" for m in messages)):
+        return _decode_group_host(compressor, layers, messages, ranks)
     per_layer: list[list] = [[] for _ in layers]
     for rank, msg in zip(ranks, messages):
         at = 0
@@ -643,3 +720,50 @@ def decode_group(compressor: Compressor, layers: Sequence[LayerInfo],
             raise PacketError(f"peer rank {rank}: message has {msg.numel() - at} words left "
                               f"after its {len(layers)} layer packets")
     return [compressor.reduce(layer, contribs) for layer, contribs in zip(layers, per_layer)]
+
+
+def _decode_group_host(compressor, layers: Sequence[LayerInfo], messages: Sequence[torch.Tensor],
+                       ranks: Sequence[int]) -> list[torch.Tensor]:
+    """decode_group for coarse messages in host memory: each peer's run of frames validated
+    and summed into one int64 buffer by one jitted call (shim/fastpath.py), dense packets as
+    the torch path decodes them. Same averages, same errors in the same order."""
+    from .fastpath import decode_coarse_host, host_words
+    dense = [compressor.sends_dense(lay) for lay in layers]
+    off = np.zeros(len(layers) + 1, dtype=np.int64)
+    for j, lay in enumerate(layers):
+        off[j + 1] = off[j] + (0 if dense[j] else lay.numel)
+    acc = np.zeros(int(off[-1]), dtype=np.int64)
+    dense_parts: dict[int, list] = {j: [] for j, d in enumerate(dense) if d}
+    for rank, msg in zip(ranks, messages):
+        words = host_words(msg)
+        at, j = 0, 0
+        while j < len(layers):
+            if dense[j]:
+                try:
+                    contribution, used = compressor.decode(layers[j], msg, at)
+                except (frame_errors.FrameError, PacketError) as e:
+                    raise _with_origin(e, rank, layers[j]) from e
+                dense_parts[j].append(contribution)
+                at += used
+                j += 1
+                continue
+            e = j
+            while e < len(layers) and not dense[e]:
+                e += 1
+            try:
+                at = decode_coarse_host(compressor, layers[j:e], words, at, acc, off[j:e])
+            except (frame_errors.FrameError, PacketError) as err:
+                raise _with_origin(err, rank, layers[j + err.layer_pos]) from err
+            j = e
+        if at != msg.numel():
+            raise PacketError(f"peer rank {rank}: message has {msg.numel() - at} words left "
+                              f"after its {len(layers)} layer packets")
+    total = torch.from_numpy(acc)
+    out = []
+    for j, lay in enumerate(layers):
+        if dense[j]:
+            out.append(compressor.reduce(lay, dense_parts[j]))
+        else:
+            out.append(tc.average(total[off[j]:off[j + 1]], len(messages),
+                                  compressor.cfg).reshape(lay.shape))
+    return out

@@ -11,12 +11,21 @@ and DDP's backward goes on computing the next buckets' gradients while the messa
 
 * Layers are keyed by parameter identity, never by bucket index: DDP rebuilds its buckets
   after the first iteration.
-* all_gather needs equal sizes (gloo rejects anything else): the message sizes are gathered
-  first (one int64 per rank, blocking), every message is padded to the largest (at least one
-  word, so an empty payload still takes part in the collective) and trimmed after the gather.
-  Both collectives are issued from the hook itself, in bucket order, never from a callback:
+* all_gather needs equal sizes (gloo rejects anything else). Every packet's size is bounded
+  in advance by what every rank knows alike (`Compressor.message_bound`: a coarse frame by its
+  k_eff blocks, shim/fastpath.py; sparse top-k and dense packets are fixed), so a bucket is
+  ONE all_gather of fixed-width slots: word 0 the message's true length, then the message,
+  zeros after. No size round trip, no `.item()` before the collective. A slot whose length
+  word does not fit its width is refused by name (PacketError naming the peer rank). Only
+  dlgs between threshold steps has no useful bound: it still gathers the sizes first (one
+  int64 per rank, blocking) and pads to the largest.
+  Collectives are issued from the hook itself, in bucket order, never from a callback:
   a collective launched from a completion callback could reach the ranks in different
   orders and cross-match with another bucket's.
+* Decoding runs on the host: the gathered slots are copied off the device once (CUDA), the
+  coarse frames validated and summed by the numba decoder (shim/fastpath.py), and the
+  averages written into the bucket's own gradient views (`bucket.gradients()`, which keep
+  the parameters' strides: channels_last stays right).
 * Every rank decodes every peer's message, so a malformed frame raises the same error on all
   ranks. DDP reports an error raised in a callback as a RuntimeError; the state keeps the
   original (its codec.errors class, message naming the peer rank and the layer) and
@@ -94,9 +103,12 @@ class GradblockHookState:
     # -- PowerSGD's pattern: what a checkpoint needs to continue this rank bit for bit
     def send(self, layers: list[LayerInfo], grads: list[torch.Tensor]):
         """Encode `layers` in one call, pass the message through the outgoing filter and start
-        its all_gather; the statistics and compress time are counted here. Returns
-        (future, gathered, lengths, t_sent): a peer's message is gathered[r][:lengths[r]]."""
+        its all_gather (one fixed-width collective when the message size is bounded); the
+        statistics and compress time are counted here. Returns (future, messages, t_sent):
+        once the future is done, `messages()` gives every rank's message (host tensors, rank
+        order) or raises PacketError naming a peer whose length word is out of range."""
         t0 = time.perf_counter()
+        bound = self.compressor.message_bound(layers, self.worker_state)
         message, stats = encode_group(self.compressor, layers, grads, self.worker_state)
         if message.device != grads[0].device:
             message = message.to(grads[0].device)
@@ -105,12 +117,18 @@ class GradblockHookState:
         if self.timed:
             _sync(message)
         t_sent = time.perf_counter()
-        fut, gathered, lengths, width = all_gather_varlen_async(message, self.group)
+        if bound is None:
+            fut, gathered, lengths, width = all_gather_varlen_async(message, self.group)
+
+            def messages() -> list[torch.Tensor]:
+                return [g[:n].cpu() for g, n in zip(gathered, lengths)]
+        else:
+            fut, messages, width = all_gather_slots_async(message, bound, self.group)
         with self._lock:
             self.stats.add(stats)
             self.padded_bytes += 4 * width
             self.times.compress_s += t_sent - t0
-        return fut, gathered, lengths, t_sent
+        return fut, messages, t_sent
 
     def state_dict(self) -> dict:
         from .state import compressor_state
@@ -134,9 +152,41 @@ def _sync(t: torch.Tensor) -> None:
 def _gather_sizes(message: torch.Tensor, group=None) -> list[int]:
     world = dist.get_world_size(group)
     size = torch.tensor([message.numel()], dtype=torch.int64, device=message.device)
-    sizes = [torch.zeros_like(size) for _ in range(world)]
-    dist.all_gather(sizes, size, group=group)
-    return [int(s.item()) for s in sizes]
+    sizes = torch.zeros(world, dtype=torch.int64, device=message.device)
+    dist.all_gather(list(sizes.chunk(world)), size, group=group)
+    return sizes.tolist()                                   # one host copy, not one per rank
+
+
+def all_gather_slots_async(message: torch.Tensor, bound: int, group=None):
+    """Launch ONE all_gather of fixed-width slots for a message of at most `bound` words:
+    slot = [length, message..., zeros], width bound + 1, the same on every rank without
+    asking the others. -> (future, messages, width); messages() (after the future) returns
+    each rank's message on the host, or raises PacketError naming the peer whose length word
+    does not fit its slot. A local message longer than `bound` (a fault-injection filter) is
+    sent cut with its true length, so every rank refuses it by name instead of hanging."""
+    from .compressors import PacketError
+    world = dist.get_world_size(group)
+    width = int(bound) + 1
+    n = message.numel()
+    slot = torch.zeros(width, dtype=torch.int32, device=message.device)
+    slot[0] = n
+    slot[1:1 + min(n, bound)] = message[:bound]
+    out = torch.empty(world * width, dtype=torch.int32, device=message.device)
+    work = dist.all_gather(list(out.chunk(world)), slot, group=group, async_op=True)
+
+    def messages() -> list[torch.Tensor]:
+        host = out.cpu().view(world, width)          # one copy off the device for all ranks
+        lengths = host[:, 0].tolist()
+        got = []
+        for r, n_r in enumerate(lengths):
+            if not 0 <= n_r <= width - 1:
+                raise PacketError(f"peer rank {r}: message length word {n_r} does not fit its "
+                                  f"slot of {width - 1} words (the bound of this bucket's "
+                                  f"packets)")
+            got.append(host[r, 1:1 + n_r])
+        return got
+
+    return work.get_future(), messages, width
 
 
 def _pad(message: torch.Tensor, width: int) -> torch.Tensor:
@@ -163,27 +213,31 @@ def all_gather_varlen(message: torch.Tensor, group=None) -> tuple[list[torch.Ten
     return [g[:n] for g, n in zip(gathered, lengths)], width
 
 
+def write_averages(views: list[torch.Tensor], averaged: list[torch.Tensor]) -> None:
+    """Copy each layer's average (host or device) into its gradient view of the bucket (the
+    parameter's own strides); on CUDA wait until the copies are done, so the bucket's future
+    is complete whichever stream or callback wrote it."""
+    if len(views) != len(averaged):
+        raise RuntimeError(f"bucket holds {len(views)} gradients, {len(averaged)} averages")
+    for v, avg in zip(views, averaged):
+        v.copy_(avg.reshape(v.shape))
+    if views and views[0].device.type == "cuda":
+        torch.cuda.current_stream(views[0].device).synchronize()
+
+
 def gradblock_hook(state: GradblockHookState, bucket: dist.GradBucket
                    ) -> torch.futures.Future[torch.Tensor]:
     # real (not string) annotations: DDP checks them when the hook is registered
     grads = bucket.gradients()
     layers = [state.layer_of(p) for p in bucket.parameters()]
-    fut, gathered, lengths, t1 = state.send(layers, grads)
+    fut, messages, t1 = state.send(layers, grads)
     buffer = bucket.buffer()
 
     def decode(done: torch.futures.Future) -> torch.Tensor:
         done.wait()                               # surfaces a failed collective
         try:
-            messages = [g[:n] for g, n in zip(gathered, lengths)]
-            averaged = decode_group(state.compressor, layers, messages)
-            offset = 0
-            for avg in averaged:
-                n = avg.numel()
-                buffer[offset:offset + n].copy_(avg.reshape(-1))
-                offset += n
-            if offset != buffer.numel():
-                raise RuntimeError(f"bucket buffer holds {buffer.numel()} elements, "
-                                   f"its parameters {offset}")
+            averaged = decode_group(state.compressor, layers, messages())
+            write_averages(grads, averaged)
         except Exception as e:
             with state._lock:
                 if state.error is None:

@@ -8,10 +8,12 @@ DDP hands the hook one bucket at a time, in bucket order (the same on every rank
 rebuilds its buckets from rank 0's order after the first iteration). Per bucket the hook
 notes where each of its parameters sits in the bucket's buffer and returns a fresh Future at
 once; every group whose last parameter has now arrived is encoded (`encode_group`, one call
-for the whole group) and exchanged (`all_gather_varlen_async`: a blocking one-int64 size
-gather, then the message's all_gather, async), in plan order, from the hook itself so the
+for the whole group) and exchanged (`GradblockHookState.send`: one all_gather of fixed-width
+slots, or for dlgs between threshold steps a size gather first), in plan order, from the hook itself so the
 collectives reach every rank in the same order. The decode (`decode_group`, chained with
-`fut.then`) writes each layer's averaged gradient into its bucket's buffer; a bucket's
+`fut.then`) writes each layer's averaged gradient into its gradient view of its bucket
+(`bucket.gradients()`: the parameter's strides; on CUDA the copies are waited for before a
+bucket completes, whichever callback wrote them); a bucket's
 Future is completed with that buffer once every group touching it is decoded. A bucket that
 spans two groups therefore completes when both have; a group spanning two buckets waits for
 the second. Small buckets (`bucket_cap_mb`) let groups start during backward; with one big
@@ -31,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from .compressors import Compressor, WorkerState, decode_group
-from .hook import GradblockHookState, _sync
+from .hook import GradblockHookState, _sync, write_averages
 from .merge_apply import Groups, check_groups
 
 
@@ -113,7 +115,7 @@ class MergedHookState(GradblockHookState):
         buckets = list({id(b): b for b, _ in targets}.values())
         self.max_buckets_per_group = max(self.max_buckets_per_group, len(buckets))
         try:
-            fut, gathered, lengths, t1 = self.send(layers, grads)
+            fut, messages, t1 = self.send(layers, grads)
         except Exception as e:
             self._fail(buckets, e)
             raise
@@ -121,11 +123,8 @@ class MergedHookState(GradblockHookState):
         def decode(done: torch.futures.Future) -> None:
             try:
                 done.wait()                       # surfaces a failed collective
-                averaged = decode_group(self.compressor, layers,
-                                        [g[:n] for g, n in zip(gathered, lengths)])
-                for (rec, i), avg in zip(targets, averaged):
-                    at = rec.offsets[i]
-                    rec.buffer[at:at + avg.numel()].copy_(avg.reshape(-1))
+                averaged = decode_group(self.compressor, layers, messages())
+                write_averages(grads, averaged)       # the layers' views of their buckets
             except Exception as e:
                 self._fail(buckets, e)
                 raise
