@@ -36,6 +36,7 @@ import torch
 import torch.distributed as dist
 
 from gradblock import torchstep as tc
+from gradblock.refmodel.global_select import RankMismatchError
 from gradblock.refmodel.quantiser import NonFiniteError
 from gradblock.torchstep import global_select as gs
 
@@ -222,6 +223,34 @@ class GlobalHookState(GradblockHookState):
     """GradblockHookState for the allreduce exchange; a compressor whose exchange is not
     allreduce (the dense warm-up) uses the default hook."""
 
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.verified: set = set()      # buckets (layer indices) whose lengths the ranks agreed on
+
+
+def _verify_lengths(state: GlobalHookState, gp: GroupPrep, device) -> None:
+    """Once per bucket (DDP rebuilds its buckets after the first step): a fixed-size allreduce
+    of [x, x^2] for the coarse layer count, collective 1's length and the dense words, so
+    ranks configured with different block sizes or dense_below raise RankMismatchError naming
+    the bucket's first layer instead of meeting in collectives of different lengths (gloo
+    aborts the process on those)."""
+    key = tuple(lay.index for lay in gp.layers)
+    if key in state.verified:
+        return
+    xs = [len(gp.coarse), 0 if gp.plan is None else gp.plan.vector_words,
+          0 if gp.dense_message is None else gp.dense_message.numel()]
+    t = torch.tensor([v for x in xs for v in (x, x * x)], dtype=torch.int64, device=device)
+    dist.all_reduce(t, group=state.group)
+    s = t.tolist()
+    n = state.world_size
+    for i, what in enumerate(("compressed layers", "norm-vector words", "dense words")):
+        if s[2 * i] ** 2 != n * s[2 * i + 1]:
+            first = gp.layers[0]
+            raise RankMismatchError(
+                f"bucket from layer {first.index} {first.name!r}: the ranks' {what} differ "
+                f"({xs[i]} here): block size, dense_below or the model differ between ranks")
+    state.verified.add(key)
+
 
 def global_hook(state: GlobalHookState, bucket: dist.GradBucket
                 ) -> torch.futures.Future[torch.Tensor]:
@@ -234,6 +263,7 @@ def global_hook(state: GlobalHookState, bucket: dist.GradBucket
     t0 = time.perf_counter()
     try:
         gp = prepare_group(comp, layers, grads, state.worker_state)
+        _verify_lengths(state, gp, buffer.device)
         summed = None
         if gp.plan is not None:
             summed = gp.prep.vector

@@ -68,10 +68,10 @@ def run_simulation(kw, world, data):
     return snapshot(model), sent
 
 
-def error_case(rank, world, data, *, k, nan=False) -> dict:
+def error_case(rank, world, data, *, nan=False, **kw) -> dict:
     model = make_model("cpu")
     ddp = torch.nn.parallel.DistributedDataParallel(model)
-    hook = register(ddp, compressor(model, world, k=k))
+    hook = register(ddp, compressor(model, world, **kw))
     x, y = data[0][rank]
     if nan:
         x = x.clone()
@@ -101,6 +101,7 @@ def main(out: str) -> int:
                                        "hook": hook_type, "bytes": sent,
                                        "sim_bytes_per_worker": sim_sent / world}
         report["mismatch"] = error_case(rank, world, data, k=1 + rank)
+        report["length_mismatch"] = error_case(rank, world, data, k=1, block_size=4 + rank)
         report["nan"] = error_case(rank, world, data, k=1, nan=rank == world - 1)
     except Exception:  # noqa: BLE001 - the report carries the traceback
         report["error"] = traceback.format_exc()

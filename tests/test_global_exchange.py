@@ -274,6 +274,8 @@ def test_ddp_rank_mismatch_and_nan_raise_on_every_rank(ddp_reports):
     for r, rep in reports.items():
         assert rep["mismatch"]["raised"] == "RankMismatchError", rep["mismatch"]
         assert "layer 0 'conv.weight'" in rep["mismatch"]["message"]
+        assert rep["length_mismatch"]["raised"] == "RankMismatchError", rep["length_mismatch"]
+        assert "norm-vector words differ" in rep["length_mismatch"]["message"]
         want = "NonFiniteError" if r == world - 1 else "PeerNonFiniteError"
         assert rep["nan"]["raised"] == want, (r, rep["nan"])
     assert f"rank {world - 1} layer 0" in reports[world - 1]["nan"]["message"]
