@@ -38,6 +38,10 @@ def setting_of(result: dict) -> str:
         d = c["density"]
         dens = f"as coarse k={c['match_k']}" if d == "match" else f"density {d:g}"
         return dens + (f", every {c['interval']} steps" if name == "dlgs" else "") + extra
+    if name == "powersgd":
+        return f"torch powerSGD_hook rank {c['matrix_approximation_rank']}" + extra
+    if name in ("fp16", "allreduce"):
+        return ("torch fp16_compress_hook" if name == "fp16" else "DDP allreduce, float32") + extra
     return "float32" + extra
 
 

@@ -46,6 +46,8 @@ QUICK = {"epochs": 2, "train_subset": 6000, "test_subset": 2000}
 ROWS = ("dense", "topk", "dlgs", "coarse1", "coarseK")
 OUTPUTS = ("validate.json", "validate.md", "validate.png", "validate_acc_compression.png")
 PLAIN_ROWS = ("coarse1_plain", "coarseK_plain")     # with --local-momentum: no correction
+# torch's own DDP peers (shim/peers.py), run in N local gloo processes; only when asked
+PEER_ROWS = ("allreduce", "fp16", "powersgd1", "powersgd2", "powersgd4")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,7 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_common_arguments(p)
     p.add_argument("--k-large", type=parse_k, default=4, help="the larger coarse k")
-    p.add_argument("--compressors", nargs="+", default=None, choices=list(ROWS + PLAIN_ROWS),
+    p.add_argument("--peers", action="store_true",
+                   help="also run torch's DDP peers as rows: allreduce (no hook), fp16 "
+                        "(fp16_compress_hook), powersgd1/2/4 (powerSGD_hook rank 1, 2, 4, error "
+                        "feedback); each in --workers local gloo processes, global momentum as dense")
+    p.add_argument("--compressors", nargs="+", default=None,
+                   choices=list(ROWS + PLAIN_ROWS + PEER_ROWS),
                    help="run only these rows (None: all five); coarse1_plain / coarseK_plain: "
                         "coarse without correction, global momentum = --local-momentum")
     p.add_argument("--quick", action="store_true",
@@ -142,8 +149,8 @@ def describe_requirement(v: dict) -> str:
             + ("met" if v["met"] else "MISSED"))
 
 
-def matrix(base: TrainConfig, k_large, rows: list[str] | None, uncorrected: bool = False
-           ) -> list[tuple[str, TrainConfig]]:
+def matrix(base: TrainConfig, k_large, rows: list[str] | None, uncorrected: bool = False,
+           peers: bool = False) -> list[tuple[str, TrainConfig]]:
     """(row name, config) pairs. With local momentum the dense row runs global momentum M
     (the same algorithm for float sums) and, with `uncorrected`, coarse rows without it."""
     m = base.local_momentum
@@ -159,8 +166,14 @@ def matrix(base: TrainConfig, k_large, rows: list[str] | None, uncorrected: bool
         for name, k in (("coarse1", 1), ("coarseK", k_large)):
             runs.append((f"{name}_plain", replace(base, compressor="coarse", k=k, momentum=m,
                                                   local_momentum=0.0)))
+    peer = replace(dense, warmup_epochs=0, sparsity_warmup_steps=0, merge_plan=None)
+    runs += [("allreduce", replace(peer, compressor="allreduce")),
+             ("fp16", replace(peer, compressor="fp16"))]
+    runs += [(f"powersgd{r}", replace(peer, compressor="powersgd", powersgd_rank=r)) for r in (1, 2, 4)]
 
     def wanted(name: str) -> bool:
+        if name in PEER_ROWS:
+            return peers or (rows is not None and name in rows)
         if not name.endswith("_plain"):
             return rows is None or name in rows
         return (rows is not None and name in rows) or (
@@ -213,7 +226,7 @@ def validate_main(argv: list[str]) -> int:
     from .data import load_dataset
     out = Path(args.out)
     seeds = list(dict.fromkeys(args.seeds)) if args.seeds else [base.seed]
-    rows = matrix(base, args.k_large, args.compressors, args.uncorrected)
+    rows = matrix(base, args.k_large, args.compressors, args.uncorrected, args.peers)
     runs = with_seeds(rows, seeds)
     try:
         requirements = [parse_requirement(t, [name for name, _ in rows]) for t in args.require]
