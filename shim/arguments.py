@@ -136,6 +136,24 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
                         "(its residuals start at zero)")
     p.add_argument("--lr-warmup-epochs", type=nonneg_float, default=0.0, metavar="E",
                    help="ramp the learning rate linearly from lr/S to lr over the first E epochs "
+    p.add_argument("--weight-decay", type=nonneg_float, default=d.weight_decay, metavar="WD",
+                   help="each worker adds WD * w to its gradient before compression "
+                        "(as DGC does: the decay travels with the gradient)")
+    p.add_argument("--clip-norm", type=nonneg_float, default=d.clip_norm, metavar="C",
+                   help="DGC's local gradient clipping: each worker scales each layer's gradient "
+                        "(after weight decay, before momentum correction) to an L2 norm of at "
+                        "most C / sqrt(N); 0: off")
+    p.add_argument("--lr-schedule", default=d.lr_schedule, choices=TrainConfig.LR_SCHEDULES,
+                   help="step: lr times --lr-gamma at each of --lr-milestones; cosine: "
+                        "lr * (1 + cos(pi * s / T)) / 2 over T steps (--lr-schedule-epochs)")
+    p.add_argument("--lr-milestones", type=positive_float, nargs="+", default=(), metavar="E",
+                   help="with --lr-schedule step: the epochs (fractions allowed) where lr drops")
+    p.add_argument("--lr-gamma", type=positive_float, default=d.lr_gamma,
+                   help="with --lr-schedule step: the factor at each milestone")
+    p.add_argument("--lr-schedule-epochs", type=positive_float, default=None, metavar="E",
+                   help="with --lr-schedule cosine: the horizon in epochs (None: --epochs of the "
+                        "run that starts it; a checkpoint keeps it, so a resume with more epochs "
+                        "stays on the same curve)")
                         "(S = their steps), then hold it")
     p.add_argument("--dlgs-interval", type=positive_int, default=d.dlgs_interval,
                    help="dlgs: steps between threshold recomputations")
@@ -216,5 +234,7 @@ def build_parser(description: str = "train one configuration with one gradient c
 
 def config_from_args(args: argparse.Namespace, **override) -> TrainConfig:
     fields = TrainConfig.__dataclass_fields__
+    if "lr_milestones" in values:
+        values["lr_milestones"] = tuple(values["lr_milestones"])
     values = {k: v for k, v in vars(args).items() if k in fields}
     return TrainConfig(**(values | override))

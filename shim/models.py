@@ -5,6 +5,8 @@
 * `resnet20`   ResNet-20 (He et al. 2016, option-A shortcuts) for 3x32x32 CIFAR-10
 * `conv64`     plain 4-conv CNN ending in a 64->64 3x3 conv: real-sized conv layers for the
                golden vectors, any input size
+* `gru`        one-layer GRU (128 units) reading an image row by row (Fashion-MNIST: 28 steps
+               of 28 values), linear classifier on the last hidden state
 """
 from __future__ import annotations
 
@@ -12,10 +14,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-MODELS = ("lenet5", "digits-cnn", "resnet20", "conv64")
+from .errors import ConfigError
+
+MODELS = ("lenet5", "digits-cnn", "resnet20", "conv64", "gru")
 ALIASES = {"lenet": "lenet5", "lenet5": "lenet5", "digits-cnn": "digits-cnn",
            "digits_cnn": "digits-cnn", "resnet20": "resnet20", "resnet-20": "resnet20",
-           "conv64": "conv64"}
+           "conv64": "conv64", "gru": "gru"}
 DEFAULT_MODEL = {"fashion-mnist": "lenet5", "mnist": "lenet5", "digits": "digits-cnn",
                  "cifar10": "resnet20"}
 
@@ -137,7 +141,30 @@ class ResNet20(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
-_CLASSES = {"lenet5": LeNet5, "digits-cnn": DigitsCNN, "resnet20": ResNet20, "conv64": Conv64Net}
+class GRUClassifier(nn.Module):
+    """Row-sequential GRU: a C x H x W image is read as H steps of C*W values (Fashion-MNIST:
+    28 steps of 28 pixels), one GRU layer of `hidden` units, a linear classifier on the last
+    hidden state. Trainable tensors, in order: gru.weight_ih_l0 (3*hidden, C*W),
+    gru.weight_hh_l0 (3*hidden, hidden), gru.bias_ih_l0, gru.bias_hh_l0 (3*hidden each),
+    fc.weight, fc.bias. The gates are stacked in torch's order (reset, update, new), so coarse's
+    default block of a 2-D tensor, one row, is one gate unit's input (or recurrent) weights,
+    contiguous in memory. hidden = 128: 61,962 parameters (LeNet-5: 61,706)."""
+
+    def __init__(self, num_classes: int = 10, in_shape=(1, 28, 28), hidden: int = 128):
+        super().__init__()
+        c, _, w = _check_in_shape(in_shape, 1, "gru")
+        self.gru = nn.GRU(c * w, hidden, batch_first=True)
+        self.fc = nn.Linear(hidden, num_classes)
+
+    def forward(self, x):
+        n, c, h, w = x.shape
+        seq = x.permute(0, 2, 1, 3).reshape(n, h, c * w)      # row r -> step r
+        _, last = self.gru(seq)
+        return self.fc(last[-1])
+
+
+_CLASSES = {"lenet5": LeNet5, "digits-cnn": DigitsCNN, "resnet20": ResNet20, "conv64": Conv64Net,
+            "gru": GRUClassifier}
 
 
 def canonical_model_name(name: str) -> str:

@@ -33,6 +33,7 @@ from .outputs import atomic_write, atomic_write_text, check_output_dir, check_ou
 from .problem import build_problem, epoch_shards, evaluate, worker_batch
 from .resilience import (FaultInjector, check_replicas, common_step, is_comm_failure, peer_lost,
                          prune, step_path)
+from .schedule import lr_at, register_worker_grad_hooks, resolve_horizon
 from .warmup import Warmup
 from .state import (CheckpointExpectation, check_checkpoint, compressor_state, is_checkpoint,
                     load_checkpoint, rng_state, save_checkpoint, set_rng_state)
@@ -124,6 +125,7 @@ class Trainer:
             if cfg.warmup_epochs else None
         resume = cfg.resume
         if cfg.elastic:             # the newest step every rank holds, agreed by a collective
+        resolve_horizon(cfg, ex.checkpoint_path(resume) if resume else None)   # cosine's T
             step = common_step(ex, cfg.checkpoint)
             resume = None if step is None else str(step_path(cfg.checkpoint, step))
         self.resumed_from = resume
@@ -140,6 +142,9 @@ class Trainer:
                                       "no rank resumes")
         else:
             self.states = {w: self.compressor.new_worker_state() for w in ex.worker_ids}
+        # weight decay and local clipping on each worker's gradient (shim/schedule.py)
+        self.grad_hooks = register_worker_grad_hooks(
+            [p for p in model.parameters() if p.requires_grad], cfg, self.n)
         self.merge_groups = self._merge_groups() if cfg.merge_plan else None
         ex.bind(model, self.layers, self.compressor, self.states, self.merge_groups)
 
@@ -200,12 +205,10 @@ class Trainer:
 
     # -- one step
     def lr_at(self, step: int) -> float:
-        """The learning rate of global step `step` (0-based): linear warm-up, then constant.
-        A function of the step alone, so a resumed run uses the same rates."""
-        ramp = round(self.cfg.lr_warmup_epochs * self.problem.steps_per_epoch)
-        if ramp <= 0 or step >= ramp:
-            return self.cfg.lr
-        return self.cfg.lr * (step + 1) / ramp
+        """The learning rate of global step `step` (0-based): the schedule, then the linear
+        warm-up (shim/schedule.py). A function of the step alone, so a resumed run uses the
+        same rates."""
+        return lr_at(self.cfg, self.problem.steps_per_epoch, step)
 
     def _step(self, shards: list[np.ndarray]) -> None:
         h = self.history
