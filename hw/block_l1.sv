@@ -46,12 +46,17 @@ module block_l1 (
     assign sum = acc + term4;
 
     // bit_length(B) >> 1, registered (static for a layer)
+    // (the highest set bit i has bit_length i + 1: bit 2m gives m, bit 2m + 1 gives m + 1)
     function automatic logic [4:0] half_bit_length(input logic [31:0] b);
-        logic [4:0] half;
+        logic [4:0] half, m;
         half = 5'd0;
-        for (int i = 0; i < 32; i++)
-            if (b[i]) half = 5'((i + 1) / 2);    // the highest set bit i: bit_length i + 1
-        return half;
+        m = 5'd0;
+        for (int j = 0; j < 16; j++) begin
+            if (b[2 * j]) half = m;
+            m = m + 5'd1;
+            if (b[2 * j + 1]) half = m;
+        end
+        half_bit_length = half;
     endfunction
 
     always_ff @(posedge clk) shift <= half_bit_length(cfg_block_size);

@@ -73,9 +73,11 @@ def test_latch_is_caught(tmp_path):
 
 @needs_yosys
 @pytest.mark.parametrize("top,params,flops", [
-    # stage 1: |a| 32 + next_offset 32 + valid, last, block end; stage 2: acc 64 + index 32
-    # + m_tdata 96 + m_tlast + m_tvalid
-    ("block_l1", {}, 32 + 32 + 3 + 64 + 32 + 96 + 1 + 1),
+    # the L2 shift 5; stage 1: |a| 32 + next_offset 32 + valid, last, block end; stage 2: x 32
+    # + 3; stage 3: three partial products 96 + x 32 + the L2 bit + 3; stage 4: the term 64 + 3;
+    # stage 5: acc 64 + index 32 + m_tdata 96 + m_tlast + m_tvalid; less bit 1 of h^2 and of l^2
+    # (a square is 0 or 1 mod 4), which yosys finds constant: 4 bits
+    ("block_l1", {}, 5 + 32 + 32 + 3 + 35 + 96 + 32 + 1 + 3 + 64 + 3 + 64 + 32 + 96 + 1 + 1 - 4),
     # the input ready; per slot norm 64 + index 32 + valid + its copy of the emitting flag;
     # stage 2: norm 64 +
     # index 32 + valid + last + 3 compare bits for each of the two pairs in flight, per slot 3
