@@ -136,6 +136,7 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
                         "(its residuals start at zero)")
     p.add_argument("--lr-warmup-epochs", type=nonneg_float, default=0.0, metavar="E",
                    help="ramp the learning rate linearly from lr/S to lr over the first E epochs "
+                        "(S = their steps), then hold it")
     p.add_argument("--weight-decay", type=nonneg_float, default=d.weight_decay, metavar="WD",
                    help="each worker adds WD * w to its gradient before compression "
                         "(as DGC does: the decay travels with the gradient)")
@@ -154,7 +155,6 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --lr-schedule cosine: the horizon in epochs (None: --epochs of the "
                         "run that starts it; a checkpoint keeps it, so a resume with more epochs "
                         "stays on the same curve)")
-                        "(S = their steps), then hold it")
     p.add_argument("--dlgs-interval", type=positive_int, default=d.dlgs_interval,
                    help="dlgs: steps between threshold recomputations")
     p.add_argument("--range", type=positive_float, default=d.range, help="quantiser range R")
@@ -234,7 +234,7 @@ def build_parser(description: str = "train one configuration with one gradient c
 
 def config_from_args(args: argparse.Namespace, **override) -> TrainConfig:
     fields = TrainConfig.__dataclass_fields__
+    values = {k: v for k, v in vars(args).items() if k in fields}
     if "lr_milestones" in values:
         values["lr_milestones"] = tuple(values["lr_milestones"])
-    values = {k: v for k, v in vars(args).items() if k in fields}
     return TrainConfig(**(values | override))

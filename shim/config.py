@@ -62,6 +62,8 @@ class TrainConfig:
     merge_plan: str | None = None       # none | greedy | exact | a plan file (shim/merge_apply.py)
     powersgd_rank: int = 1              # --compressor powersgd: matrix approximation rank (shim/peers.py)
     exchange: str = "allgather"         # allreduce: global block selection (shim/global_exchange.py)
+    powersgd_rank: int = 1              # --compressor powersgd: matrix approximation rank (shim/peers.py)
+
     # the worker's gradient before compression (DGC), and the learning-rate schedule
     # (docs/training.md "Weight decay, clipping, schedules"); defaults: off / constant
     weight_decay: float = 0.0           # g = float32(g + float32(wd * w)) on every worker
@@ -70,7 +72,6 @@ class TrainConfig:
     lr_milestones: tuple = ()           # step: epochs at which lr is multiplied by lr_gamma
     lr_gamma: float = 0.1
     lr_schedule_epochs: float | None = None   # cosine horizon; None: --epochs at the start
-    powersgd_rank: int = 1              # --compressor powersgd: matrix approximation rank (shim/peers.py)
 
     # settings that decide the bits; a checkpoint is only resumed under the same ones
     # (not `epochs`: the data order depends on (seed, epoch) only, so a run may be extended)
@@ -86,17 +87,17 @@ class TrainConfig:
         if self.norm != "l1":       # a checkpoint without "norm" (written before it existed) is l1
             bits["norm"] = self.norm
         if self.exchange != "allgather":    # likewise: a checkpoint without it is allgather
+            bits["exchange"] = self.exchange
         for k, default in self.OPTIONAL_BIT_KEYS.items():
             v = tuple(d[k]) if k == "lr_milestones" else d[k]
             if v != default:    # only when used: checkpoints written before them still resume
                 bits[k] = ",".join(repr(float(e)) for e in v) if k == "lr_milestones" else v
-            bits["exchange"] = self.exchange
         return bits
+
     # decide the bits too, recorded only when not at their default
     OPTIONAL_BIT_KEYS = {"weight_decay": 0.0, "clip_norm": 0.0, "lr_schedule": "constant",
                          "lr_milestones": (), "lr_gamma": 0.1, "lr_schedule_epochs": None}
     LR_SCHEDULES = ("constant", "step", "cosine")
-
 
     def check(self) -> "TrainConfig":
         """Refuse values no run can use (ConfigError naming the field); returns self."""
@@ -163,13 +164,14 @@ class TrainConfig:
             need(self.resume is None, "elastic", "used without --resume (it finds its checkpoint)")
         need(self.check_every == 0 or self.ddp, "check_every", "0 outside --ddp")
         need(isinstance(self.lr_warmup_epochs, (int, float)) and math.isfinite(self.lr_warmup_epochs)
-        self._check_schedule(need)
              and self.lr_warmup_epochs >= 0, "lr_warmup_epochs", "a finite number >= 0")
+        self._check_schedule(need)
         need(self.exchange in ("allgather", "allreduce"), "exchange", "allgather or allreduce")
         if self.exchange == "allreduce":    # global block selection: coarse, L1, no merge plan
             need(self.compressor == "coarse", "exchange", "allgather unless --compressor coarse")
             need(self.norm == "l1", "exchange", "allgather with --norm l2 (it sums L1 norms)")
             need(self.merge_plan in (None, "none"), "exchange", "allgather with --merge-plan")
+        return self
 
     def _check_schedule(self, need) -> None:
         """Weight decay, clipping and the learning-rate schedule (ConfigError by name)."""
@@ -192,4 +194,3 @@ class TrainConfig:
         need(self.lr_schedule_epochs is None or self.lr_schedule == "cosine",
              "lr_schedule_epochs", "used with lr_schedule 'cosine' only")
         self.lr_milestones = tuple(float(e) for e in ms)
-        return self

@@ -14,8 +14,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .errors import ConfigError
-
 MODELS = ("lenet5", "digits-cnn", "resnet20", "conv64", "gru")
 ALIASES = {"lenet": "lenet5", "lenet5": "lenet5", "digits-cnn": "digits-cnn",
            "digits_cnn": "digits-cnn", "resnet20": "resnet20", "resnet-20": "resnet20",

@@ -33,8 +33,8 @@ from .outputs import atomic_write, atomic_write_text, check_output_dir, check_ou
 from .problem import build_problem, epoch_shards, evaluate, worker_batch
 from .resilience import (FaultInjector, check_replicas, common_step, is_comm_failure, peer_lost,
                          prune, step_path)
-from .schedule import lr_at, register_worker_grad_hooks, resolve_horizon
 from .warmup import Warmup
+from .schedule import lr_at, register_worker_grad_hooks, resolve_horizon
 from .state import (CheckpointExpectation, check_checkpoint, compressor_state, is_checkpoint,
                     load_checkpoint, rng_state, save_checkpoint, set_rng_state)
 from .workers import StepTimes
@@ -125,10 +125,10 @@ class Trainer:
             if cfg.warmup_epochs else None
         resume = cfg.resume
         if cfg.elastic:             # the newest step every rank holds, agreed by a collective
-        resolve_horizon(cfg, ex.checkpoint_path(resume) if resume else None)   # cosine's T
             step = common_step(ex, cfg.checkpoint)
             resume = None if step is None else str(step_path(cfg.checkpoint, step))
         self.resumed_from = resume
+        resolve_horizon(cfg, ex.checkpoint_path(resume) if resume else None)   # cosine's T
         self.faults = FaultInjector(self.rank) if ex.mode == "ddp" else None
         if resume:
             # per-rank files under DDP: every rank learns whether all of them could resume
@@ -142,10 +142,10 @@ class Trainer:
                                       "no rank resumes")
         else:
             self.states = {w: self.compressor.new_worker_state() for w in ex.worker_ids}
+        self.merge_groups = self._merge_groups() if cfg.merge_plan else None
         # weight decay and local clipping on each worker's gradient (shim/schedule.py)
         self.grad_hooks = register_worker_grad_hooks(
             [p for p in model.parameters() if p.requires_grad], cfg, self.n)
-        self.merge_groups = self._merge_groups() if cfg.merge_plan else None
         ex.bind(model, self.layers, self.compressor, self.states, self.merge_groups)
 
     def _merge_groups(self) -> list[list[int]]:
