@@ -156,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     local = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cuda", local) if args.device.startswith("cuda") else torch.device("cpu")
     if device.type == "cuda":
+        from .problem import deterministic_cuda
         torch.cuda.set_device(device)
+        deterministic_cuda()
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     report: dict = {"rank": rank, "world": world, "device": str(device), "compressors": {}}

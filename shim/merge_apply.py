@@ -134,15 +134,26 @@ def measure_backward(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, r
         probe = copy.deepcopy(model)
         params = {n: p for n, p in probe.named_parameters() if p.requires_grad}
         stamps: dict[str, float] = {}
-        handles = [p.register_post_accumulate_grad_hook(
-            lambda _p, n=n: stamps.__setitem__(n, time.perf_counter())) for n, p in params.items()]
+        cuda = x.device.type == "cuda"
+
+        def stamp(_p, n):
+            if cuda:                      # the kernels are queued, not done: wait for them
+                torch.cuda.synchronize(x.device)
+            stamps[n] = time.perf_counter()
+
+        handles = [p.register_post_accumulate_grad_hook(lambda _p, n=n: stamp(_p, n))
+                   for n, p in params.items()]
         runs, forwards = [], []
         try:
             for i in range(repeats + 1):                    # the first run warms up
                 stamps.clear()
                 probe.zero_grad(set_to_none=True)
+                if cuda:
+                    torch.cuda.synchronize(x.device)
                 t0 = time.perf_counter()
                 loss = F.cross_entropy(probe(x), y)
+                if cuda:
+                    torch.cuda.synchronize(x.device)
                 t1 = time.perf_counter()
                 loss.backward()
                 if i:
@@ -173,6 +184,8 @@ def measure_compress(compressor: Compressor, layers: Sequence[LayerInfo], device
             ws = WorkerState()
             t0 = time.perf_counter()
             ((packet, _),) = compressor.encode_many([lay], [g], ws)
+            if g.device.type == "cuda":
+                torch.cuda.synchronize(g.device)
             if i:
                 samples.append((time.perf_counter() - t0) * 1e3)
         sizes.append(lay.numel)
@@ -182,20 +195,25 @@ def measure_compress(compressor: Compressor, layers: Sequence[LayerInfo], device
     return a, b, nbytes
 
 
-def measure_comm_on_group(repeats: int, group=None) -> tuple[float, float]:
+def measure_comm_on_group(repeats: int, group=None, device=None) -> tuple[float, float]:
     """alpha (ms), beta (ms per byte) from all_gather over an initialised process group (every
-    rank calls this; the fit is rank 0's)."""
+    rank calls this; the fit is rank 0's). `device`: where the run's tensors live (NCCL takes
+    CUDA tensors only); CUDA timings wait for the collective."""
     from .merge_measure import _fit
     world = dist.get_world_size(group)
+    device = torch.device("cpu") if device is None else torch.device(device)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     sizes, times = [2**k for k in range(10, 21, 2)], []
     for n in sizes:
-        t = torch.zeros(n // 4, dtype=torch.int32)
+        t = torch.zeros(n // 4, dtype=torch.int32, device=device)
         bufs = [torch.empty_like(t) for _ in range(world)]
         samples = []
         for i in range(repeats + 1):
             dist.barrier(group)
+            sync()
             t0 = time.perf_counter()
             dist.all_gather(bufs, t, group=group)
+            sync()
             if i:
                 samples.append((time.perf_counter() - t0) * 1e3)
         times.append(statistics.median(samples))
@@ -214,7 +232,7 @@ def plan_for_run(kind: str, model: torch.nn.Module, layers: Sequence[LayerInfo],
     if kind == "none":
         return [[by_name[n].index] for n in order]
     if ddp:
-        alpha, beta = measure_comm_on_group(repeats)
+        alpha, beta = measure_comm_on_group(repeats, device=x.device)
     else:
         from .merge_measure import measure_comm
         alpha, beta, _ = measure_comm(2, repeats)

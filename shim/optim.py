@@ -39,8 +39,9 @@ class GlobalMomentumSGD(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            lr = torch.tensor(as_float32(group["lr"], "lr"), dtype=torch.float32)
-            m = torch.tensor(as_float32(group["momentum"], "momentum"), dtype=torch.float32)
+            lr_f = as_float32(group["lr"], "lr")
+            m_f = as_float32(group["momentum"], "momentum")
+            consts: dict = {}        # device -> (m, lr) as float32 0-d tensors, made once per group
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -52,8 +53,12 @@ class GlobalMomentumSGD(torch.optim.Optimizer):
                 if V is None:
                     V = torch.zeros_like(p, memory_format=torch.preserve_format)
                     state["momentum_buffer"] = V
-                V.mul_(m.to(V.device))                  # V = float32(m * V)
+                if V.device not in consts:
+                    consts[V.device] = (torch.tensor(m_f, dtype=torch.float32, device=V.device),
+                                        torch.tensor(lr_f, dtype=torch.float32, device=V.device))
+                m, lr = consts[V.device]
+                V.mul_(m)                               # V = float32(m * V)
                 V.add_(p.grad)                          # V = float32(V + U)
-                step = V * lr.to(V.device)              # float32(lr * V)
+                step = V * lr                           # float32(lr * V)
                 p.sub_(step)                            # w = float32(w - step)
         return loss

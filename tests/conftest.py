@@ -61,3 +61,21 @@ def rng() -> np.random.Generator:
 def spec_frame() -> tuple[np.ndarray, np.ndarray]:
     """(payload, frame words) of the worked example in docs/spec.md §6."""
     return SPEC_PAYLOAD.copy(), SPEC_FRAME.copy()
+
+
+# GRADBLOCK_REQUIRE_CUDA=1 (scripts/gpu-check.sh): on a GPU machine a test skipped for want of
+# CUDA is a failure, so a broken CUDA set-up cannot pass the check by skipping everything.
+_CUDA_SKIP_WORDS = ("cuda", "gpu", "nccl")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if os.environ.get("GRADBLOCK_REQUIRE_CUDA") != "1":
+        return
+    rep = outcome.get_result()
+    if rep.skipped and not hasattr(rep, "wasxfail"):
+        reason = str(rep.longrepr[-1] if isinstance(rep.longrepr, tuple) else rep.longrepr)
+        if any(w in reason.lower() for w in _CUDA_SKIP_WORDS):
+            rep.outcome = "failed"
+            rep.longrepr = f"GRADBLOCK_REQUIRE_CUDA=1 but the test skipped: {reason}"

@@ -230,6 +230,7 @@ def test_train_ddp_equals_simulation_and_resumes(tmp_path):
     from gradblock.shim.train import TrainConfig, run_training
 
     common = ["--data", "digits", "--compressor", "coarse", "--k", "2", "--epochs", "2",
+              "--device", "cpu",              # a GPU machine's "auto" would pick CUDA
               "--batch-size", "32", "--threads", "1", "--no-progress", "--max-steps", "30"]
     full = torchrun(["gradblock.cli", "train", "--ddp", *common, "--out", str(tmp_path / "full")])
     assert full.returncode == 0, full.stderr
@@ -263,7 +264,7 @@ def test_ddp_resume_refused_on_one_rank_stops_every_rank(tmp_path):
     """Rank 1's checkpoint is missing: rank 1 names it, rank 0 is told, both exit 2 (none
     hangs in the next collective)."""
     common = ["gradblock.cli", "train", "--ddp", "--data", "digits", "--epochs", "1",
-              "--threads", "1", "--no-progress"]
+              "--device", "cpu", "--threads", "1", "--no-progress"]
     ckpt = tmp_path / "ck.pt"
     first = torchrun([*common, "--max-steps", "2", "--checkpoint", str(ckpt)])
     assert first.returncode == 0, first.stderr

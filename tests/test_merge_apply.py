@@ -318,6 +318,7 @@ def test_train_ddp_with_measured_plan_equals_simulation(tmp_path):
     from gradblock.shim.config import TrainConfig
     from gradblock.shim.trainer import run_training
     common = ["--data", "digits", "--compressor", "coarse", "--k", "2", "--epochs", "1",
+              "--device", "cpu",              # a GPU machine's "auto" would pick CUDA
               "--batch-size", "32", "--threads", "1", "--no-progress", "--max-steps", "5"]
     proc = torchrun(["gradblock.cli", "train", "--ddp", *common, "--merge-plan", "exact",
                      "--out", str(tmp_path / "ddp")])

@@ -171,6 +171,7 @@ def test_ddp_with_correction_and_warmup_equals_simulation_and_resumes(tmp_path):
 
     common = ["--data", "digits", "--compressor", "coarse", "--k", "1", "--epochs", "2",
               "--local-momentum", "0.9", "--momentum", "0", "--sparsity-warmup-steps", "12",
+              "--device", "cpu",              # a GPU machine's "auto" would pick CUDA
               "--batch-size", "32", "--threads", "1", "--no-progress", "--max-steps", "26"]
     full = torchrun(["gradblock.cli", "train", "--ddp", *common, "--out", str(tmp_path / "full")])
     assert full.returncode == 0, full.stderr
