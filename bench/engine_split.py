@@ -23,12 +23,13 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Sequence
+
+from gradblock.codec.errors import UsageError
 
 Split = list[int]        # start index of each engine's run; engine e owns [starts[e], starts[e+1])
 
@@ -144,7 +145,7 @@ def optimal_any(cost, limit: int = 14) -> list[int]:
     """Exact minimum makespan over every assignment of layers to engines (branch and bound)."""
     E, L = len(cost), len(cost[0])
     if L > limit:
-        raise ValueError(f"exhaustive assignment is for at most {limit} layers, got {L}")
+        raise UsageError(f"exhaustive assignment is for at most {limit} layers, got {L}")
     order = sorted(range(L), key=lambda j: -min(cost[e][j] for e in range(E)))
     best = [float("inf"), None]
     owner = [0] * L
@@ -225,19 +226,19 @@ def _parse_engines(text: str) -> list[tuple[str, int, float | None]]:
         kind, _, rest = part.partition(":")
         count, _, mhz = rest.partition("@")
         if kind not in ("numba", "hw") or not count.isdigit() or int(count) < 1:
-            raise ValueError(f"engine spec {part!r}: expected numba:COUNT or hw:COUNT@MHZ")
+            raise UsageError(f"engine spec {part!r}: expected numba:COUNT or hw:COUNT@MHZ")
         if kind == "hw":
             try:
                 f = float(mhz)
             except ValueError:
-                raise ValueError(f"engine spec {part!r}: hw engines need @MHZ (the ECP5 Fmax)") from None
+                raise UsageError(f"engine spec {part!r}: hw engines need @MHZ (the ECP5 Fmax)") from None
             if not 0 < f < 10_000:
-                raise ValueError(f"engine spec {part!r}: MHz out of range")
+                raise UsageError(f"engine spec {part!r}: MHz out of range")
             out.append((kind, int(count), f))
         else:
             out.append((kind, int(count), None))
     if sum(c for _, c, _ in out) > 16:
-        raise ValueError("at most 16 engines")
+        raise UsageError("at most 16 engines")
     return out
 
 
@@ -276,25 +277,21 @@ def split_main(argv: list[str]) -> int:
     p.add_argument("--layers", type=int, default=0, help="only the first N layers (0: all)")
     p.add_argument("--json", dest="json_out")
     args = p.parse_args(argv)
-    try:
-        spec = _parse_engines(args.engines)
-        if args.layers < 0 or args.tau < 0:
-            raise ValueError("--layers and --tau must be >= 0")
-        arch = architecture(args.model)
-        params = arch.params[:args.layers] if args.layers else arch.params
-        names, shapes = [q.name for q in params], [q.shape for q in params]
-        engines, cost = [], []
-        numba_cost = numba_layer_costs(shapes) if any(k == "numba" for k, _, _ in spec) else None
-        for kind, count, mhz in spec:
-            row = numba_cost if kind == "numba" else hw_layer_costs(shapes, mhz)
-            for i in range(count):
-                label = f"numba{i}" if kind == "numba" else f"hw{i}@{mhz:g}MHz"
-                engines.append(Engine(label, sum(_size(s) for s in shapes) / max(sum(row), 1e-12)))
-                cost.append(list(row))
-        report = split_report(names, shapes, engines, cost, args.tau)
-    except ValueError as err:
-        print(f"gradblock split: {type(err).__name__}: {err}", file=sys.stderr)
-        return 2
+    spec = _parse_engines(args.engines)
+    if args.layers < 0 or args.tau < 0:
+        raise UsageError("--layers and --tau must be >= 0")
+    arch = architecture(args.model)
+    params = arch.params[:args.layers] if args.layers else arch.params
+    names, shapes = [q.name for q in params], [q.shape for q in params]
+    engines, cost = [], []
+    numba_cost = numba_layer_costs(shapes) if any(k == "numba" for k, _, _ in spec) else None
+    for kind, count, mhz in spec:
+        row = numba_cost if kind == "numba" else hw_layer_costs(shapes, mhz)
+        for i in range(count):
+            label = f"numba{i}" if kind == "numba" else f"hw{i}@{mhz:g}MHz"
+            engines.append(Engine(label, sum(_size(s) for s in shapes) / max(sum(row), 1e-12)))
+            cost.append(list(row))
+    report = split_report(names, shapes, engines, cost, args.tau)
     for name, row in report["plans"].items():
         print(f"{name:<20} makespan {row['makespan_ms']:9.3f} ms   std {row['std_ms']:8.3f} ms")
     if args.json_out:

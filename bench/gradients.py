@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gradblock.codec.errors import UsageError
+
 from . import workloads as W
 
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -203,7 +205,7 @@ def make_workload(name: str, source: str = "auto", seed: int = 0) -> Workload:
     """source: "real", "synthetic", or "auto" (real if torch and the data set are present)."""
     arch = W.architecture(name)
     if source not in ("auto", "real", "synthetic"):
-        raise ValueError(f"gradient source must be auto, real or synthetic, got {source!r}")
+        raise UsageError(f"gradient source must be auto, real or synthetic, got {source!r}")
     why_not_real = ""
     if source in ("auto", "real"):
         try:

@@ -29,6 +29,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gradblock.codec.errors import GradblockError, UsageError
+
+
+
+class JobFailedError(GradblockError, RuntimeError):
+    """A measured job's process failed; the message is its last line on stderr (exit 2, as
+    before: most often a job that cannot run here, e.g. out of memory)."""
+
+
 JOBS = {"lenet5-dense": ("lenet5", False), "lenet5-coarse": ("lenet5", True),
         "resnet20-coarse": ("resnet20", True)}
 IN_SHAPES = {"lenet5": (1, 28, 28), "resnet20": (3, 32, 32)}
@@ -106,7 +115,7 @@ def _wait(procs) -> None:
     for p in procs:
         _, err = p.communicate()
         if p.returncode != 0:
-            raise RuntimeError(f"job process failed: {err.strip().splitlines()[-1] if err.strip() else p.returncode}")
+            raise JobFailedError(f"job process failed: {err.strip().splitlines()[-1] if err.strip() else p.returncode}")
 
 
 @dataclass
@@ -151,20 +160,16 @@ def interfere_main(argv: list[str]) -> int:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--json", dest="json_out")
     args = p.parse_args(argv)
-    try:
-        pairs = []
-        for spec in args.pairs:
-            a, _, b = spec.partition(":")
-            if a not in JOBS or b not in JOBS:
-                raise ValueError(f"pair {spec!r}: jobs are {', '.join(JOBS)}")
-            pairs.append((a, b))
-        if not (0 < args.seconds <= 600) or args.threads < 1 or args.batch < 1:
-            raise ValueError("--seconds in (0, 600], --threads and --batch >= 1")
-        alone: dict = {}
-        rows = [measure_pair(a, b, args.seconds, args.threads, args.batch, alone) for a, b in pairs]
-    except (ValueError, RuntimeError) as err:
-        print(f"gradblock interfere: {type(err).__name__}: {err}", file=sys.stderr)
-        return 2
+    pairs = []
+    for spec in args.pairs:
+        a, _, b = spec.partition(":")
+        if a not in JOBS or b not in JOBS:
+            raise UsageError(f"pair {spec!r}: jobs are {', '.join(JOBS)}")
+        pairs.append((a, b))
+    if not (0 < args.seconds <= 600) or args.threads < 1 or args.batch < 1:
+        raise UsageError("--seconds in (0, 600], --threads and --batch >= 1")
+    alone: dict = {}
+    rows = [measure_pair(a, b, args.seconds, args.threads, args.batch, alone) for a, b in pairs]
     print(f"{'A':<16} {'B':<16} {'r_AB':>6} {'r_BA':>6}  co-location pays")
     for r in rows:
         print(f"{r.a:<16} {r.b:<16} {r.r_ab:6.2f} {r.r_ba:6.2f}  {r.colocation_pays} "

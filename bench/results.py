@@ -16,6 +16,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from gradblock.codec.errors import GradblockError
+
 from .tables import Table
 
 FORMAT = "gradblock-bench-rows/1"
@@ -63,7 +65,7 @@ def write_json(path: Path, tables: dict[int, list[Table]], header: list[str]) ->
     tmp.replace(path)
 
 
-class CompareError(ValueError):
+class CompareError(GradblockError):
     """A results file that is not a gradblock bench JSON."""
 
 
@@ -130,12 +132,9 @@ def compare(old_rows: list[dict], new_rows: list[dict], threshold: float) -> tup
 
 
 def compare_main(old: Path, new: Path, threshold: float, out=print) -> int:
-    """Print the regressions; 0 when none, 1 when some, 2 for unreadable input."""
-    try:
-        changes, compared = compare(load_rows(old), load_rows(new), threshold)
-    except CompareError as e:
-        out(f"gradblock bench: {e}")
-        return 2
+    """Print the regressions; 0 when none, 1 when some. Unreadable input raises CompareError
+    (one line, exit 2 through gradblock.cli)."""
+    changes, compared = compare(load_rows(old), load_rows(new), threshold)
     for c in changes:
         out(f"REGRESSION {c.describe()}")
     out(f"{compared} rows compared, {len(changes)} slower by more than {threshold:.0%}")

@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from gradblock.codec.errors import UsageError
 from gradblock.refmodel.validation import parse_k
 
 from . import codec, compress_step, report, results, rtl, selection, targets, timing, training
@@ -97,7 +98,7 @@ def make_context(args) -> BenchContext:
              else ["resnet20"] if quick else ["resnet20", "resnet50"])
     for n in names:
         if n not in ARCHITECTURES:
-            raise SystemExit(f"gradblock bench: unknown workload {n!r}; choose from "
+            raise UsageError(f"unknown workload {n!r}; choose from "
                              f"{', '.join(ARCHITECTURES)}")
     cores = usable_cores()
     # --quick: one thread (a smoke run; several threads on a shared 2-core box can stall for
@@ -106,10 +107,10 @@ def make_context(args) -> BenchContext:
     reps = args.reps if args.reps is not None else (3 if quick else 7)
     warmup = args.warmup if args.warmup is not None else (1 if quick else 2)
     if args.clock == "cpu" and thread_counts != [1]:
-        raise SystemExit("gradblock bench: --clock cpu times one thread only: add --threads 1")
+        raise UsageError("--clock cpu times one thread only: add --threads 1")
     timing.set_clock(args.clock)
     if reps < 1 or warmup < 0:
-        raise SystemExit("gradblock bench: --reps must be >= 1 and --warmup >= 0")
+        raise UsageError("--reps must be >= 1 and --warmup >= 0")
     rtl_on = (not quick) if args.rtl is None else args.rtl
     ctx = BenchContext(quick=quick, reps=reps, warmup=warmup, thread_counts=thread_counts,
                        workloads=[], k=args.k, R=args.R, rtl=rtl_on, verbose=not args.quiet)
@@ -144,7 +145,7 @@ def bench_main(argv: list[str] | None = None) -> int:
     numbers = args.tables or sorted(TABLES)
     for n in numbers:
         if n not in TABLES:
-            raise SystemExit(f"gradblock bench: no table {n} (tables are 1-5)")
+            raise UsageError(f"no table {n} (tables are 1-5)")
     t_start = time.perf_counter()
     tables, by_number = {}, {}
     for n in numbers:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
+from gradblock.codec.errors import UsageError
+
 # (bottleneck width, blocks, stride of the first block); output channels = width * expansion
 RESNET50_STEM_CHANNELS = 64
 RESNET50_STEM_KERNEL = 7
@@ -125,4 +127,4 @@ def architecture(name: str) -> Architecture:
     try:
         return ARCHITECTURES[name]()
     except KeyError:
-        raise ValueError(f"unknown workload {name!r}; choose from {sorted(ARCHITECTURES)}") from None
+        raise UsageError(f"unknown workload {name!r}; choose from {sorted(ARCHITECTURES)}") from None

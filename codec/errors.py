@@ -9,6 +9,11 @@ class GradblockError(ValueError):
     a command is a bug (exit 1). Lives here, in the lowest layer, so every layer can subclass it."""
 
 
+class UsageError(GradblockError):
+    """A command's arguments cannot work (an unknown name, a missing external tool, a bad
+    combination): what a command used to print before returning status 2 itself."""
+
+
 class RangeError(GradblockError):
     """The quantiser range R is not a finite, positive float32 (a frame's h4 word). Here, in
     the lowest layer, because the encoders check R too; refmodel.quantiser re-exports it."""

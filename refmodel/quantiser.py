@@ -12,14 +12,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gradblock.codec.errors import RangeError  # one class for every layer (re-exported here)
+from gradblock.codec.errors import GradblockError, RangeError  # RangeError: one class for every layer (re-exported here)
 
 QMAX = 2**31 - 1            # largest code; -QMAX is the smallest, -2**31 never occurs
 DEFAULT_RANGE = 10.0
 MANT_MIN = 2**31            # the multiplier M is normalised into [2**31, 2**32)
 
 
-class NonFiniteError(ValueError):
+class NonFiniteError(GradblockError):
     """A gradient contains NaN: there is no meaningful code for it."""
 
     def __init__(self, count: int, first_index: int, where: str = ""):

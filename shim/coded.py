@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ import torch.multiprocessing as mp
 from gradblock.refmodel import coded
 from gradblock.refmodel.quantiser import QuantConfig, average, quantise
 
-from .data import DatasetError, load_dataset
+from .data import load_dataset
 from .models import build_model
 
 
@@ -224,16 +223,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def coded_main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        coded.check_config(args.workers, args.redundancy)
-        QuantConfig.from_range(args.range)
-        run = run_gloo(args) if args.backend == "gloo" else run_simulation(args)
-    except (coded.CodedConfigError, DatasetError, ValueError) as err:
-        print(f"gradblock coded: {type(err).__name__}: {err}", file=sys.stderr)
-        return 2
-    except mp.ProcessException as err:       # a worker process died: not the user's input
-        print(f"gradblock coded: WorkerFailed: {str(err).splitlines()[0]}", file=sys.stderr)
-        return 1
+    coded.check_config(args.workers, args.redundancy)      # named errors: one line, exit 2
+    QuantConfig.from_range(args.range)
+    # a worker process that dies (mp.ProcessException) is not the user's input: exit 1
+    run = run_gloo(args) if args.backend == "gloo" else run_simulation(args)
     out = asdict(run)
     print(f"coded exchange, {run.workers} workers, redundancy {run.redundancy}, {run.steps} steps "
           f"({run.backend}): exact={run.exact}, load {run.load_ratio:.4f} of uncoded "

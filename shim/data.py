@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gradblock.codec.errors import GradblockError
+
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 FASHION_MNIST_INSTALL = "apt-get install dataset-fashion-mnist"
 
@@ -41,7 +43,7 @@ DATASETS = ("digits", "fashion-mnist", "mnist", "cifar10")
 DIGITS_TEST_EVERY = 5
 
 
-class DatasetError(Exception):
+class DatasetError(GradblockError):
     """A dataset is missing or its files are malformed; the message names the file."""
 
 

@@ -2,12 +2,14 @@
 
 Library code raises these (never `SystemExit`); only the CLI entry functions
 (`train_main`, `validate_main`) turn them into one line on stderr and exit status 2.
-Each is a `ValueError` too, so callers that caught `ValueError` before keep working.
+Each is a `GradblockError`, so a `ValueError` too, so callers that caught `ValueError` before keep working.
 """
 from __future__ import annotations
 
+from gradblock.codec.errors import GradblockError
 
-class TrainingError(ValueError):
+
+class TrainingError(GradblockError):
     """Base class: a run that cannot start or continue for a reason the user can fix."""
 
 

@@ -20,7 +20,6 @@ import gc
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import asdict, replace
@@ -30,6 +29,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from gradblock.codec.errors import UsageError
 
 from .merge_plan import PLANNERS, LayerTimes, iteration_time, timeline
 from .models import build_model
@@ -306,10 +307,10 @@ def load_times(path: str) -> LayerTimes:
         fields = LayerTimes.__dataclass_fields__
         missing = sorted(set(fields) - set(raw))
         if missing:
-            raise ValueError(f"missing fields {missing}")
+            raise UsageError(f"missing fields {missing}")
         return LayerTimes(**{k: tuple(raw[k]) if isinstance(raw[k], list) else raw[k] for k in fields})
     except (OSError, json.JSONDecodeError, TypeError) as err:
-        raise ValueError(f"{path}: {err}") from None
+        raise UsageError(f"{path}: {err}") from None
 
 
 def plan_report(times: LayerTimes) -> dict:
@@ -339,34 +340,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 def merge_plan_main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        if args.batch < 1 or args.repeats < 1 or args.comm_workers < 2:
-            raise ValueError("--batch and --repeats must be >= 1, --comm-workers >= 2")
+    if args.batch < 1 or args.repeats < 1 or args.comm_workers < 2:
+        raise UsageError("--batch and --repeats must be >= 1, --comm-workers >= 2")
+    if args.times:
+        times, extra = load_times(args.times), {"source": args.times}
+    else:
+        times, extra = measure(args.model, args.batch, args.repeats, args.comm_workers)
+    if args.execute:
         if args.times:
-            times, extra = load_times(args.times), {"source": args.times}
+            raise UsageError("--execute measures this machine: it cannot be combined with --times")
+        if args.execute == "ddp":
+            times = ddp_inputs(times, args.model, args.repeats, args.comm_workers)
         else:
-            times, extra = measure(args.model, args.batch, args.repeats, args.comm_workers)
-        if args.execute:
-            if args.times:
-                raise ValueError("--execute measures this machine: it cannot be combined with --times")
-            if args.execute == "ddp":
-                times = ddp_inputs(times, args.model, args.repeats, args.comm_workers)
-            else:
-                # the executor sends each group's worst-case frame size in one collective: model that
-                shape = {n: tuple(p.shape) for n, p in build_model(args.model, 10, IN_SHAPES[args.model]).named_parameters()}
-                times = replace(times, wire_bytes=tuple(4 * _bound_words(shape[n]) for n in times.names))
-        report = plan_report(times) | {"measurement": extra}
-        if args.execute:
-            plans = report["plans"] | ({PLAIN_HOOK: None} if args.execute == "ddp" else {})
-            measured = execute_plans(args.model, plans, args.batch, args.repeats, args.comm_workers,
-                                     args.execute)
-            if args.execute == "ddp":
-                report["measured_plain_hook_ms"] = measured.pop(PLAIN_HOOK)
-            report["measured_ms"] = measured
-            report["execute"] = args.execute
-    except ValueError as err:
-        print(f"gradblock merge-plan: {type(err).__name__}: {err}", file=sys.stderr)
-        return 2
+            # the executor sends each group's worst-case frame size in one collective: model that
+            shape = {n: tuple(p.shape) for n, p in build_model(args.model, 10, IN_SHAPES[args.model]).named_parameters()}
+            times = replace(times, wire_bytes=tuple(4 * _bound_words(shape[n]) for n in times.names))
+    report = plan_report(times) | {"measurement": extra}
+    if args.execute:
+        plans = report["plans"] | ({PLAIN_HOOK: None} if args.execute == "ddp" else {})
+        measured = execute_plans(args.model, plans, args.batch, args.repeats, args.comm_workers,
+                                 args.execute)
+        if args.execute == "ddp":
+            report["measured_plain_hook_ms"] = measured.pop(PLAIN_HOOK)
+        report["measured_ms"] = measured
+        report["execute"] = args.execute
     it = report["iteration_ms"]
     if "measured_ms" in report:
         m = report["measured_ms"]

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Callable, Sequence
 
+from gradblock.codec.errors import UsageError
+
 
 @dataclass(frozen=True)
 class LayerTimes:
@@ -40,14 +42,14 @@ class LayerTimes:
     def __post_init__(self):
         L = len(self.sizes)
         if L < 1 or not len(self.names) == len(self.backward_ms) == len(self.wire_bytes) == L:
-            raise ValueError("names, sizes, backward_ms and wire_bytes must have one length >= 1")
+            raise UsageError("names, sizes, backward_ms and wire_bytes must have one length >= 1")
         if min(self.sizes) < 0 or min(self.wire_bytes) < 0 or not all(0 <= t < float("inf")
                                                                           for t in self.backward_ms):
-            raise ValueError("sizes, wire bytes and backward times must be finite and >= 0")
+            raise UsageError("sizes, wire bytes and backward times must be finite and >= 0")
         for f in ("forward_ms", "sparsify_a_ms", "sparsify_b_ms", "comm_alpha_ms", "comm_beta_ms"):
             v = getattr(self, f)
             if not (v >= 0 and v != float("inf")):
-                raise ValueError(f"{f} must be a finite number >= 0, got {v!r}")
+                raise UsageError(f"{f} must be a finite number >= 0, got {v!r}")
 
     def t_s(self, n: int) -> float:
         return self.sparsify_a_ms + self.sparsify_b_ms * n
@@ -137,7 +139,7 @@ def brute_force(t: LayerTimes) -> Plan:
     """Every plan (2^(L-1)); for tests on small L."""
     L = len(t.sizes)
     if L > 16:
-        raise ValueError("brute force is for L <= 16")
+        raise UsageError("brute force is for L <= 16")
     best = None
     for mask in range(1 << (L - 1)):
         plan = groups_from_cuts(L, [c + 1 for c in range(L - 1) if mask >> c & 1])

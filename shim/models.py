@@ -14,6 +14,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .errors import ConfigError
+
 MODELS = ("lenet5", "digits-cnn", "resnet20", "conv64", "gru")
 ALIASES = {"lenet": "lenet5", "lenet5": "lenet5", "digits-cnn": "digits-cnn",
            "digits_cnn": "digits-cnn", "resnet20": "resnet20", "resnet-20": "resnet20",
@@ -26,9 +28,9 @@ def _check_in_shape(in_shape, min_hw: int, model: str) -> tuple[int, int, int]:
     try:
         c, h, w = (int(d) for d in in_shape)
     except (TypeError, ValueError):
-        raise ValueError(f"{model}: in_shape must be (C, H, W), got {in_shape!r}") from None
+        raise ConfigError(f"{model}: in_shape must be (C, H, W), got {in_shape!r}") from None
     if c < 1 or h < min_hw or w < min_hw:
-        raise ValueError(f"{model}: input {c}x{h}x{w} too small (needs C >= 1, H, W >= {min_hw})")
+        raise ConfigError(f"{model}: input {c}x{h}x{w} too small (needs C >= 1, H, W >= {min_hw})")
     return c, h, w
 
 
@@ -168,7 +170,7 @@ _CLASSES = {"lenet5": LeNet5, "digits-cnn": DigitsCNN, "resnet20": ResNet20, "co
 def canonical_model_name(name: str) -> str:
     key = name.strip().lower()
     if key not in ALIASES:
-        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
+        raise ConfigError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
     return ALIASES[key]
 
 
@@ -178,7 +180,7 @@ def build_model(name: str, num_classes: int = 10, in_shape=(1, 28, 28), seed: in
     seed); torch's global RNG is left as it was."""
     cls = _CLASSES[canonical_model_name(name)]
     if int(num_classes) < 1:
-        raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        raise ConfigError(f"num_classes must be >= 1, got {num_classes}")
     if seed is None:
         return cls(int(num_classes), tuple(in_shape))
     with torch.random.fork_rng(devices=[]):

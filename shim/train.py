@@ -2,8 +2,8 @@
 
 The command line only: parse, run (shim/trainer.py), print one line. Every refusal the
 library raises (shim/errors.py, a missing dataset, a diverged run's NaN gradient, a
-malformed peer frame) becomes one line on stderr and exit status 2, as in the other
-commands; argparse's own errors exit 2 too. The modules behind it:
+malformed peer frame) is a GradblockError, which gradblock/cli.py turns into one line on
+stderr and exit status 2, as for the other commands; argparse's own errors exit 2 too. The modules behind it:
 
 * config.py    - TrainConfig, the settings and their ranges
 * arguments.py - argparse types and options shared with `validate`
@@ -22,8 +22,8 @@ from .data import DatasetError
 from .errors import CheckpointError, ConfigError, OutputPathError, TrainingError  # noqa: F401
 from .trainer import Trainer, run_training  # noqa: F401  (re-exported)
 
-# what a user can cause and fix: reported in one line, exit status 2. ValueError covers the
-# shim's TrainingError family, codec.errors (FrameError), PacketError and NonFiniteError.
+# what a row of `gradblock validate` records and goes on after (run_matrix); every named error
+# is a GradblockError, so a ValueError.
 USER_ERRORS = (DatasetError, ValueError)
 EXIT_USER_ERROR = 2
 
@@ -37,10 +37,7 @@ def report_error(command: str, err: BaseException) -> int:
 def train_main(argv: list[str]) -> int:
     args = build_parser(__doc__.split("\n\n")[0].split(": ", 1)[1]).parse_args(argv)
     cfg = config_from_args(args)
-    try:
-        result = run_training(cfg)
-    except USER_ERRORS as e:
-        return report_error("train", e)
+    result = run_training(cfg)     # a named error becomes one line, exit 2, in gradblock.cli
     if not cfg.ddp or int(os.environ.get("RANK", "0")) == 0:
         acc = result["final_test_acc"]
         ratio = result["compression_ratio"]

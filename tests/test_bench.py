@@ -16,6 +16,7 @@ import pytest
 from gradblock.bench import report, rtl, rtl_engines, rtl_runner, targets, workloads
 from gradblock.bench.tables import NOT_AVAILABLE, Table, fmt, parse_markdown_tables, unmeasured
 from gradblock.bench.gradients import make_workload
+from gradblock.codec.errors import UsageError
 from gradblock.bench.timing import measure
 
 REPO = Path(__file__).resolve().parent.parent
@@ -626,10 +627,12 @@ def test_compare_refuses_files_that_are_not_bench_results(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")
     good = _rows_file(tmp_path / "good.json", [_row("a", 1.0)])
-    lines = []
-    assert results.compare_main(bad, good, 0.1, out=lines.append) == 2
-    assert results.compare_main(tmp_path / "missing.json", good, 0.1, out=lines.append) == 2
-    assert "gradblock bench --json" in lines[0]
+    for old in (bad, tmp_path / "missing.json"):
+        with pytest.raises(results.CompareError) as e:
+            results.compare_main(old, good, 0.1)
+    assert "gradblock bench --json" in str(e.value) or "missing.json" in str(e.value)
+    from gradblock import cli
+    assert cli.main(["bench", "--compare", str(bad), str(good)]) == 2
     with pytest.raises(results.CompareError):
         results.compare([], [], -1)
 
@@ -681,5 +684,5 @@ def test_cpu_clock_leaves_out_sleep_and_needs_one_thread():
             timing.set_clock("sundial")
     finally:
         timing.set_clock("wall")
-    with pytest.raises(SystemExit, match="--threads 1"):
+    with pytest.raises(UsageError, match="--threads 1"):
         bench_main(["--clock", "cpu", "--threads", "1,2", "--tables", "2", "--no-write"])

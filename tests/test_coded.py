@@ -99,8 +99,8 @@ def test_training_steps_over_gloo_are_exact_and_match_simulation(tmp_path):
 
 
 def test_cli_refuses_bad_redundancy(tmp_path, capsys):
-    from gradblock.shim.coded import coded_main
-    assert coded_main(["--workers", "3", "--redundancy", "3"]) == 2
+    from gradblock import cli
+    assert cli.main(["coded", "--workers", "3", "--redundancy", "3"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("gradblock coded: CodedConfigError") and "\n" not in err
 

@@ -80,10 +80,10 @@ def test_corrupt_peer_frame_raises_on_every_rank_naming_rank_and_layer(selfcheck
 
 
 def test_ddp_flag_outside_torchrun_is_a_clear_error(monkeypatch, capsys):
-    from gradblock.shim.train import train_main
+    from gradblock import cli
     for var in ("RANK", "WORLD_SIZE"):
         monkeypatch.delenv(var, raising=False)
-    assert train_main(["--ddp", "--data", "digits", "--no-progress"]) == 2
+    assert cli.main(["train", "--ddp", "--data", "digits", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gradblock train: ConfigError: --ddp needs torchrun")
     assert len(err.strip().splitlines()) == 1

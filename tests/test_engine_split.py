@@ -69,9 +69,10 @@ def test_hw_costs_follow_the_cycle_budget():
 
 @pytest.mark.parametrize("spec", ["gpu:2", "numba:0", "hw:1", "hw:1@-5", "numba:20"])
 def test_bad_engine_spec_is_named(spec, capsys):
-    assert es.split_main(["--engines", spec]) == 2
+    from gradblock import cli
+    assert cli.main(["split", "--engines", spec]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("gradblock split: ValueError") and "\n" not in err
+    assert err.startswith("gradblock split: ") and "\n" not in err
 
 
 def test_cli_measures_and_writes_json(tmp_path):
