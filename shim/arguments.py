@@ -14,7 +14,6 @@ from gradblock.refmodel.validation import parse_k   # the one k parser shared by
 
 from .compressors import COMPRESSORS
 from .peers import PEERS
-from .peers import PEERS
 from .config import DATASETS, TrainConfig
 from .models import ALIASES as MODEL_ALIASES
 

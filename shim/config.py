@@ -60,10 +60,8 @@ class TrainConfig:
     check_every: int = 0                # cross-rank checksum every this many steps (--ddp)
     progress: bool = True
     merge_plan: str | None = None       # none | greedy | exact | a plan file (shim/merge_apply.py)
-    powersgd_rank: int = 1              # --compressor powersgd: matrix approximation rank (shim/peers.py)
     exchange: str = "allgather"         # allreduce: global block selection (shim/global_exchange.py)
     powersgd_rank: int = 1              # --compressor powersgd: matrix approximation rank (shim/peers.py)
-
     # the worker's gradient before compression (DGC), and the learning-rate schedule
     # (docs/training.md "Weight decay, clipping, schedules"); defaults: off / constant
     weight_decay: float = 0.0           # g = float32(g + float32(wd * w)) on every worker

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from .compressors import Compressor, LayerInfo, StepStats, WorkerState
 from .errors import ConfigError
 from .problem import Problem, resolve_device, worker_batch
+from .resilience import restart_count
 from .state import rank_path
 from .workers import SimulatedCluster, StepTimes
 
@@ -116,7 +117,10 @@ class SimulatedExchange(Exchange):
 class DdpExchange(Exchange):
     mode = "ddp"
 
-    def __init__(self, n_workers: int | None, device: str, timed: bool = False):
+    def __init__(self, n_workers: int | None, device: str, timed: bool = False,
+                 timeout_s: float = 300.0):
+        from datetime import timedelta
+
         import torch.distributed as dist
         if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
             raise ConfigError("--ddp needs torchrun (RANK / WORLD_SIZE are not set); see "
@@ -124,7 +128,16 @@ class DdpExchange(Exchange):
         self.device = resolve_device(device, int(os.environ.get("LOCAL_RANK", "0")))
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-        dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
+        # every collective is bounded: a silent peer ends the step (resilience.peer_lost)
+        self.timeout_s = float(timeout_s)
+        timeout = timedelta(seconds=self.timeout_s)
+        # torchrun's static rendezvous reuses one store across restarts: keys of the failed
+        # attempt (rank 0's old gloo address) would race the new ones, so each attempt keeps
+        # its own prefix
+        store, rank, world = next(dist.rendezvous("env://", timeout=timeout))
+        store = dist.PrefixStore(f"gradblock/attempt{restart_count()}/", store)
+        dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo", store=store,
+                                rank=rank, world_size=world, timeout=timeout)
         self.rank, world = dist.get_rank(), dist.get_world_size()
         if n_workers is not None and n_workers != world:
             self.close()
@@ -200,6 +213,8 @@ class DdpExchange(Exchange):
             dist.destroy_process_group()
 
 
-def make_exchange(ddp: bool, n_workers: int | None, device: str, timed: bool = False) -> Exchange:
-    cls = DdpExchange if ddp else SimulatedExchange
-    return cls(n_workers, device, timed)
+def make_exchange(ddp: bool, n_workers: int | None, device: str, timed: bool = False,
+                  timeout_s: float = 300.0) -> Exchange:
+    if ddp:
+        return DdpExchange(n_workers, device, timed, timeout_s)
+    return SimulatedExchange(n_workers, device, timed)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 import time
 import zlib
 from collections import Counter
@@ -88,6 +89,11 @@ def common_step(exchange, base: str | Path) -> int | None:
                 for i in range(0, len(everyone), width)]
     shared = set.intersection(*per_rank) if per_rank else set()
     return max(shared) if shared else None
+
+
+def note(text: str) -> None:
+    """One line on stderr, flushed: what the fault matrix (bench/faults.py) timestamps."""
+    print(f"gradblock train: {text}", file=sys.stderr, flush=True)
 
 
 def restart_count() -> int:
@@ -232,6 +238,9 @@ class FaultInjector:
         return any(f.kind == kind and f.step == step for f in self.faults)
 
     def before_step(self, step: int, hook) -> None:
+        for f in self.faults:
+            if f.step == step:
+                note(f"injecting fault {f.kind} on rank {f.rank} at step {step}")
         if self._due("kill", step):
             os.kill(os.getpid(), signal.SIGKILL)
         if self._due("stop", step):
@@ -242,5 +251,6 @@ class FaultInjector:
     def after_step(self, step: int, model: torch.nn.Module) -> None:
         if self._due("perturb", step):
             with torch.no_grad():
+                # large enough that later rounding cannot absorb it (one ulp can be)
                 p = next(model.parameters()).view(-1)
-                p[0] = torch.nextafter(p[0], p[0] + 1)
+                p[0] += 1e-3 * (p[0].abs() + 1e-3)

@@ -28,11 +28,10 @@ from .errors import CheckpointError
 from .exchange import Exchange, StepOutcome, make_exchange
 from .optim import GlobalMomentumSGD
 from .peers import PEERS, build_peer, make_peer_exchange, run_peer_locally
-from .peers import PEERS, build_peer, make_peer_exchange, run_peer_locally
 from .outputs import atomic_write, atomic_write_text, check_output_dir, check_output_file
 from .problem import build_problem, epoch_shards, evaluate, worker_batch
-from .resilience import (FaultInjector, check_replicas, common_step, is_comm_failure, peer_lost,
-                         prune, step_path)
+from .resilience import (FaultInjector, check_replicas, common_step, is_comm_failure, note,
+                         peer_lost, prune, restart_count, step_path)
 from .warmup import Warmup
 from .schedule import lr_at, register_worker_grad_hooks, resolve_horizon
 from .state import (CheckpointExpectation, check_checkpoint, compressor_state, is_checkpoint,
@@ -85,8 +84,6 @@ class Trainer:
             torch.set_num_threads(cfg.threads)
         if exchange is None and cfg.compressor in PEERS:    # torch's own DDP hooks (shim/peers.py)
             exchange = make_peer_exchange(cfg)
-        if exchange is None and cfg.compressor in PEERS:    # torch's own DDP hooks (shim/peers.py)
-            exchange = make_peer_exchange(cfg)
         self.exchange = exchange or make_exchange(cfg.ddp, cfg.workers, cfg.device, cfg.time_phases,
                                                   cfg.timeout)
         try:
@@ -130,6 +127,8 @@ class Trainer:
         self.resumed_from = resume
         resolve_horizon(cfg, ex.checkpoint_path(resume) if resume else None)   # cosine's T
         self.faults = FaultInjector(self.rank) if ex.mode == "ddp" else None
+        if cfg.elastic and resume and self.rank == 0:
+            note(f"elastic resume from step {step} (restart {restart_count()})")
         if resume:
             # per-rank files under DDP: every rank learns whether all of them could resume
             try:
@@ -372,8 +371,6 @@ class Trainer:
 def run_training(cfg: TrainConfig, progress=None, dataset=None) -> dict:
     """Train one configuration; returns the result dict (also written to cfg.out).
     `progress`: a tqdm-like bar to advance per step; `dataset`: a preloaded Dataset."""
-    if cfg.compressor in PEERS and not cfg.ddp:     # torch's hooks need a process group
-        return run_peer_locally(cfg, progress)
     if cfg.compressor in PEERS and not cfg.ddp:     # torch's hooks need a process group
         return run_peer_locally(cfg, progress)
     trainer = Trainer(cfg, dataset)

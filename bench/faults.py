@@ -1,0 +1,205 @@
+"""The fault matrix (docs/reliability.md): `gradblock train --ddp --elastic` under
+`torchrun --max-restarts`, one fault injected per run (shim/resilience.py's GRADBLOCK_FAULT),
+compared bit for bit with an uninterrupted run of the same seed.
+
+Every stderr line is timestamped as it arrives: time to detect is from the injector's
+"injecting fault" line to the first line that names the failure (PeerLostError, the frame
+error, ReplicaDivergenceError, or torchrun's report of a dead worker); time to recover is from
+there to the restarted group's "elastic resume" line. A run past `hard_limit_s` is killed and
+counted as a hang.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from gradblock.fileio import write_text
+
+KINDS = ("kill", "stop", "flip")
+_DETECT = re.compile(r"PeerLostError|CRC_MISMATCH|Error|failed \(exitcode")
+_RESUME = re.compile(r"elastic resume from step (\d+)")
+
+
+@dataclass
+class FaultRun:
+    kind: str
+    rank: int
+    step: int
+    seed: int
+    returncode: int | None
+    wall_s: float
+    hang: bool
+    detect_s: float | None
+    recover_s: float | None
+    resumed_from: int | None
+    bit_identical: bool
+    named: str = ""                       # the first line that named the failure
+    lines: list[str] = field(default_factory=list, repr=False)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def train_args(seed: int, steps: int, *, data: str = "digits") -> list[str]:
+    """The run every case trains (small enough for many injections on 2 cores)."""
+    return ["--data", data, "--compressor", "coarse", "--k", "2", "--epochs", "2",
+            "--batch-size", "32", "--threads", "1", "--no-progress", "--seed", str(seed),
+            "--max-steps", str(steps)]
+
+
+def torchrun(args: list[str], nproc: int, *, max_restarts: int = 0, env: dict | None = None,
+             hard_limit_s: float = 600.0) -> tuple[int | None, float, bool, list[tuple[float, str]]]:
+    """Run `torchrun ... -m gradblock.cli ARGS`; (returncode, wall s, hung, timestamped lines)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
+           "--nproc-per-node", str(nproc), "--max-restarts", str(max_restarts),
+           "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+           "-m", "gradblock.cli", *args]
+    full_env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=full_env, start_new_session=True)
+    lines: list[tuple[float, str]] = []
+
+    def read():
+        for line in proc.stdout:
+            lines.append((time.monotonic() - t0, line.rstrip("\n")))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    hung = False
+    try:
+        proc.wait(timeout=hard_limit_s)
+    except subprocess.TimeoutExpired:
+        hung = True
+        os.killpg(proc.pid, 9)
+        proc.wait()
+    reader.join(timeout=5)
+    return (None if hung else proc.returncode), time.monotonic() - t0, hung, lines
+
+
+def _models_equal(a: Path, b: Path, nproc: int) -> bool:
+    import torch
+    for r in range(nproc):
+        pa, pb = a / f"model.rank{r}.pt", b / f"model.rank{r}.pt"
+        if not (pa.exists() and pb.exists()):
+            return False
+        sa = torch.load(pa, weights_only=True)
+        sb = torch.load(pb, weights_only=True)
+        if sa.keys() != sb.keys() or not all(torch.equal(sa[k], sb[k]) for k in sa):
+            return False
+    return True
+
+
+def reference(workdir: Path, seed: int, steps: int, nproc: int) -> Path:
+    """The uninterrupted run of `seed` (trained once per work directory)."""
+    out = workdir / f"reference-s{seed}-n{nproc}-t{steps}"
+    if not (out / "result.json").exists():
+        rc, _, hung, lines = torchrun(["train", "--ddp", *train_args(seed, steps), "--out", str(out)],
+                                      nproc)
+        if rc != 0:
+            tail = "\n".join(line for _, line in lines[-20:])
+            raise RuntimeError(f"the reference run of seed {seed} failed (rc {rc}):\n{tail}")
+    return out
+
+
+def inject(workdir: Path, kind: str, rank: int, step: int, seed: int, *, steps: int, nproc: int,
+           timeout_s: float = 10.0, checkpoint_every: int = 5, max_restarts: int = 2,
+           hard_limit_s: float = 600.0) -> FaultRun:
+    """One run with one fault; compared with `reference(workdir, seed, ...)`."""
+    ref = reference(workdir, seed, steps, nproc)
+    case = workdir / f"{kind}-r{rank}-t{step}-s{seed}"
+    args = ["train", "--ddp", *train_args(seed, steps), "--elastic",
+            "--checkpoint", str(case / "ck" / "c.pt"), "--checkpoint-every", str(checkpoint_every),
+            "--timeout", str(timeout_s), "--check-every", str(checkpoint_every),
+            "--out", str(case / "out")]
+    rc, wall, hung, lines = torchrun(args, nproc, max_restarts=max_restarts,
+                                     env={"GRADBLOCK_FAULT": f"{kind}:{rank}:{step}"},
+                                     hard_limit_s=hard_limit_s)
+    t_fault = next((t for t, line in lines if "injecting fault" in line), None)
+    detect = next(((t, line) for t, line in lines
+                   if t_fault is not None and t >= t_fault and "injecting fault" not in line
+                   and _DETECT.search(line)), None)
+    resume = next(((t, int(m.group(1))) for t, line in lines if (m := _RESUME.search(line))), None)
+    return FaultRun(
+        kind=kind, rank=rank, step=step, seed=seed, returncode=rc, wall_s=wall, hang=hung,
+        detect_s=None if detect is None or t_fault is None else detect[0] - t_fault,
+        recover_s=None if resume is None or detect is None else resume[0] - detect[0],
+        resumed_from=None if resume is None else resume[1],
+        bit_identical=rc == 0 and _models_equal(ref, case / "out", nproc),
+        named="" if detect is None else " ".join(detect[1].split())[:200],
+        lines=[line for _, line in lines])
+
+
+def plan(kinds, count: int, nproc: int, steps: int, seed: int = 0) -> list[tuple[str, int, int, int]]:
+    """`count` faults of each kind: ranks, steps and training seeds drawn from `seed`."""
+    rnd = random.Random(seed)
+    cases = []
+    for kind in kinds:
+        for i in range(count):
+            cases.append((kind, rnd.randrange(nproc), rnd.randrange(2, steps - 2), i % 3))
+    return cases
+
+
+def summarise(runs: list[FaultRun]) -> list[dict]:
+    rows = []
+    for kind in sorted({r.kind for r in runs}, key=lambda k: (KINDS + (k,)).index(k)):
+        rs = [r for r in runs if r.kind == kind]
+        det = sorted(r.detect_s for r in rs if r.detect_s is not None)
+        rec = sorted(r.recover_s for r in rs if r.recover_s is not None)
+        med = (lambda v: v[len(v) // 2] if v else None)   # noqa: E731
+        rows.append({"kind": kind, "injected": len(rs), "hangs": sum(r.hang for r in rs),
+                     "failed_runs": sum(r.returncode not in (0,) for r in rs),
+                     "bit_identical": sum(r.bit_identical for r in rs),
+                     "detect_s_median": med(det), "detect_s_max": det[-1] if det else None,
+                     "recover_s_median": med(rec), "recover_s_max": rec[-1] if rec else None})
+    return rows
+
+
+def markdown(rows: list[dict], meta: dict) -> str:
+    def f(v):
+        return "n/a" if v is None else f"{v:.1f}"
+    out = ["| fault | injected | hangs | runs not finished | bit-identical to the uninterrupted run "
+           "| detect s (median / max) | recover s (median / max) |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['kind']} | {r['injected']} | {r['hangs']} | {r['failed_runs']} | "
+                   f"{r['bit_identical']} / {r['injected']} | {f(r['detect_s_median'])} / "
+                   f"{f(r['detect_s_max'])} | {f(r['recover_s_median'])} / {f(r['recover_s_max'])} |")
+    out.append("")
+    out.append(f"{meta['workers']} ranks (gloo, 127.0.0.1), {meta['steps']} steps of digits / "
+               f"coarse k=2, --timeout {meta['timeout_s']} s, --checkpoint-every "
+               f"{meta['checkpoint_every']}, --max-restarts 2; {meta['machine']}; "
+               f"`{meta['command']}`.")
+    return "\n".join(out) + "\n"
+
+
+def run_matrix(workdir: Path, kinds=KINDS, count: int = 20, nproc: int = 3, steps: int = 24,
+               timeout_s: float = 10.0, json_path: Path | None = None, progress: bool = True,
+               command: str = "") -> dict:
+    from tqdm import tqdm
+    workdir.mkdir(parents=True, exist_ok=True)
+    cases = plan(kinds, count, nproc, steps)
+    runs = []
+    for kind, rank, step, seed in tqdm(cases, desc="faults", unit="run", disable=not progress):
+        runs.append(inject(workdir, kind, rank, step, seed, steps=steps, nproc=nproc,
+                           timeout_s=timeout_s))
+    import platform
+    meta = {"workers": nproc, "steps": steps, "timeout_s": timeout_s, "checkpoint_every": 5,
+            "machine": f"{platform.machine()} {os.cpu_count()} cores", "command": command}
+    result = {"meta": meta, "summary": summarise(runs),
+              "runs": [{k: v for k, v in asdict(r).items() if k != "lines"} for r in runs]}
+    if json_path is not None:
+        write_text(json_path, json.dumps(result, indent=2) + "\n")
+    return result
