@@ -9,8 +9,14 @@ and the datapath testbenches use it:
                   env={"TB_CASES": "..."})
     assert res.passed, res.report()
 
-* Build directories: sim_build/<toplevel>-<sim>-<params>[-waves] under the repository root (or
-  $GRADBLOCK_SIM_BUILD). A file lock makes concurrent pytest workers share one build safely.
+* Build directories live in a cache the user controls, never in the package tree:
+  `build_root=` (`gradblock verify --build-dir`), else $GRADBLOCK_SIM_BUILD, else
+  $XDG_CACHE_HOME/gradblock/sim_build (~/.cache/gradblock/sim_build). Each build is keyed by a
+  hash of (top level, simulator and its version, parameters, build flags, the sources' bytes):
+  <root>/<toplevel>-<sim>-<params>-<hash12>[-waves], so identical builds are reused across
+  runs and checkouts, and a changed source or flag never reuses a stale model. A finished
+  build leaves a stamp (.build-ok); a stamped build is not rebuilt. A file lock makes
+  concurrent pytest workers share one build safely.
 * Each run gets its own directory below the build directory (results.xml, sim.log, waveform), so
   runs of one build do not trample each other.
 * `env` reaches the cocotb test module as environment variables (case selection, golden dir,
@@ -30,9 +36,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -150,11 +158,78 @@ def simulator_available(sim: str) -> str | None:
     return f"unknown simulator {sim!r} (choose from {', '.join(SIMULATORS)})"
 
 
-def build_dir_for(toplevel: str, sim: str, parameters: dict | None, waves: bool) -> Path:
-    base = Path(os.environ.get("GRADBLOCK_SIM_BUILD", REPO_ROOT / "sim_build"))
+BUILD_DIR_ENV = "GRADBLOCK_SIM_BUILD"
+BUILD_STAMP = ".build-ok"
+BUILD_FORMAT = 2          # bump when the build recipe changes in a way the key does not see
+
+
+def sim_build_root(build_root: str | os.PathLike | None = None) -> Path:
+    """Where simulator builds go: `build_root` if given, else $GRADBLOCK_SIM_BUILD, else
+    $XDG_CACHE_HOME/gradblock/sim_build, else ~/.cache/gradblock/sim_build (XDG base
+    directory rules: a relative XDG_CACHE_HOME is ignored). Never the package tree."""
+    if build_root:
+        return Path(build_root).expanduser().absolute()
+    env = os.environ.get(BUILD_DIR_ENV, "")
+    if env:
+        return Path(env).expanduser().absolute()
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    cache = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+    return cache / "gradblock" / "sim_build"
+
+
+def build_args(sim: str, waves: bool, coverage: bool = False) -> list[str]:
+    """The simulator's build flags (part of the build key)."""
+    # --public-params: parameters left at their default stay readable on the DUT handle
+    # (tb_util.hdl_parameter falls back to it)
+    args = ["-Wno-fatal", "--public-params"] if sim == "verilator" else []
+    if sim == "verilator" and waves:
+        args += (["--trace-fst"] if verilator_fst_supported() else []) + ["--trace-structs"]
+    if sim == "verilator" and coverage:
+        args += ["--coverage-line", "--coverage-toggle", "--coverage-user"]
+    return args
+
+
+@functools.lru_cache(maxsize=None)
+def simulator_version(sim: str) -> str:
+    """The simulator's version line (part of the build key: a new simulator rebuilds)."""
+    cmd = {"verilator": ["verilator", "--version"], "icarus": ["iverilog", "-V"]}.get(sim)
+    if sim == "verilator":
+        setup_verilator()
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError, TypeError):
+        return "unknown"
+    return (out.strip().splitlines() or ["unknown"])[0]
+
+
+def build_key(toplevel: str, sim: str, parameters: dict | None, sources, args) -> str:
+    """sha256 over everything a build depends on: top level, simulator and version, cocotb
+    version, parameters, flags and each source file's name and bytes (in order)."""
+    import cocotb
+    h = hashlib.sha256()
+    head = {"format": BUILD_FORMAT, "toplevel": toplevel, "sim": sim, "waves": "--trace" in " ".join(args),
+            "version": simulator_version(sim), "cocotb": getattr(cocotb, "__version__", "?"),
+            "parameters": {k: str(v) for k, v in sorted((parameters or {}).items())},
+            "args": list(args), "make": list(verilator_pch_make_args()) if sim == "verilator" else []}
+    h.update(json.dumps(head, sort_keys=True).encode())
+    for src in sources:
+        src = Path(src)
+        h.update(b"\0" + src.name.encode() + b"\0")
+        h.update(src.read_bytes())
+    return h.hexdigest()
+
+
+def build_dir_for(toplevel: str, sim: str, parameters: dict | None, waves: bool,
+                  sources=None, build_root: str | os.PathLike | None = None,
+                  coverage: bool = False) -> Path:
+    """The build directory of this (top level, simulator, parameters, flags, sources)."""
+    sources = hw_sources(toplevel) if sources is None else [Path(s) for s in sources]
+    args = build_args(sim, waves, coverage)
+    key = build_key(toplevel, sim, parameters, sources, args)
     tag = "-".join(f"{k}{v}" for k, v in sorted((parameters or {}).items())) or "default"
-    tag = re.sub(r"[^A-Za-z0-9_.=+-]", "_", tag)
-    return base / f"{toplevel}-{sim}-{tag}{'-waves' if waves else ''}"
+    tag = re.sub(r"[^A-Za-z0-9_.=+-]", "_", tag)[:60]
+    extra = ("-waves" if waves else "") + ("-cov" if coverage else "")
+    return sim_build_root(build_root) / f"{toplevel}-{sim}-{tag}-{key[:12]}{extra}"
 
 
 def parse_results(results_xml: Path) -> list[TestOutcome]:
@@ -180,13 +255,13 @@ def _locked(path: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _runner(sim: str):
+def _runner(sim: str, build_root: str | os.PathLike | None = None):
     from cocotb_tools.runner import get_runner
     if sim == "icarus":
         return _icarus_vcd_runner()
     if sim == "verilator":
         setup_verilator()
-        return _verilator_pch_runner()
+        return _verilator_pch_runner(build_root)
     return get_runner(sim)
 
 
@@ -209,14 +284,27 @@ def verilator_pch_make_args() -> tuple[str, ...]:
     return ("CFG_CXXFLAGS_PCH_I=-include",)
 
 
-def _verilator_pch_runner():
-    """cocotb's Verilator runner with verilator_pch_make_args() on its make command."""
+def objcache_make_args(build_root: str | os.PathLike | None = None) -> tuple[str, ...]:
+    """OBJCACHE for Verilator's make: sim/objcache.py compiles the Verilator runtime library
+    (verilated.o, verilated_vpi.o, ...) once per flag set into <build root>/objcache and copies
+    it into every later model, instead of recompiling it for each (most of a small model's
+    build). GRADBLOCK_OBJCACHE=0 turns it off."""
+    if os.environ.get("GRADBLOCK_OBJCACHE", "1") == "0":
+        return ()
+    cache = sim_build_root(build_root) / "objcache"
+    script = Path(__file__).resolve().parent / "objcache.py"
+    return (f"OBJCACHE={shlex.join([sys.executable, str(script), '--dir', str(cache)])}",)
+
+
+def _verilator_pch_runner(build_root: str | os.PathLike | None = None):
+    """cocotb's Verilator runner with verilator_pch_make_args() and objcache_make_args() on
+    its make command."""
     from cocotb_tools.runner import Verilator
 
     class VerilatorPch(Verilator):
         def _build_command(self):
             cmds = super()._build_command()
-            extra = list(verilator_pch_make_args())
+            extra = list(verilator_pch_make_args()) + list(objcache_make_args(build_root))
             return [cmd + extra if cmd and cmd[0] == "make" else cmd for cmd in cmds]
 
     return VerilatorPch()
@@ -250,17 +338,26 @@ def _waves_file(sim: str, toplevel: str, run_dir: Path) -> Path:
     return run_dir / f"{toplevel}.vcd"
 
 
-def _build(sim: str, toplevel: str, sources, parameters: dict, build_dir: Path, waves: bool) -> None:
-    runner = _runner(sim)
-    # --public-params: parameters left at their default stay readable on the DUT handle
-    # (tb_util.hdl_parameter falls back to it)
-    args = ["-Wno-fatal", "--public-params"] if sim == "verilator" else []
-    if sim == "verilator" and waves:
-        args += (["--trace-fst"] if verilator_fst_supported() else []) + ["--trace-structs"]
+def _build(sim: str, toplevel: str, sources, parameters: dict, build_dir: Path, waves: bool,
+           coverage: bool = False, build_root: str | os.PathLike | None = None) -> bool:
+    """Build into `build_dir` unless a finished build (stamp) is there; True when it built.
+    The directory name carries the hash of everything the build depends on (build_key), so a
+    stamped directory holds exactly this build."""
+    stamp = build_dir / BUILD_STAMP
+    if stamp.is_file():
+        return False
+    runner = _runner(sim, build_root)
+    args = build_args(sim, waves, coverage)
     with _locked(build_dir / ".build.lock"):
+        if stamp.is_file():            # another worker finished it while we waited
+            return False
         runner.build(sources=[str(s) for s in sources], hdl_toplevel=toplevel, parameters=parameters,
                      build_dir=build_dir, build_args=args, waves=waves, timescale=("1ns", "1ps"),
                      log_file=build_dir / "build.log")
+        stamp.write_text(json.dumps({"toplevel": toplevel, "sim": sim, "parameters": {
+            k: str(v) for k, v in sorted(parameters.items())}, "args": args,
+            "sources": [str(s) for s in sources]}, indent=1) + "\n")
+    return True
 
 
 def test_filter(testcase: str | None) -> str | None:
@@ -297,8 +394,8 @@ def _simulate(sim, toplevel, build_dir, run_dir, test_module, parameters, env, w
 
 def run_rtl(toplevel: str, sources, test_module: str, sim: str, parameters: dict | None = None,
             env: dict | None = None, waves: bool | None = None, testcase: str | None = None,
-            seed: int | None = None, run_name: str | None = None, waves_on_failure: bool = True
-            ) -> RunResult:
+            seed: int | None = None, run_name: str | None = None, waves_on_failure: bool = True,
+            build_root: str | os.PathLike | None = None, coverage: bool = False) -> RunResult:
     """Build (if stale) and simulate `toplevel` from `sources`, running cocotb `test_module`.
 
     sources:    HDL files; None: the top level and everything it needs (hw/deps.py).
@@ -309,6 +406,10 @@ def run_rtl(toplevel: str, sources, test_module: str, sim: str, parameters: dict
     waves:      record a waveform (default: GRADBLOCK_WAVES=1 in the environment).
     testcase:   run only these cocotb tests (comma-separated names).
     run_name:   names the run directory (default: the test module and testcase).
+    build_root: where builds go (default: sim_build_root(): $GRADBLOCK_SIM_BUILD or the user's
+                cache directory).
+    coverage:   Verilator only: build with line, toggle and user coverage; the run leaves
+                coverage.dat in its run directory (sim/coverage.py reads it).
     Returns a RunResult; `.passed` and `.report()` are what tests assert on.
     """
     if sim not in SIMULATORS:
@@ -324,7 +425,9 @@ def run_rtl(toplevel: str, sources, test_module: str, sim: str, parameters: dict
     sources = hw_sources(toplevel) if sources is None else [Path(s) for s in sources]
 
     t0 = time.monotonic()
-    build_dir = build_dir_for(toplevel, sim, parameters, waves)
+    if coverage and sim != "verilator":
+        raise ValueError("coverage needs the verilator simulator")
+    build_dir = build_dir_for(toplevel, sim, parameters, waves, sources, build_root, coverage)
     name = run_name or f"{test_module.rsplit('.', 1)[-1]}{'-' + testcase if testcase else ''}"
     run_dir = build_dir / "runs" / re.sub(r"[^A-Za-z0-9_.=+-]", "_", name)
     if run_dir.exists():
@@ -332,7 +435,7 @@ def run_rtl(toplevel: str, sources, test_module: str, sim: str, parameters: dict
     run_dir.mkdir(parents=True)
     result = RunResult(toplevel, sim, parameters, build_dir, run_dir, None)
     try:
-        _build(sim, toplevel, sources, parameters, build_dir, waves)
+        _build(sim, toplevel, sources, parameters, build_dir, waves, coverage, build_root)
     except (RuntimeError, SystemExit, OSError) as exc:
         log = build_dir / "build.log"
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:]) if log.is_file() else ""
@@ -359,6 +462,7 @@ def run_rtl(toplevel: str, sources, test_module: str, sim: str, parameters: dict
 
     if not result.passed and not waves and waves_on_failure:
         again = run_rtl(toplevel, sources, test_module, sim, parameters, env, waves=True,
-                        testcase=testcase, seed=seed, run_name=name, waves_on_failure=False)
+                        testcase=testcase, seed=seed, run_name=name, waves_on_failure=False,
+                        build_root=build_root, coverage=coverage)
         result.waves = again.waves
     return result

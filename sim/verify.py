@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -86,6 +87,11 @@ REGISTRY: dict[str, RtlModule] = {m.name: m for m in [
               parameters={"ADDR_W": 32, "MAX_BURST": 16}),
 ]}
 
+DEFAULT_TRAFFIC = "0:0,0.4:0.4"
+# every profile the testbenches define by default (sim/tb_util.traffic_profiles) plus the
+# verify default: idle input, back-pressure, both
+COVERAGE_TRAFFIC = "0:0,0.3:0,0:0.5,0.4:0.4,0.6:0.7"
+
 _SEVERITY = {"pass": 0, "skip": 1, "fail": 2, "error": 3}
 
 
@@ -109,8 +115,12 @@ class Row:
 
 
 def run_module(mod: RtlModule, sim: str, golden: Path, traffic: str, waves: bool,
-               cases: list[str] | None, work: Path) -> tuple[list[Row], str]:
-    """Run one registry entry over the golden directory: its rows and the run's report."""
+               cases: list[str] | None, work: Path, build_root: Path | None = None,
+               coverage_dir: Path | None = None) -> tuple[list[Row], str]:
+    """Run one registry entry over the golden directory: its rows and the run's report.
+    build_root: where the simulator builds go (default: harness.sim_build_root()).
+    coverage_dir: Verilator only: build with coverage and copy the run's coverage.dat there
+    as <name>.dat (sim/coverage.py merges them)."""
     results = work / f"{mod.name}-{sim}-cases.json"
     results.unlink(missing_ok=True)
     env = {**mod.env, mod.golden_env: golden, "TB_TRAFFIC": traffic, "TB_CASE_RESULTS": results}
@@ -118,7 +128,13 @@ def run_module(mod: RtlModule, sim: str, golden: Path, traffic: str, waves: bool
         env["TB_CASES"] = ",".join(cases)
     res = run_rtl(mod.toplevel, None, mod.test_module, sim,
                   parameters=mod.parameters, env=env, waves=waves, testcase=mod.testcase,
-                  run_name=f"verify-{mod.testcase}")
+                  run_name=f"verify-{mod.testcase}", build_root=build_root,
+                  coverage=coverage_dir is not None)
+    if coverage_dir is not None:
+        dat = res.run_dir / "coverage.dat"
+        if dat.is_file():
+            coverage_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(dat, coverage_dir / f"{mod.name}.dat")
     rows = []
     if results.is_file():
         for r in merge_case_records(json.loads(results.read_text())).values():
@@ -165,14 +181,28 @@ def verify_main(argv: list[str]) -> int:
     p.add_argument("--modules", nargs="+", metavar="NAME",
                    help=f"registry entries to run (default: all available: {', '.join(REGISTRY)})")
     p.add_argument("--cases", nargs="+", metavar="CASE", help="only these golden cases")
-    p.add_argument("--traffic", default="0:0,0.4:0.4",
-                   help="idle:backpressure probabilities, comma-separated (default 0:0,0.4:0.4)")
+    p.add_argument("--traffic", default=None,
+                   help="idle:backpressure probabilities, comma-separated (default 0:0,0.4:0.4; "
+                        f"with --coverage every profile, {COVERAGE_TRAFFIC})")
+    p.add_argument("--build-dir", metavar="DIR",
+                   help="simulator build cache (default $GRADBLOCK_SIM_BUILD, else "
+                        "$XDG_CACHE_HOME/gradblock/sim_build or ~/.cache/gradblock/sim_build)")
+    p.add_argument("--coverage", metavar="DIR",
+                   help="Verilator only: build with line/branch/toggle coverage, run, and write "
+                        "DIR/coverage.json, DIR/coverage.info (lcov) and an annotated source tree "
+                        "DIR/annotated/ (sim/coverage.py)")
     p.add_argument("--waves", action="store_true", help="record waveforms of every run")
     try:
         args = p.parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
 
+    if args.coverage and args.sim != "verilator":
+        print("gradblock verify: --coverage needs --sim verilator", file=sys.stderr)
+        return 2
+    traffic = args.traffic or (COVERAGE_TRAFFIC if args.coverage else DEFAULT_TRAFFIC)
+    build_root = Path(args.build_dir).expanduser() if args.build_dir else None
+    cov_dir = Path(args.coverage).expanduser() if args.coverage else None
     unknown = sorted(set(args.modules or []) - set(REGISTRY))
     if unknown:
         print(f"gradblock verify: unknown module(s) {', '.join(unknown)}; registered: "
@@ -225,11 +255,15 @@ def verify_main(argv: list[str]) -> int:
                 print(f"{name}: no case in {golden} has stage {' or '.join(map(repr, stages))}")
                 continue
             print(f"{name}: {len(applicable)} cases on {args.sim} ...", flush=True)
-            mod_rows, report = run_module(mod, args.sim, golden, args.traffic, args.waves,
-                                          applicable if args.cases else None, work)
+            mod_rows, report = run_module(mod, args.sim, golden, traffic, args.waves,
+                                          applicable if args.cases else None, work,
+                                          build_root=build_root,
+                                          coverage_dir=work / "coverage" if cov_dir else None)
             rows += mod_rows
             if any(r.status in ("fail", "error") for r in mod_rows):
                 failures.append(report)
+        if cov_dir is not None and rows:
+            coverage_report = write_coverage(work / "coverage", cov_dir, golden, rows)
 
     if not rows:
         print("nothing was run")
@@ -241,4 +275,23 @@ def verify_main(argv: list[str]) -> int:
           f"{counts['error']} error ({args.sim})")
     for rep in failures:
         print("\n" + rep)
+    if cov_dir is not None:
+        from .coverage import format_summary
+        print("\n" + format_summary(coverage_report))
+        print(f"coverage report: {cov_dir / 'coverage.json'} (lcov: coverage.info, sources: "
+              f"annotated/)")
     return 1 if counts["fail"] or counts["error"] else 0
+
+
+def write_coverage(dat_dir: Path, out: Path, golden: Path, rows: list[Row]) -> dict:
+    """Merge the runs' coverage.dat files, decide the functional bins from the cases that
+    passed, write out/coverage.json, coverage.info and annotated/ (sim/coverage.py)."""
+    from . import coverage, functional_bins
+    dats = sorted(dat_dir.glob("*.dat"))
+    points = coverage.merge(dats)
+    passed: dict[str, set[str]] = {}
+    for r in rows:
+        if r.status == "pass":
+            passed.setdefault(r.module, set()).add(r.case)
+    bins = functional_bins.bins(golden, passed, points)
+    return coverage.write_report(dats, out, bins, runs=[d.stem for d in dats], points=points)
