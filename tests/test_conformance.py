@@ -190,13 +190,18 @@ def _step(b, g, r, **kw):
     return b.compress_layer(b.asarray(g), None if r is None else b.asarray(r), **kw)
 
 
+norms = st.sampled_from(["l1", "l2"])
+bad_norms = st.sampled_from(["L2", "l3", "", None, 2])
+
+
 @SETTINGS
 @given(data=st.data(), g=gradients(), R=ranges, k=steps_k, block_size=block_sizes,
-       layer_id=st.integers(0, 2**32 - 1), lmax_log2=st.integers(1, 24))
-def test_compress_layer(backend, data, g, R, k, block_size, layer_id, lmax_log2):
+       layer_id=st.integers(0, 2**32 - 1), lmax_log2=st.integers(1, 24), norm=norms)
+def test_compress_layer(backend, data, g, R, k, block_size, layer_id, lmax_log2, norm):
     r = data.draw(st.none() | st.just(_residual_for(data.draw, g.shape)))
     assert_conforms(backend, lambda b: _step(b, g, r, R=R, k=k, block_size=block_size,
-                                             layer_id=layer_id, lmax_log2=lmax_log2))
+                                             layer_id=layer_id, lmax_log2=lmax_log2,
+                                             norm=norm))
 
 
 @SETTINGS
@@ -204,9 +209,9 @@ def test_compress_layer(backend, data, g, R, k, block_size, layer_id, lmax_log2)
        R=ranges | bad_ranges, k=steps_k | bad_k, block_size=block_sizes | bad_block_sizes,
        layer_id=st.integers(0, 5) | bad_layer_ids, lmax_log2=st.integers(1, 24) | bad_lmax,
        residual=st.sampled_from(["none", "ok", "shape", "int64", "list"]),
-       grad_dtype=st.sampled_from([np.float32, np.float32, np.float64]))
+       grad_dtype=st.sampled_from([np.float32, np.float32, np.float64]), norm=norms | bad_norms)
 def test_compress_layer_errors_in_reference_order(backend, data, g, R, k, block_size, layer_id,
-                                                  lmax_log2, residual, grad_dtype):
+                                                  lmax_log2, residual, grad_dtype, norm):
     """Several faults at once: every backend reports the reference's first one."""
     if residual == "none":
         r = None
@@ -224,7 +229,7 @@ def test_compress_layer_errors_in_reference_order(backend, data, g, R, k, block_
     def op(b):
         rr = r if isinstance(r, str) or r is None else b.asarray(r)
         return b.compress_layer(b.asarray(x), rr, R=R, k=k, block_size=block_size,
-                                layer_id=layer_id, lmax_log2=lmax_log2)
+                                layer_id=layer_id, lmax_log2=lmax_log2, norm=norm)
     assert_conforms(backend, op)
 
 
@@ -241,6 +246,9 @@ def test_compress_layer_errors_in_reference_order(backend, data, g, R, k, block_
     dict(nan=True, residual_dtype=True),          # the residual's dtype before NaN
     dict(nan=False, block_size=2**63),            # numba must not misread a huge block size
     dict(nan=False, block_size=1e23),
+    dict(nan=True, norm="l3"),                    # NaN wins over a bad norm kind
+    dict(nan=False, layer_id=-1, norm="L2"),      # the norm kind is checked last
+    dict(nan=False, norm=None),
 ])
 def test_first_error_named_cases(backend, case):
     case = dict(case)
@@ -406,8 +414,8 @@ def real_gradients():
     return steps
 
 
-@pytest.mark.parametrize("k", [1, 0.25])
-def test_real_gradients(backend, real_gradients, k):
+@pytest.mark.parametrize("k,norm", [(1, "l1"), (0.25, "l1"), (1, "l2")])
+def test_real_gradients(backend, real_gradients, k, norm):
     """Steps with the residual carried, a message of every layer's frame decoded back: bits
     equal to the reference at every step and layer."""
     ref_res = [None] * len(real_gradients[0])
@@ -415,8 +423,9 @@ def test_real_gradients(backend, real_gradients, k):
     for grads in real_gradients:
         frames = []
         for j, g in enumerate(grads):
-            want = REF.compress_layer(g, ref_res[j], R=1.0, k=k, layer_id=j)
-            got = backend.compress_layer(backend.asarray(g), res[j], R=1.0, k=k, layer_id=j)
+            want = REF.compress_layer(g, ref_res[j], R=1.0, k=k, layer_id=j, norm=norm)
+            got = backend.compress_layer(backend.asarray(g), res[j], R=1.0, k=k, layer_id=j,
+                                         norm=norm)
             assert _equal(_host(REF, want), _host(backend, got)), f"layer {j}"
             ref_res[j], res[j] = want.residual_out, got.residual_out
             frames.append(backend.frame_to_numpy(got.frame))
