@@ -123,6 +123,7 @@ def own_namespaces(pid: int | None = None) -> list[str]:
 
 @dataclass
 class Testbed:
+    __test__ = False                 # not a pytest class
     n_workers: int
     rate: str | None = None          # None: unshaped
     delay_ms: float = 0.0            # netem delay per direction on the worker side, if available

@@ -278,7 +278,10 @@ def run_peer_locally(cfg, progress=None, timeout: float = 6 * 3600) -> dict:
         result = json.loads((tmp / "result.json").read_text())
     if progress is not None:
         progress.update(result["steps"])
-    result["mode"] = "ddp-local"
+    result["mode"] = "ddp-local"                 # N local processes, started here
+    if cfg.out:
+        from .outputs import atomic_write_text
+        atomic_write_text(Path(cfg.out) / "result.json", json.dumps(result, indent=2) + "\n")
     return result
 
 
