@@ -81,8 +81,8 @@ def accepted_by_train(opts: list[str]) -> bool:
         return False
 
 
-def _common_args(n: int, seed: int, extra: list[str]) -> list[str]:
-    return ["--data", "fashion-mnist", "--model", "lenet5", "--batch-size", "32", "--epochs", "1",
+def _common_args(n: int, seed: int, extra: list[str], model: str = "lenet5") -> list[str]:
+    return ["--data", "fashion-mnist", "--model", model, "--batch-size", "32", "--epochs", "1",
             "--workers", str(n), "--seed", str(seed), "--no-progress", "--threads", "1", *extra]
 
 
@@ -273,6 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", default=None, help="rank logs and reports (None: a temporary directory)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per cell before it is stopped")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model", default="lenet5", choices=["lenet5", "resnet20", "conv64"],
+                   help="the model trained on Fashion-MNIST (resnet20: a larger exchange, ~0.27 M "
+                        "parameters, and far more compute per step)")
     p.add_argument("--tta", action="store_true", help="time-to-accuracy curves instead")
     p.add_argument("--tta-steps", type=int, default=936,
                    help="--tta: training steps per run (936 = two epochs of Fashion-MNIST at "
@@ -280,8 +283,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tta-every", type=int, default=78, help="--tta: evaluate every this many steps")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="--tta: seeds")
     p.add_argument("--test-subset", type=int, default=None, help="--tta: evaluate on N test samples")
+    p.add_argument("--from-json", default=None, metavar="FILE",
+                   help="measure nothing: render the table (and --png / --doc) of a saved --json")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     return p
+
+
+def render_saved(args) -> int:
+    """--from-json: the table, figure and doc section of an earlier run's JSON."""
+    try:
+        saved = json.loads(Path(args.from_json).read_text())
+        rows, header = saved["rows"], saved["description"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise NetworkTestbedError(f"--from-json {args.from_json}: not a netbench JSON ({e})") from None
+    text = f"{header}\n\n{format_table(rows)}\n" + "".join(
+        f"\nnote: {x}" for x in saved.get("notes", [])) + "".join(
+        f"\nfailed: {f['method']} N={f.get('workers')} {f.get('rate')}: {f['message']}"
+        for f in saved.get("failures", []))
+    print(text)
+    if args.png and rows:
+        plot(rows, Path(args.png), header)
+    if args.doc:
+        write_doc(text)
+    return 0
 
 
 def _resolve(args) -> tuple[list[str], list[str], list[int], list[str]]:
@@ -316,6 +340,8 @@ def _machine() -> str:
 def netbench_main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     args.argv = list(argv)
+    if args.from_json:
+        return render_saved(args)
     from .netns import check_privilege
     check_privilege()
     methods, rates, workers, notes = _resolve(args)
@@ -345,7 +371,7 @@ def netbench_main(argv: list[str]) -> int:
             for n in workers:
                 for rate in rates:
                     bar.set_description(f"N={n} {rate}")
-                    plan = [(m, _common_args(n, args.seed, METHODS[m])) for m in methods]
+                    plan = [(m, _common_args(n, args.seed, METHODS[m], args.model)) for m in methods]
                     with Testbed(n, None if rate == "unshaped" else rate, args.delay_ms) as bed:
                         notes.extend(x for x in bed.notes if x not in notes)
                         before = bed.counters()
@@ -365,7 +391,7 @@ def netbench_main(argv: list[str]) -> int:
         finally:
             bar.close()
         add_ratios(rows)
-        header = (f"LeNet-5 / Fashion-MNIST, batch 32 per worker, {args.warmup} warm-up + "
+        header = (f"{args.model} / Fashion-MNIST, batch 32 per worker, {args.warmup} warm-up + "
                   f"{args.steps} measured steps, median ms per step (slowest rank); "
                   f"{_machine()}; `gradblock netbench {' '.join(argv)}`")
         table = format_table(rows)
@@ -403,7 +429,8 @@ def _tta(args, methods, rates, workers, notes, workdir: Path) -> int:
             for m, seed in runs:
                 bar.set_description(f"tta {m} seed {seed}")
                 done, failed = run_plan(
-                    bed, [(m, _common_args(n, seed, METHODS[m] + extra + ["--epochs", "100"]))],
+                    bed, [(m, _common_args(n, seed, METHODS[m] + extra + ["--epochs", "100"],
+                                           args.model))],
                     ["--steps", str(args.tta_steps), "--tta-every", str(args.tta_every)],
                     workdir / f"tta-{m}-{seed}", max(args.timeout, 3600.0))
                 if m in done:
@@ -414,7 +441,7 @@ def _tta(args, methods, rates, workers, notes, workdir: Path) -> int:
     finally:
         bar.close()
     table = tta_table(curves)
-    header = (f"time to accuracy, LeNet-5 / Fashion-MNIST, N = {n}, {rate} per link, "
+    header = (f"time to accuracy, {args.model} / Fashion-MNIST, N = {n}, {rate} per link, "
               f"{args.tta_steps} steps, seeds {args.seeds}; {_machine()}; "
               f"`gradblock netbench {' '.join(args.argv)}`")
     print(f"{header}\n\n{table}")

@@ -303,3 +303,22 @@ def test_validate_matrix_has_peer_rows_only_when_asked():
     rows = dict(matrix(base, 4, None, peers=True))
     assert rows["powersgd4"].powersgd_rank == 4 and rows["fp16"].compressor == "fp16"
     assert [n for n, _ in matrix(base, 4, ["powersgd2"])] == ["powersgd2"]
+
+
+def test_from_json_renders_a_saved_run_without_privileges(tmp_path, monkeypatch, capsys):
+    from gradblock import cli
+    monkeypatch.setattr(netns, "_have_privilege", lambda: False)
+    row = {"method": "coarse1", "rate": "10mbit", "workers": 4, "step_ms": 50.0, "compute_ms": 20.0,
+           "compress_ms": 5.0, "wait_ms": 25.0, "tx_bytes_per_step": 9000.0,
+           "rx_bytes_per_step": 9100.0, "payload_bytes_per_step": 4000.0, "x_allreduce": 3.0,
+           "x_powersgd1": 1.5}
+    saved = tmp_path / "nb.json"
+    saved.write_text(json.dumps({"description": "a saved run", "rows": [row], "notes": ["netem missing"]}))
+    png = tmp_path / "nb.png"
+    assert cli.main(["netbench", "--from-json", str(saved), "--png", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "| 4 | 10mbit | coarse1 | 50.0 | 20.0 | 5.0 | 25.0 | 9.0 | 9.1 | 4.0 | 3.00 | 1.50 |" in out
+    assert "note: netem missing" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (tmp_path / "bad.json").write_text("[]")
+    assert cli.main(["netbench", "--from-json", str(tmp_path / "bad.json")]) == 2
