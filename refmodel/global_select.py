@@ -2,10 +2,12 @@
 (docs/spec.md §8).
 
 Every worker computes a = clamp(r + Q(g)) (§2.1; with momentum correction a = clamp(r + u'),
-§7) and its exact block norms (§2.3). The norms are summed over the workers (collective 1, an
-int64 allreduce), every worker selects the same k_eff blocks per layer by the *summed* norm
-(§2.4–2.5 rule), and the workers' values on those blocks are summed (collective 2, an int64
-allreduce) and averaged (§1.3). Unlike §5 the traffic per worker does not grow with N.
+§7) and its exact block norms (§2.3). The norms, shifted right so that N of them fit an int32,
+are summed over the workers (collective 1, an int32 allreduce), every worker selects the same
+k_eff blocks per layer by that sum (§2.4–2.5 rule), and the workers' values on those blocks,
+shifted right by ceil(log2 N) bits (the remainder stays in the residual), are summed
+(collective 2, an int32 allreduce) and averaged (§1.3). Unlike §5 the traffic per worker does
+not grow with N.
 
     layers = plan_layers([(6, 1, 5, 5), (6,)], k=1)
     step = global_step(grads, residuals, None, layers, R=10.0)     # grads[w][j], residuals[w][j]
@@ -28,15 +30,27 @@ from .quantiser import DEFAULT_RANGE, QMAX, QuantConfig, average, quantise
 from .selection import BlockLayout, block_layout, block_norms, error_feedback, resolve_k
 from .validation import ParameterError, ShapeError
 
-__all__ = ["CHECK_BITS", "GlobalSelectError", "NormBoundError", "RankMismatchError",
+__all__ = ["CHECK_BITS", "value_shift", "norm_shift", "GlobalSelectError", "NormBoundError", "RankMismatchError",
            "PeerNonFiniteError", "GlobalLayer", "plan_layers", "check_bound", "check_word",
            "WorkerPrep", "prepare_worker", "norm_vector", "check_sums", "select_global",
            "payload_vector", "finish_worker", "average_values", "GlobalStep", "global_step",
            "value_count", "vector_words"]
 
-CHECK_BITS = 24                  # a layer's check word c < 2**24, so N * c**2 < 2**63 for N < 2**15
+CHECK_BITS = 24                  # a layer's check word: three 8-bit digits d, N * d**2 < 2**31
 MAX_WORKERS = 2**15 - 1
 INT64_LIMIT = 2**63
+INT32_LIMIT = 2**31
+
+
+def value_shift(n_workers: int) -> int:
+    """s_v = ceil(log2 N): N values of |a >> s_v| <= 2**(31 - s_v) fit an int32 sum."""
+    return (int(n_workers) - 1).bit_length()
+
+
+def norm_shift(width: int, n_workers: int) -> int:
+    """s_n = max(0, bitlen(N * W * QMAX) - 31): N norms >> s_n (each <= W * QMAX >> s_n) sum
+    below 2**31."""
+    return max(0, (int(n_workers) * int(width) * QMAX).bit_length() - 31)
 
 
 class GlobalSelectError(ParameterError):
@@ -44,7 +58,8 @@ class GlobalSelectError(ParameterError):
 
 
 class NormBoundError(GlobalSelectError):
-    """N * B * QMAX >= 2**63: a layer's summed block norm could overflow int64."""
+    """N * W * QMAX >= 2**63 (a block norm summed over the workers could overflow int64) or
+    N > 2**15 - 1 (the check words' int32 sums)."""
 
 
 class RankMismatchError(GlobalSelectError):
@@ -116,16 +131,29 @@ def check_bound(layers: list[GlobalLayer], n_workers: int) -> None:
 def check_word(layer: GlobalLayer, cfg: QuantConfig, m_fix: int, mask: bool,
                n_workers: int) -> int:
     """c = CRC-32 of the little-endian uint32 words [layer id, n, B, k_eff, R bits, m_fix,
-    mask, N], low 24 bits (m_fix = 0 without momentum correction)."""
+    mask, N], low 24 bits (m_fix = 0 and mask = 0 without momentum correction)."""
     words = np.array([layer.layer_id, layer.layout.n, layer.layout.block_size, layer.k_eff,
                       cfg.range_bits, int(m_fix), int(bool(mask)), int(n_workers)],
                      dtype="<u4")
     return zlib.crc32(words.tobytes()) & ((1 << CHECK_BITS) - 1)
 
 
+def check_digits(c: int) -> list[int]:
+    """The check word's three bytes, low first, each followed by its square: [d0, d0^2, d1,
+    d1^2, d2, d2^2]."""
+    out = []
+    for i in range(CHECK_BITS // 8):
+        d = (c >> (8 * i)) & 0xFF
+        out += [d, d * d]
+    return out
+
+
+HEAD_WORDS = 2 * (CHECK_BITS // 8)       # check words per layer in collective 1
+
+
 def vector_words(layers: list[GlobalLayer]) -> int:
     """Words of collective 1 (the norm vector) for these layers."""
-    return 1 + 2 * len(layers) + sum(lay.layout.n_blocks for lay in layers)
+    return 1 + HEAD_WORDS * len(layers) + sum(lay.layout.n_blocks for lay in layers)
 
 
 def value_count(layers: list[GlobalLayer]) -> int:
@@ -172,29 +200,35 @@ def prepare_worker(grads, residuals, velocities, layers: list[GlobalLayer], cfg:
     return WorkerPrep(acc, vel if m_fix is not None else None, norms, sq, sm, sf)
 
 
-def norm_vector(prep: WorkerPrep, checks: list[int], nan: bool = False) -> np.ndarray:
-    """Collective 1's int64 vector: [status, c_0, c_0^2, ..., c_{L-1}, c_{L-1}^2, the block norms
-    of layer 0, ..., of layer L-1]; status is 1 when this worker's gradient held NaN."""
+def norm_vector(prep: WorkerPrep, checks: list[int], layers: list[GlobalLayer], n_workers: int,
+                nan: bool = False) -> np.ndarray:
+    """Collective 1's int32 vector: [status, check digits of layer 0 (check_digits), ..., of
+    layer L-1, the block norms of layer 0 >> s_n(0), ..., of layer L-1 >> s_n(L-1)]; status is
+    1 when this worker's gradient held NaN."""
     head = [1 if nan else 0]
     for c in checks:
-        head += [c, c * c]
-    parts = [np.array(head, dtype=np.int64)] + [n.astype(np.int64) for n in prep.norms]
+        head += check_digits(c)
+    parts = [np.array(head, dtype=np.int32)]
+    for nm, lay in zip(prep.norms, layers):
+        parts.append((nm >> np.uint64(norm_shift(lay.width, n_workers))).astype(np.int32))
     return np.concatenate(parts)
 
 
 def check_sums(summed: np.ndarray, layers: list[GlobalLayer], n_workers: int) -> list[np.ndarray]:
     """Read collective 1's sum: PeerNonFiniteError if any worker flagged NaN, RankMismatchError
-    naming the first layer whose check words differ ((sum c)^2 != N * sum c^2, Cauchy-Schwarz:
-    equal only when every c is the same); else the summed norms per layer (int64)."""
-    summed = np.asarray(summed, dtype=np.int64)
+    naming the first layer whose check digits differ ((sum d)^2 != N * sum d^2, Cauchy-Schwarz:
+    equal only when every worker sent the same d); else the summed norms per layer."""
+    summed = np.asarray(summed).astype(np.int64)
     if int(summed[0]):
         raise PeerNonFiniteError(f"{int(summed[0])} worker(s) had NaN gradients in this exchange")
     for j, lay in enumerate(layers):
-        s1, s2 = int(summed[1 + 2 * j]), int(summed[2 + 2 * j])
-        if s1 * s1 != n_workers * s2:
-            raise RankMismatchError(f"{_label(lay)}: the ranks disagree on its layout (n, block "
-                                    "size, k, range R, local momentum, mask or worker count)")
-    out, at = [], 1 + 2 * len(layers)
+        for i in range(0, HEAD_WORDS, 2):
+            s1, s2 = int(summed[1 + HEAD_WORDS * j + i]), int(summed[2 + HEAD_WORDS * j + i])
+            if s1 * s1 != n_workers * s2:
+                raise RankMismatchError(f"{_label(lay)}: the ranks disagree on its layout (n, "
+                                        "block size, k, range R, local momentum, mask or "
+                                        "worker count)")
+    out, at = [], 1 + HEAD_WORDS * len(layers)
     for lay in layers:
         out.append(summed[at:at + lay.layout.n_blocks])
         at += lay.layout.n_blocks
@@ -210,12 +244,13 @@ def select_global(summed_norms: np.ndarray, k_eff: int) -> np.ndarray:
     return np.sort(order[:k_eff]).astype(np.int64)
 
 
-def payload_vector(acc: np.ndarray, selected: np.ndarray, layout: BlockLayout) -> np.ndarray:
-    """a on the selected blocks, block after block in `selected`'s order, W = min(B, n) words
-    each (a short last block padded with zeros) -> int64 (k_eff * W,)."""
-    flat = acc.reshape(-1)
+def payload_vector(acc: np.ndarray, selected: np.ndarray, layout: BlockLayout,
+                   shift: int) -> np.ndarray:
+    """a >> shift (arithmetic: floor) on the selected blocks, block after block in `selected`'s
+    order, W = min(B, n) words each (a short last block padded with zeros) -> int32."""
+    flat = acc.reshape(-1).astype(np.int64) >> np.int64(shift)
     W = min(layout.block_size, layout.n)
-    out = np.zeros(len(selected) * W, dtype=np.int64)
+    out = np.zeros(len(selected) * W, dtype=np.int32)
     for i, b in enumerate(selected):
         s, e = layout.bounds(int(b))
         out[i * W:i * W + (e - s)] = flat[s:e]
@@ -223,28 +258,34 @@ def payload_vector(acc: np.ndarray, selected: np.ndarray, layout: BlockLayout) -
 
 
 def finish_worker(prep: WorkerPrep, selected: list[np.ndarray], layers: list[GlobalLayer],
-                  mask: bool = True):
-    """-> (value vector int64 for collective 2, new residuals, new velocities or None):
-    r' = 0 on the selected blocks, a elsewhere; u'' = u' masked there as §7.3.4."""
+                  n_workers: int, mask: bool = True):
+    """-> (value vector int32 for collective 2, new residuals, new velocities or None):
+    r' = a - ((a >> s_v) << s_v) (the remainder, in [0, 2**s_v)) on the selected blocks, a
+    elsewhere; u'' = u' masked there as §7.3.4."""
+    sv = value_shift(n_workers)
     vals, res, vel = [], [], []
     for j, (lay, sel) in enumerate(zip(layers, selected)):
         a = prep.acc[j]
-        vals.append(payload_vector(a, sel, lay.layout))
+        vals.append(payload_vector(a, sel, lay.layout, sv))
         blockmask = np.zeros(lay.layout.n, dtype=bool)
         for b in sel:
             s, e = lay.layout.bounds(int(b))
             blockmask[s:e] = True
-        res.append(np.where(blockmask, 0, a.reshape(-1)).astype(np.int32).reshape(lay.shape))
+        a64 = a.reshape(-1).astype(np.int64)
+        rem = a64 - ((a64 >> np.int64(sv)) << np.int64(sv))
+        res.append(np.where(blockmask, rem, a64).astype(np.int32).reshape(lay.shape))
         if prep.velocity is not None:
             vel.append(mask_velocity(prep.velocity[j], sel, lay.layout, lay.k_eff, mask))
-    vec = np.concatenate(vals) if vals else np.zeros(0, np.int64)
+    vec = np.concatenate(vals) if vals else np.zeros(0, np.int32)
     return vec, res, (vel if prep.velocity is not None else None)
 
 
 def average_values(summed: np.ndarray, selected: list[np.ndarray], layers: list[GlobalLayer],
                    n_workers: int, cfg: QuantConfig) -> list[np.ndarray]:
-    """Collective 2's sum -> each layer's averaged float32 gradient: float32(float64(s) * cN)
-    (§1.3) on the selected blocks' elements, 0 elsewhere."""
+    """Collective 2's sum s -> each layer's averaged float32 gradient:
+    float32(float64(s * 2**s_v) * cN) (§1.3 on the int64 s * 2**s_v) on the selected blocks'
+    elements, 0 elsewhere."""
+    summed = np.asarray(summed).astype(np.int64) << np.int64(value_shift(n_workers))
     out, at = [], 0
     for lay, sel in zip(layers, selected):
         W = lay.width
@@ -257,14 +298,21 @@ def average_values(summed: np.ndarray, selected: list[np.ndarray], layers: list[
     return out
 
 
+def _sum32(vectors: list[np.ndarray]) -> np.ndarray:
+    """The int32 allreduce SUM: exact, and asserted to fit (the shifts guarantee it)."""
+    total = np.sum(np.stack(vectors).astype(np.int64), axis=0)
+    assert np.all((total >= -INT32_LIMIT) & (total < INT32_LIMIT))
+    return total.astype(np.int32)
+
+
 @dataclass
 class GlobalStep:
     averaged: list[np.ndarray]               # float32 per layer, every worker's result
     residuals: list[list[np.ndarray]]        # [w][j] int32
     velocities: list[list[np.ndarray]] | None
     selected: list[np.ndarray]               # per layer, ascending block indices
-    summed_norms: list[np.ndarray]           # per layer, int64
-    value_sum: np.ndarray                    # collective 2's int64 sum
+    summed_norms: list[np.ndarray]           # per layer, the shifted norms' sums
+    value_sum: np.ndarray                    # collective 2's int32 sum
     norm_vectors: list[np.ndarray]           # per worker, collective 1's input
     value_vectors: list[np.ndarray]          # per worker, collective 2's input
     sat_quant: list[int]                     # per worker, summed over layers
@@ -289,13 +337,13 @@ def global_step(grads, residuals, velocities, layers: list[GlobalLayer], *,
                             None if velocities is None else velocities[w], layers, cfg, m_fix,
                             where=f"worker {w} ")
              for w in range(n)]
-    nvecs = [norm_vector(p, checks) for p in preps]
-    summed = np.sum(np.stack(nvecs), axis=0, dtype=np.int64) if nvecs else None
+    nvecs = [norm_vector(p, checks, layers, n) for p in preps]
+    summed = _sum32(nvecs)
     sums = check_sums(summed, layers, n)
     selected = [select_global(s, lay.k_eff) for s, lay in zip(sums, layers)]
-    fins = [finish_worker(p, selected, layers, mask) for p in preps]
+    fins = [finish_worker(p, selected, layers, n, mask) for p in preps]
     vvecs = [f[0] for f in fins]
-    vsum = np.sum(np.stack(vvecs), axis=0, dtype=np.int64)
+    vsum = _sum32(vvecs)
     avg = average_values(vsum, selected, layers, n, cfg)
     return GlobalStep(avg, [f[1] for f in fins], None if m_fix is None else [f[2] for f in fins],
                       selected, sums, vsum, nvecs, vvecs, [sum(p.sat_quant) for p in preps],

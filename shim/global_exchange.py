@@ -4,21 +4,22 @@
 
 1. computes a = clamp(r + Q(g)) (with momentum correction a = clamp(r + u'), §7) and its exact
    block norms (torchstep.global_select.prepare);
-2. **collective 1**: an int64 allreduce SUM of [status, check words, the norms of every layer
-   of the bucket]; the hook waits for it (a round trip of a small vector: LeNet-5 has 1.1k
-   blocks) because collective 2's content depends on it and a collective must be issued from
+2. **collective 1**: an int32 allreduce SUM of [status, check digits, the shifted norms of
+   every layer of the bucket]; the hook waits for it (a round trip of a small vector: LeNet-5
+   has 472 blocks) because collective 2's content depends on it and a collective must be issued from
    the hook, never from a callback (ranks could otherwise issue them in different orders);
 3. reads the header (torchstep.global_select.check: its own NaN -> NonFiniteError, a peer's ->
    PeerNonFiniteError, different check words -> RankMismatchError naming the layer; every rank
    raises, none is left waiting), selects the same k_eff blocks per layer by the summed norm on
    every rank and keeps r' = a off them (velocity masked on them);
-4. **collective 2**: an int64 allreduce SUM of its values on those blocks (k_eff blocks of B
-   words per layer, all layers of the bucket in one vector), issued from the hook with
+4. **collective 2**: an int32 allreduce SUM of its values >> ceil(log2 N) on those blocks
+   (k_eff blocks of W = min(B, n) words per layer, all layers of the bucket in one vector; the
+   dropped low bits stay in the residual), issued from the hook with
    `async_op=True`; the callback chained with `fut.then` averages (§1.3) into the bucket.
 
 Traffic per worker is the two vectors' size, the same for every N (a ring allreduce moves
 2 (N-1)/N of it each way), where the all_gather path receives N-1 frames. Values travel raw
-(int64), not as ZRLE frames: no CRC; integrity is the transport's (TCP checksums under gloo,
+(int32), not as ZRLE frames: no CRC; integrity is the transport's (TCP checksums under gloo,
 NCCL's links). Layers sent dense (`--dense-below`) are all_gathered as float32 words as in
 the default path (the same bits: a float sum must be taken in rank order). A compressor whose
 exchange is not allreduce (the dense warm-up epochs) goes through shim/hook.py's path.
@@ -142,7 +143,7 @@ def finish_group(compressor: Compressor, gp: GroupPrep, summed: torch.Tensor | N
             st["velocity"] = fin.velocities[j]
         ws.layers[lay.index] = st
         ws.steps[lay.index] = ws.steps.get(lay.index, 0) + 1
-    stats.add(StepStats(8 * (gp.plan.vector_words + gp.plan.n_values), int(fin.nonzeros.sum()),
+    stats.add(StepStats(4 * (gp.plan.vector_words + gp.plan.n_values), int(fin.nonzeros.sum()),
                         sum(counts.sat_quant), sum(counts.sat_feedback),
                         sum(counts.sat_momentum)))
     return fin, stats
@@ -168,10 +169,10 @@ def average_group(compressor: Compressor, gp: GroupPrep, fin, value_sum: torch.T
 
 def bytes_per_step(plan_layers, dense_elements: int = 0) -> int:
     """Bytes one worker puts into the collectives per step for these layers
-    (refmodel.global_select.GlobalLayer list): 8 per word of both int64 vectors, 4 per
+    (refmodel.global_select.GlobalLayer list): 4 per word of both int32 vectors, 4 per
     dense float."""
     from gradblock.refmodel.global_select import value_count, vector_words
-    return 8 * (vector_words(plan_layers) + value_count(plan_layers)) + 4 * dense_elements
+    return 4 * (vector_words(plan_layers) + value_count(plan_layers) + dense_elements)
 
 
 # ------------------------------------------------------------------------------ simulation

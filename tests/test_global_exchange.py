@@ -17,8 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gradblock.refmodel.global_select import (NormBoundError, PeerNonFiniteError,
-                                              RankMismatchError, check_bound, check_sums,
-                                              global_step, plan_layers)
+                                              RankMismatchError, check_bound, check_digits,
+                                              check_sums, global_step, norm_shift, plan_layers,
+                                              value_shift)
 from gradblock.refmodel.momentum import MomentumConfig
 from gradblock.refmodel.quantiser import QMAX, NonFiniteError, QuantConfig
 
@@ -110,43 +111,46 @@ def test_torch_equals_reference(shapes, n, k, block_size, momentum, mask, ties, 
 
 def test_ties_go_to_the_lower_block_on_every_worker():
     """Two workers whose own largest blocks differ, equal summed norms: block 0 wins, and
-    both send it (worker 1 its zeros there)."""
+    both send it (worker 1 its zeros there); values travel as a >> 1 (N = 2), the remainder
+    stays in the residual."""
     g = [[np.float32([[1.0, 0.0], [0.0, 0.0], [0.0, 0.0]])],
          [np.float32([[0.0, 0.0], [0.0, 0.0], [0.5, 0.5]])]]
     layers = plan_layers([(3, 2)], k=1)
     ref = global_step(g, None, None, layers)
     assert ref.selected[0].tolist() == [0]
-    assert [v.tolist() for v in ref.value_vectors] == [[214748365, 0], [0, 0]]
+    assert [v.tolist() for v in ref.value_vectors] == [[107374182, 0], [0, 0]]
+    assert ref.residuals[0][0].tolist() == [[1, 0], [0, 0], [0, 0]]
     assert ref.residuals[1][0].tolist() == [[0, 0], [0, 0], [107374182, 107374182]]
     assert_same(ref, *torch_step(g, None, None, [(3, 2)], k=1, block_size=None, R=10.0,
                                  momentum=None, mask=True))
 
 
 def test_spec_worked_example():
-    """docs/spec.md §8.6, number for number."""
+    """docs/spec.md §8.7, number for number."""
     g = [[np.float32([[0.5, -0.25], [1.0, 0.001], [0.0, 0.0]]), np.float32([0.25, -1.0, 0.5])],
          [np.float32([[0.5, 0.25], [0.0, 0.0], [2.0, 0.0]]), np.float32([0.0, 1.0, 0.5])]]
-    r = [[np.int32([[0, 0], [0, 0], [0, 0]]), np.int32([0, 0, 0])],
-         [np.int32([[0, 0], [0, 0], [0, 0]]), np.int32([0, 0, 0])]]
     layers = plan_layers([(3, 2), (3,)], k=1)
-    ref = global_step(g, r, None, layers)
-    assert ref.norm_vectors[0].tolist() == [0, 10245335, 10245335**2, 3862844, 3862844**2,
-                                            161061273, 214963113, 0, 53687091, 214748365,
-                                            107374182]
-    assert ref.norm_vectors[1].tolist()[5:] == [161061273, 0, 429496730, 0, 214748365, 107374182]
-    assert [s.tolist() for s in ref.summed_norms] == [[322122546, 214963113, 429496730],
-                                                      [53687091, 429496730, 214748364]]
+    assert [norm_shift(lay.width, 2) for lay in layers] == [2, 1] and value_shift(2) == 1
+    ref = global_step(g, None, None, layers)
+    head = [0, 215, 215**2, 84, 84**2, 156, 156**2, 60, 60**2, 241, 241**2, 58, 58**2]
+    assert check_digits(10245335) == head[1:7] and check_digits(3862844) == head[7:]
+    assert ref.norm_vectors[0].tolist() == head + [40265318, 53740778, 0,
+                                                   26843545, 107374182, 53687091]
+    assert ref.norm_vectors[1].tolist() == head + [40265318, 0, 107374182,
+                                                   0, 107374182, 53687091]
+    assert [s.tolist() for s in ref.summed_norms] == [[80530636, 53740778, 107374182],
+                                                      [26843545, 214748364, 107374182]]
     assert [s.tolist() for s in ref.selected] == [[2], [1]]
-    assert ref.value_vectors[0].tolist() == [0, 0, -214748365]
-    assert ref.value_vectors[1].tolist() == [429496730, 0, 214748365]
-    assert ref.value_sum.tolist() == [429496730, 0, 0]
+    assert ref.value_vectors[0].tolist() == [0, 0, -107374183]
+    assert ref.value_vectors[1].tolist() == [214748365, 0, 107374182]
+    assert ref.value_sum.tolist() == [214748365, 0, -1]
     assert ref.averaged[0].tolist() == [[0, 0], [0, 0], [1.0, 0.0]]
-    assert ref.averaged[1].tolist() == [0.0, 0.0, 0.0]
+    assert ref.averaged[1].view(np.uint32).tolist() == [0, 0xB1A00000, 0]
     assert ref.residuals[0][0].tolist() == [[107374182, -53687091], [214748365, 214748], [0, 0]]
-    assert ref.residuals[0][1].tolist() == [53687091, 0, 107374182]
-    assert ref.residuals[1][1].tolist() == [0, 0, 107374182]
-    assert ref.norm_vectors[1][:5].tolist() == ref.norm_vectors[0][:5].tolist()
-    assert_same(ref, *torch_step(g, r, None, [(3, 2), (3,)], k=1, block_size=None, R=10.0,
+    assert ref.residuals[0][1].tolist() == [53687091, 1, 107374182]
+    assert ref.residuals[1][0].tolist() == [[107374182, 53687091], [0, 0], [0, 0]]
+    assert ref.residuals[1][1].tolist() == [0, 1, 107374182]
+    assert_same(ref, *torch_step(g, None, None, [(3, 2), (3,)], k=1, block_size=None, R=10.0,
                                  momentum=None, mask=True))
 
 
@@ -163,10 +167,10 @@ def test_norm_bound_is_checked_before_anything_is_allocated():
 
 def test_header_errors():
     layers = plan_layers([(2, 2), (3,)], names=["a", "b"])
-    ok = np.array([0, 5, 25, 7, 49] + [0] * 5, dtype=np.int64) * 2
+    ok = np.array([0] + check_digits(0x050607) + check_digits(0x0A0B0C) + [0] * 5) * 2
     check_sums(ok, layers, 2)
     bad = ok.copy()
-    bad[3], bad[4] = 6 + 8, 36 + 64                      # the ranks sent 6 and 8 for layer 1
+    bad[9], bad[10] = 11 + 12, 121 + 144      # layer 1's middle digit: the ranks sent 11 and 12
     with pytest.raises(RankMismatchError, match="layer 1 'b'"):
         check_sums(bad, layers, 2)
     nan = ok.copy()
@@ -300,3 +304,21 @@ def test_train_ddp_allreduce_equals_simulation(tmp_path):
         state = torch.load(tmp_path / "ddp" / f"model.rank{r}.pt", weights_only=True)
         for k, v in sim.items():
             assert torch.equal(state[k], v), (r, k)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 9])
+def test_extremes_fit_the_int32_sums(n):
+    """Every worker at -QMAX (and at +QMAX) on the same blocks: the shifted values and norms
+    sum without overflow, and the torch step agrees with the reference."""
+    shapes = [(3, 4), (5,)]
+    for sign in (-1, 1):
+        g = [[np.full(s, sign * 20.0, np.float32) for s in shapes] for _ in range(n)]
+        r = [[np.full(s, sign * QMAX, np.int32) for s in shapes] for _ in range(n)]
+        layers = plan_layers(shapes, k=2)
+        ref = global_step(g, r, None, layers)
+        assert_same(ref, *torch_step(g, r, None, shapes, k=2, block_size=None, R=10.0,
+                                     momentum=None, mask=True))
+        sv = value_shift(n)
+        assert ref.value_sum.tolist()[0] == n * ((sign * QMAX) >> sv)
+        assert ref.averaged[0][0, 0] == np.float32(float(n * ((sign * QMAX) >> sv) << sv)
+                                                   * (10.0 / (QMAX * n)))

@@ -1,10 +1,10 @@
 """Global block selection in torch (docs/spec.md §8), CPU or CUDA: bit-exact with
 refmodel/global_select.py.
 
-A worker runs `prepare` (a and its block norms, §2.1–2.3 / §7), puts `prep.vector` into
-collective 1 (an int64 allreduce SUM), hands the sum to `finish` (the summed-norm selection,
-its value vector for collective 2, its new residuals and velocities) and the sum of collective 2
-to `average`. Every shape is static (k_eff blocks of B words per layer), so nothing waits on
+A worker runs `prepare` (a and its shifted block norms, §2.1–2.3 / §7), puts `prep.vector`
+into collective 1 (an int32 allreduce SUM), hands the sum to `finish` (the summed-norm
+selection, its value vector for collective 2, its new residuals and velocities) and the sum of
+collective 2 (int32) to `average`. Every shape is static (k_eff blocks of W words per layer), so nothing waits on
 the host except `check`, which reads collective 1's few header words, the local NaN and
 saturation counts together (one device -> host copy per exchange).
 """
@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gradblock.refmodel.global_select import (GlobalLayer, NormBoundError, PeerNonFiniteError,
-                                              RankMismatchError, check_bound, check_word,
-                                              plan_layers)
+from gradblock.refmodel.global_select import (HEAD_WORDS, GlobalLayer, NormBoundError,
+                                              PeerNonFiniteError, RankMismatchError, check_bound,
+                                              check_digits, check_word, norm_shift, plan_layers,
+                                              value_shift)
 from gradblock.refmodel.quantiser import DEFAULT_RANGE, QMAX, NonFiniteError, QuantConfig
 
 from .momentum import scale_velocity
@@ -35,7 +36,8 @@ class GlobalPlan:
     mask: bool
     n_workers: int
     checks: tuple[int, ...]
-    head: torch.Tensor          # (1 + 2L,) int64 [0, c_0, c_0^2, ...]
+    head: torch.Tensor          # (1 + 6L,) int32 [0, check digits of every layer]
+    value_shift: int            # s_v
     sizes: tuple[int, ...]
     total: int
     n_blocks: int
@@ -51,6 +53,7 @@ class GlobalPlan:
     slot_sel: torch.Tensor       # (n_values,) which chosen block each value word belongs to
     slot_off: torch.Tensor       # (n_values,) offset inside that block
     sparsified_elem: torch.Tensor  # (total,) bool: the element's layer has k_eff < n_blocks
+    shift_of_block: torch.Tensor   # (n_blocks,) int64 s_n of the block's layer
 
     @property
     def n_layers(self) -> int:
@@ -58,7 +61,7 @@ class GlobalPlan:
 
     @property
     def vector_words(self) -> int:
-        return 1 + 2 * self.n_layers + self.n_blocks
+        return 1 + HEAD_WORDS * self.n_layers + self.n_blocks
 
 
 def plan_global(shapes, *, k: int | float | list = 1, block_size: int | None = None,
@@ -73,7 +76,7 @@ def plan_global(shapes, *, k: int | float | list = 1, block_size: int | None = N
     check_bound(list(layers), n_workers)
     checks = tuple(check_word(lay, cfg, m_fix or 0, bool(mask) if m_fix else False, n_workers)
                    for lay in layers)
-    head = [0] + [v for c in checks for v in (c, c * c)]
+    head = [0] + [v for c in checks for v in check_digits(c)]
     L = len(layers)
     sizes = [lay.layout.n for lay in layers]
     nbs = [lay.layout.n_blocks for lay in layers]
@@ -97,21 +100,24 @@ def plan_global(shapes, *, k: int | float | list = 1, block_size: int | None = N
         chosen += lay.k_eff
     cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)  # noqa: E731
     sparsified = np.repeat(np.array([lay.sparsified for lay in layers], dtype=bool), sizes)
+    shifts = np.repeat(np.array([norm_shift(lay.width, n_workers) for lay in layers],
+                                dtype=np.int64), nbs)
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
     return GlobalPlan(layers, cfg, m_fix, bool(mask), int(n_workers), checks,
-                      t(np.array(head, np.int64)), tuple(sizes), total, n_blocks,
+                      t(np.array(head, np.int32)), value_shift(n_workers), tuple(sizes), total,
+                      n_blocks,
                       sum(lay.values for lay in layers), t(starts[:-1]), t(starts[1:]),
                       t(block_of_elem), t(np.repeat(np.arange(L, dtype=np.int64), sizes)),
                       t(np.repeat(np.arange(L, dtype=np.int64), nbs)), t(block_first),
                       t(block_len), t(cat(pick)), t(cat(slot_sel)), t(cat(slot_off)),
-                      t(sparsified))
+                      t(sparsified), t(shifts))
 
 
 @dataclass
 class GlobalPrep:
     acc: torch.Tensor              # (total,) int32 a
     velocity: torch.Tensor | None  # (total,) int32 u' (momentum correction only)
-    vector: torch.Tensor           # (vector_words,) int64: collective 1's input
+    vector: torch.Tensor           # (vector_words,) int32: collective 1's input
     flags: torch.Tensor            # (rows, total) int32: NaN, |g| > R, |r + u| > QMAX[, |v| > QMAX]
 
 
@@ -160,8 +166,8 @@ def prepare(plan: GlobalPlan, grads, residuals=None, velocities=None) -> GlobalP
     norms = torch.zeros(plan.n_blocks, dtype=torch.int64, device=dev)
     norms.index_add_(0, plan.block_of_elem, acc.abs())
     flags = torch.stack(rows).to(torch.int32)
-    status = flags[0].any().to(torch.int64).reshape(1)
-    vector = torch.cat([status, plan.head[1:], norms])
+    status = flags[0].any().to(torch.int32).reshape(1)
+    vector = torch.cat([status, plan.head[1:], (norms >> plan.shift_of_block).to(torch.int32)])
     return GlobalPrep(acc.to(torch.int32), u_new, vector, flags)
 
 
@@ -194,11 +200,12 @@ def check(plan: GlobalPlan, prep: GlobalPrep, summed: torch.Tensor, where: str =
     worker flagged NaN, else RankMismatchError naming the first layer whose check words differ
     (refmodel.global_select.check_sums). Returns the per-layer saturation counts."""
     L = plan.n_layers
+    H = 1 + HEAD_WORDS * L
     cs = torch.cumsum(prep.flags, dim=1, dtype=torch.int64)
     cs = torch.cat([cs.new_zeros(cs.shape[0], 1), cs], dim=1)
     per_layer = cs[:, plan.elem_end] - cs[:, plan.elem_start]          # (rows, L)
-    host = torch.cat([summed[:1 + 2 * L], per_layer.reshape(-1)]).tolist()
-    head, counts = host[:1 + 2 * L], host[1 + 2 * L:]
+    host = torch.cat([summed[:H].to(torch.int64), per_layer.reshape(-1)]).tolist()
+    head, counts = host[:H], host[H:]
     rows = [counts[i * L:(i + 1) * L] for i in range(prep.flags.shape[0])]
     if any(rows[0]):
         own_nan(plan, prep, where)
@@ -211,7 +218,7 @@ def check(plan: GlobalPlan, prep: GlobalPrep, summed: torch.Tensor, where: str =
 
 @dataclass
 class GlobalFinish:
-    values: torch.Tensor             # (n_values,) int64: collective 2's input
+    values: torch.Tensor             # (n_values,) int32: collective 2's input
     selected: torch.Tensor           # (sum k_eff,) int64 group-wide block ids, ascending
     elem: torch.Tensor               # (n_values,) int64 element of each value word (total: pad)
     residuals: list[torch.Tensor]    # int32 per layer, layer shape
@@ -224,7 +231,7 @@ def finish(plan: GlobalPlan, prep: GlobalPrep, summed: torch.Tensor) -> GlobalFi
     selected blocks, its new residual (0 there, a elsewhere) and velocity (masked there on
     sparsified layers unless masking is off)."""
     dev = plan.head.device
-    norms = summed[1 + 2 * plan.n_layers:]
+    norms = summed[1 + HEAD_WORDS * plan.n_layers:].to(torch.int64)
     # rank blocks within each layer: norm descending, index ascending (two stable sorts);
     # the first k_eff of each layer sit at static positions (`pick`)
     by_norm = torch.sort(-norms, stable=True).indices
@@ -234,13 +241,15 @@ def finish(plan: GlobalPlan, prep: GlobalPrep, summed: torch.Tensor) -> GlobalFi
     valid = plan.slot_off < plan.block_len[blk]
     elem = torch.where(valid, plan.block_first[blk] + plan.slot_off,
                        torch.full((), plan.total, dtype=torch.int64, device=dev))
-    acc_pad = torch.cat([prep.acc, prep.acc.new_zeros(1)]).to(torch.int64)
-    values = acc_pad[elem]
+    sv = plan.value_shift
+    acc_pad = torch.cat([prep.acc, prep.acc.new_zeros(1)])
+    values = (acc_pad[elem] >> sv) if sv else acc_pad[elem]    # int32 arithmetic shift: floor
     block_mask = torch.zeros(plan.n_blocks, dtype=torch.bool, device=dev)
     block_mask[selected] = True
     elem_mask = block_mask[plan.block_of_elem]
     zero = torch.zeros((), dtype=torch.int32, device=dev)
-    residual = torch.where(elem_mask, zero, prep.acc)
+    remainder = prep.acc - ((prep.acc >> sv) << sv) if sv else torch.zeros_like(prep.acc)
+    residual = torch.where(elem_mask, remainder, prep.acc)
     velocities = None
     if prep.velocity is not None:
         u = prep.velocity
@@ -256,13 +265,14 @@ def finish(plan: GlobalPlan, prep: GlobalPrep, summed: torch.Tensor) -> GlobalFi
 
 
 def average(plan: GlobalPlan, fin: GlobalFinish, value_sum: torch.Tensor) -> list[torch.Tensor]:
-    """Collective 2's sum -> the averaged float32 gradient of each layer (§1.3 with cN on the
-    selected elements, 0 elsewhere)."""
-    if value_sum.dtype != torch.int64 or value_sum.shape != (plan.n_values,):
-        raise ValueError(f"value sum must be int64 ({plan.n_values},), got {value_sum.dtype} "
+    """Collective 2's sum s -> the averaged float32 gradient of each layer:
+    float32(float64(s * 2**s_v) * cN) on the selected elements, 0 elsewhere."""
+    if value_sum.dtype != torch.int32 or value_sum.shape != (plan.n_values,):
+        raise ValueError(f"value sum must be int32 ({plan.n_values},), got {value_sum.dtype} "
                          f"{tuple(value_sum.shape)}")
     c = float(np.float64(plan.cfg.range) / (np.float64(QMAX) * np.float64(plan.n_workers)))
-    vals = (value_sum.to(torch.float64) * c).to(torch.float32)
+    vals = ((value_sum.to(torch.int64) << plan.value_shift).to(torch.float64) * c
+            ).to(torch.float32)
     out = torch.zeros(plan.total + 1, dtype=torch.float32, device=value_sum.device)
     out[fin.elem] = vals          # padding words all land on the spare last element
     return [t.view(lay.shape) for t, lay in zip(torch.split(out[:plan.total], list(plan.sizes)),

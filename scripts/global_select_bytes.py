@@ -1,0 +1,55 @@
+"""Bytes per worker per step, LeNet-5 on Fashion-MNIST, coarse k=1: global block selection
+(--exchange allreduce, docs/spec.md §8) against the framed all_gather path, N = 2, 4, 8.
+
+    python scripts/global_select_bytes.py [--steps 20] [--json OUT.json]
+
+Each configuration trains `--steps` steps in the single-process simulation (the bits a DDP run
+gives) and reads what every worker put into the collectives (`bytes_sent`). The wire bytes per
+worker are then computed for the collectives gloo runs on CPU: a ring allreduce sends (and
+receives) 2 (N - 1) / N of the vector per worker; a ring all_gather sends and receives N - 1
+messages of the padded width (here the mean message, a lower bound: every message is padded to
+the step's largest). The all_gather path's size round trip (8 bytes per rank) is left out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from gradblock.shim.train import TrainConfig, run_training
+
+
+def measure(n: int, exchange: str, steps: int) -> dict:
+    r = run_training(TrainConfig(data="fashion-mnist", compressor="coarse", k=1, workers=n,
+                                 epochs=1, batch_size=32, local_momentum=0.9, momentum=0.0,
+                                 threads=1, max_steps=steps, progress=False, exchange=exchange,
+                                 train_subset=32 * n * steps, test_subset=100))
+    per_worker = r["bytes_sent"] / (r["steps"] * n)
+    if exchange == "allreduce":
+        wire = 2 * (n - 1) / n * per_worker
+    else:
+        wire = (n - 1) * per_worker
+    return {"workers": n, "exchange": exchange, "steps": r["steps"],
+            "put_per_worker": per_worker, "wire_sent_per_worker": wire,
+            "dense_bytes_per_worker": 4 * r["params"]}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    rows = [measure(n, ex, args.steps) for n in (2, 4, 8) for ex in ("allgather", "allreduce")]
+    print("| N | exchange | bytes a worker puts in (per step) | wire bytes sent per worker (per step) |")
+    print("|---|---|---|---|")
+    for row in rows:
+        print(f"| {row['workers']} | {row['exchange']} | {row['put_per_worker']:,.0f} | "
+              f"{row['wire_sent_per_worker']:,.0f} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
