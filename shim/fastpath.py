@@ -23,6 +23,8 @@ and the coarse codec on host memory through the numba kernels (zero copy).
 """
 from __future__ import annotations
 
+import threading
+
 import numba as nb
 import numpy as np
 import torch
@@ -95,15 +97,15 @@ def flat_host(tensors, dtype: torch.dtype, sizes) -> torch.Tensor | None:
     return torch.cat(parts) if parts else torch.zeros(0, dtype=dtype)
 
 
-_SCRATCH: dict = {}
+_SCRATCH = threading.local()
 
 
 def _scratch(words: int) -> np.ndarray:
-    """A reusable uint32 buffer of at least `words` words (per thread of the process: the
-    hook's encodes run on the backward thread only)."""
-    buf = _SCRATCH.get("out")
+    """A reusable uint32 buffer of at least `words` words, one per thread (the frames are
+    copied out before the next encode on that thread)."""
+    buf = getattr(_SCRATCH, "out", None)
     if buf is None or buf.size < words:
-        buf = _SCRATCH["out"] = np.empty(max(words, 1024), dtype=np.uint32)
+        buf = _SCRATCH.out = np.empty(max(words, 1024), dtype=np.uint32)
     return buf
 
 
