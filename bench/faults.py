@@ -20,11 +20,13 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
+from gradblock.codec.errors import UsageError
 from gradblock.fileio import write_text
 
-KINDS = ("kill", "stop", "flip")
+KINDS = ("kill", "stop", "flip", "link")      # link: needs root and the namespace testbed
 _DETECT = re.compile(r"PeerLostError|CRC_MISMATCH|Error|failed \(exitcode")
 _RESUME = re.compile(r"elastic resume from step (\d+)")
 
@@ -142,6 +144,85 @@ def inject(workdir: Path, kind: str, rank: int, step: int, seed: int, *, steps: 
         lines=[line for _, line in lines])
 
 
+def inject_link_down(workdir: Path, rank: int, step: int, seed: int, *, steps: int, nproc: int,
+                     timeout_s: float = 10.0, checkpoint_every: int = 5, max_restarts: int = 3,
+                     hard_limit_s: float = 600.0) -> FaultRun:
+    """Each rank in its own network namespace (bench/netns.py) under a torchrun agent of its
+    own (static rendezvous at rank 0's address); when rank `rank` reaches `step` its link's
+    bridge port goes down (a pulled cable) and comes back up 2 s after the first rank names
+    the failure."""
+    from .netns import Testbed
+    ref = reference(workdir, seed, steps, nproc)
+    case = workdir / f"link-r{rank}-t{step}-s{seed}"
+    args = ["train", "--ddp", *train_args(seed, steps), "--elastic",
+            "--checkpoint", str(case / "ck" / "c.pt"), "--checkpoint-every", str(checkpoint_every),
+            "--timeout", str(timeout_s), "--check-every", str(checkpoint_every),
+            "--out", str(case / "out")]
+    lines: list[tuple[float, str]] = []
+    lock = threading.Lock()
+    t0 = time.monotonic()
+    hung = False
+    with Testbed(nproc) as bed:
+        port = 29500 + random.Random(f"{rank}{step}{seed}").randrange(1000)
+        procs = []
+        for w in range(nproc):
+            env = bed.rank_env(w, port, dict(os.environ, GRADBLOCK_FAULT=f"mark:{rank}:{step}"))
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nproc),
+                   "--node-rank", str(w), "--nproc-per-node", "1", "--max-restarts",
+                   str(max_restarts), "--master-addr", bed.address(0), "--master-port", str(port),
+                   "-m", "gradblock.cli", *args]
+            procs.append(bed.popen(w, cmd, env=env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True))
+
+        def read(proc):
+            for line in proc.stdout:
+                with lock:
+                    lines.append((time.monotonic() - t0, line.rstrip("\n")))
+
+        readers = [threading.Thread(target=read, args=(p,), daemon=True) for p in procs]
+        for r in readers:
+            r.start()
+        port_dev = f"gbp{rank}"
+        state = "before"
+        deadline = t0 + hard_limit_s
+        while any(p.poll() is None for p in procs):
+            if time.monotonic() > deadline:
+                hung = True
+                break
+            with lock:
+                seen = list(lines)
+            if state == "before" and any("injecting fault" in line for _, line in seen):
+                subprocess.run(["ip", "-n", bed.bridge_ns, "link", "set", port_dev, "down"],
+                               check=True)
+                lines.append((time.monotonic() - t0, f"testbed: {port_dev} down"))
+                state = "down"
+            elif state == "down" and any(_DETECT.search(line) for _, line in seen
+                                         if "testbed:" not in line and "injecting" not in line):
+                time.sleep(2.0)
+                subprocess.run(["ip", "-n", bed.bridge_ns, "link", "set", port_dev, "up"],
+                               check=True)
+                lines.append((time.monotonic() - t0, f"testbed: {port_dev} up"))
+                state = "up"
+            time.sleep(0.1)
+        codes = [p.poll() for p in procs]
+        for r in readers:
+            r.join(timeout=5)
+    rc = None if hung else max(abs(c) for c in codes if c is not None)
+    t_fault = next((t for t, line in lines if line.startswith("testbed:") and "down" in line), None)
+    detect = next(((t, line) for t, line in lines if t_fault is not None and t >= t_fault
+                   and not line.startswith("testbed:") and "injecting" not in line
+                   and _DETECT.search(line)), None)
+    resume = next(((t, int(m.group(1))) for t, line in lines if (m := _RESUME.search(line))), None)
+    return FaultRun(
+        kind="link", rank=rank, step=step, seed=seed, returncode=rc, wall_s=time.monotonic() - t0,
+        hang=hung, detect_s=None if detect is None else detect[0] - t_fault,
+        recover_s=None if resume is None or detect is None else resume[0] - detect[0],
+        resumed_from=None if resume is None else resume[1],
+        bit_identical=rc == 0 and _models_equal(ref, case / "out", nproc),
+        named="" if detect is None else " ".join(detect[1].split())[:200],
+        lines=[line for _, line in lines])
+
+
 def plan(kinds, count: int, nproc: int, steps: int, seed: int = 0) -> list[tuple[str, int, int, int]]:
     """`count` faults of each kind: ranks, steps and training seeds drawn from `seed`."""
     rnd = random.Random(seed)
@@ -193,8 +274,9 @@ def run_matrix(workdir: Path, kinds=KINDS, count: int = 20, nproc: int = 3, step
     cases = plan(kinds, count, nproc, steps)
     runs = []
     for kind, rank, step, seed in tqdm(cases, desc="faults", unit="run", disable=not progress):
-        runs.append(inject(workdir, kind, rank, step, seed, steps=steps, nproc=nproc,
-                           timeout_s=timeout_s))
+        run = inject_link_down if kind == "link" else partial(inject, kind=kind)
+        runs.append(run(workdir, rank=rank, step=step, seed=seed, steps=steps, nproc=nproc,
+                        timeout_s=timeout_s))
     import platform
     meta = {"workers": nproc, "steps": steps, "timeout_s": timeout_s, "checkpoint_every": 5,
             "machine": f"{platform.machine()} {os.cpu_count()} cores", "command": command}
@@ -203,3 +285,35 @@ def run_matrix(workdir: Path, kinds=KINDS, count: int = 20, nproc: int = 3, step
     if json_path is not None:
         write_text(json_path, json.dumps(result, indent=2) + "\n")
     return result
+
+
+def faults_main(argv: list[str]) -> int:
+    """`gradblock faults`: the matrix; writes its JSON and the table in docs/reliability.md's
+    generated section (when --doc names it). Exit 1 when any run hung, did not finish, or
+    ended with parameters that differ from the uninterrupted run."""
+    import argparse
+    import shlex
+    import tempfile
+
+    p = argparse.ArgumentParser(prog="gradblock faults", description=faults_main.__doc__)
+    p.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
+    p.add_argument("--count", type=int, default=20, help="faults of each kind")
+    p.add_argument("--workers", type=int, default=3)
+    p.add_argument("--steps", type=int, default=24)
+    p.add_argument("--timeout", type=float, default=10.0, help="--timeout of each run (s)")
+    p.add_argument("--json", default=None, help="write every run and the summary here")
+    p.add_argument("--workdir", default=None, help="keep the runs here (default: a temp dir)")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    args = p.parse_args(argv)
+    if args.count < 1 or args.workers < 2 or args.steps < 8 or args.timeout <= 0:
+        raise UsageError("gradblock faults: --count >= 1, --workers >= 2, --steps >= 8 and "
+                         "--timeout > 0 are needed")
+    command = "gradblock faults " + " ".join(shlex.quote(a) for a in argv)
+    with tempfile.TemporaryDirectory(prefix="gradblock-faults-") as tmp:
+        work = Path(args.workdir) if args.workdir else Path(tmp)
+        result = run_matrix(work, args.kinds, args.count, args.workers, args.steps, args.timeout,
+                            Path(args.json) if args.json else None, args.progress, command)
+    print(markdown(result["summary"], result["meta"]), end="")
+    bad = [r for r in result["summary"]
+           if r["hangs"] or r["failed_runs"] or r["bit_identical"] != r["injected"]]
+    return 1 if bad else 0

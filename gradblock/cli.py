@@ -47,6 +47,7 @@ COMMANDS = {
     "split": ("gradblock.bench.engine_split", "split_main", "split a model's layers over compress engines"),
     "interfere": ("gradblock.bench.interference", "interfere_main", "two jobs alone and together: r_AB, r_BA"),
     "netbench": ("gradblock.bench.netbench", "netbench_main", "methods vs torch peers on a shaped network (root)"),
+    "faults": ("gradblock.bench.faults", "faults_main", "kill / stop / bit-flip matrix under torchrun restarts"),
 }
 
 def is_named_error(exc: BaseException) -> bool:

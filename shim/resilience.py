@@ -13,7 +13,8 @@
   gathered from every rank; replicas that differ stop the job (`ReplicaDivergenceError`),
   naming the ranks that differ from the majority.
 * **Fault injection for tests** (`GRADBLOCK_FAULT=kind:rank:step[,kind:rank:step...]`, kinds
-  `kill`, `stop`, `flip`, `perturb`): acts on the first attempt only
+  `kill`, `stop`, `flip`, `perturb`, and `mark`, which only prints the line on which the
+  network testbed takes the rank's link down): acts on the first attempt only
   (`TORCHELASTIC_RESTART_COUNT` 0), so the restarted group runs clean. Never set in use.
 """
 from __future__ import annotations
@@ -193,7 +194,7 @@ def check_replicas(exchange, model, optimizer, step: int) -> None:
 
 # ------------------------------------------------------------------------------ fault injection
 
-FAULT_KINDS = ("kill", "stop", "flip", "perturb")
+FAULT_KINDS = ("kill", "stop", "flip", "perturb", "mark")   # mark: the testbed acts (link down)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ diverges is named by the cross-rank checksum. The torchrun cases share bench/fau
 `gradblock faults` (the 20-per-kind matrix)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -165,3 +166,29 @@ def test_divergent_replica_is_named(workdir):
     text = "\n".join(line for _, line in lines)
     assert not hung and rc != 0, text
     assert "ReplicaDivergenceError: replicas differ after step 8: rank 2 (parameters)" in text, text
+
+
+def _testbed_possible() -> str | None:
+    """Why the namespace testbed cannot run here, or None."""
+    import shutil
+    if os.geteuid() != 0:
+        return "the network testbed needs root (ip netns, veth, tc)"
+    if not shutil.which("ip"):
+        return "iproute2's `ip` is not installed"
+    return None
+
+
+@needs_gloo
+@pytest.mark.slow
+@pytest.mark.skipif(_testbed_possible() is not None, reason=str(_testbed_possible()))
+def test_link_down_is_named_and_recovered(workdir):
+    """Three ranks in their own namespaces; rank 2's cable is pulled at step 10: the others
+    name rank 2 within the timeout, and the restarted group ends bit-identical."""
+    from gradblock.bench.netns import own_namespaces
+    before = set(own_namespaces())
+    run = faults.inject_link_down(workdir, rank=2, step=10, seed=0, steps=STEPS, nproc=3,
+                                  timeout_s=8, hard_limit_s=400)
+    _check(run, "PeerLostError")
+    assert any("rank 2 did not answer" in line for line in run.lines), run.lines[-20:]
+    assert run.detect_s is not None and run.detect_s < 8 + 15 + 10
+    assert set(own_namespaces()) <= before                 # the bed removed what it made
