@@ -216,7 +216,7 @@ def plot(rows: list[dict], path: Path, title: str) -> Path:
     ns = sorted({r["workers"] for r in rows})
     rates = list(dict.fromkeys(r["rate"] for r in rows))
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    fig, axes = plt.subplots(1, len(ns), figsize=(5 * len(ns), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(ns), figsize=(5 * len(ns), 4.5), squeeze=False)
     for ax, n in zip(axes[0], ns):
         for m in methods:
             pts = [(rates.index(r["rate"]), r["step_ms"]) for r in rows
@@ -231,7 +231,8 @@ def plot(rows: list[dict], path: Path, title: str) -> Path:
         ax.set_ylabel("median ms per step")
         ax.grid(True, alpha=0.3)
     axes[0][-1].legend(fontsize=7)
-    fig.suptitle(title, fontsize=9)
+    import textwrap
+    fig.suptitle(textwrap.fill(title, 75 * len(ns)), fontsize=7)
     fig.tight_layout()
     with atomic_open(path, "wb") as fh:
         fig.savefig(fh, format="png", dpi=110)
@@ -498,7 +499,8 @@ def plot_tta(curves: list[dict], path: Path, title: str) -> Path:
     ax.set_ylabel("test accuracy")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    fig.suptitle(title, fontsize=8)
+    import textwrap
+    fig.suptitle(textwrap.fill(title, 100), fontsize=7)
     fig.tight_layout()
     with atomic_open(path, "wb") as fh:
         fig.savefig(fh, format="png", dpi=110)
