@@ -135,7 +135,7 @@ def encode_coarse_host(comp, layers, grads, ws, ks):
             raise ValueError(f"layer {lay.name}: gradient shape {tuple(g.shape)}, plan has "
                              f"{lay.shape}")
     plan = message_plan(shapes, ks if not isinstance(ks, list) else list(ks), comp.block_size,
-                        [lay.index for lay in layers], comp.lmax_log2)
+                        [lay.index for lay in layers], comp.lmax_log2, comp.norm)
     state = [ws.layers.get(lay.index, {}) for lay in layers]
     if comp.momentum is not None:
         return _encode_momentum_host(comp, layers, grads, ws, plan, state)
@@ -187,7 +187,7 @@ def _encode_momentum_host(comp, layers, grads, ws, plan, state):
             g.detach().contiguous().numpy(), None if r is None else r.numpy(),
             None if u is None else u.numpy(), comp.momentum, R=comp.cfg, k=p.k_eff,
             block_size=p.layout.block_size, layer_id=lay.index, lmax_log2=comp.lmax_log2,
-            mask=comp.momentum_mask, where=lay.name))
+            mask=comp.momentum_mask, where=lay.name, norm=comp.norm))
     results = []
     for lay, s in zip(layers, steps):
         ws.layers[lay.index] = {"residual": torch.from_numpy(s.residual_out),
