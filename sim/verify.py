@@ -116,17 +116,19 @@ class Row:
 
 def run_module(mod: RtlModule, sim: str, golden: Path, traffic: str, waves: bool,
                cases: list[str] | None, work: Path, build_root: Path | None = None,
-               coverage_dir: Path | None = None) -> tuple[list[Row], str]:
+               coverage_dir: Path | None = None, sources=None) -> tuple[list[Row], str]:
     """Run one registry entry over the golden directory: its rows and the run's report.
     build_root: where the simulator builds go (default: harness.sim_build_root()).
     coverage_dir: Verilator only: build with coverage and copy the run's coverage.dat there
-    as <name>.dat (sim/coverage.py merges them)."""
+    as <name>.dat (sim/coverage.py merges them).
+    sources: HDL files (default: hw/deps.py's for the top level); sim/mutation.py passes a
+    mutated copy."""
     results = work / f"{mod.name}-{sim}-cases.json"
     results.unlink(missing_ok=True)
     env = {**mod.env, mod.golden_env: golden, "TB_TRAFFIC": traffic, "TB_CASE_RESULTS": results}
     if cases:
         env["TB_CASES"] = ",".join(cases)
-    res = run_rtl(mod.toplevel, None, mod.test_module, sim,
+    res = run_rtl(mod.toplevel, sources, mod.test_module, sim,
                   parameters=mod.parameters, env=env, waves=waves, testcase=mod.testcase,
                   run_name=f"verify-{mod.testcase}", build_root=build_root,
                   coverage=coverage_dir is not None)

@@ -169,3 +169,113 @@ def test_stamp_records_the_build(tmp_path):
     d.mkdir()
     (d / harness.BUILD_STAMP).write_text(json.dumps({"toplevel": "x"}))
     assert harness._build("icarus", "x", [], {}, d, False) is False
+
+
+@pytest.fixture(scope="session")
+def golden_quick(tmp_path_factory):
+    """`gradblock golden --quick`, written once per session."""
+    out = tmp_path_factory.mktemp("golden") / "quick"
+    proc = subprocess.run([sys.executable, "-m", "gradblock.cli", "golden", "--quick", "--no-check",
+                           str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        pytest.fail(f"gradblock golden --quick failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    return out
+
+
+# ------------------------------------------------------------------ coverage (issue 23 item 3)
+def test_coverage_dat_parse_and_report(tmp_path):
+    """A Verilator coverage.dat (SystemC::Coverage-3) merges over runs and instances into
+    per-module line / branch / toggle percentages, an lcov file and annotated sources."""
+    from gradblock.sim import coverage
+    src = tmp_path / "blk.sv"
+    src.write_text("module blk;\n  always_ff @(posedge clk)\n    if (a) x <= 1;\nendmodule\n")
+
+    def point(kind, line, col, comment, count, inst="TOP.blk"):
+        f = {"f": str(src), "l": line, "n": col, "t": kind, "page": f"v_{kind}/blk__W3",
+             "o": comment, "h": inst}
+        return "C '" + "".join(f"\x01{k}\x02{v}" for k, v in f.items())[1:] + f"' {count}\n"
+    head = "# SystemC::Coverage-3\n"
+    (tmp_path / "a.dat").write_text(head + point("line", 2, 3, "block", 5)
+                                    + point("branch", 3, 5, "if", 2)
+                                    + point("branch", 3, 6, "else", 0)
+                                    + point("toggle", 1, 1, "a:0->1", 1)
+                                    + point("toggle", 1, 1, "a:1->0", 0))
+    (tmp_path / "b.dat").write_text(head + point("toggle", 1, 1, "a:1->0", 3, "TOP.other"))
+    rep = coverage.write_report([tmp_path / "a.dat", tmp_path / "b.dat"], tmp_path / "out",
+                                bins={"x.hit": True, "y.missed": False})
+    m = rep["modules"]["blk"]
+    assert (m["line"], m["branch"], m["toggle"]) == (100.0, 50.0, 100.0)
+    assert m["uncovered"] == ["blk.sv:3:6 branch else"]
+    assert (rep["bins_total"], rep["bins_hit"], rep["bins_missed"]) == (2, 1, ["y.missed"])
+    assert json.loads((tmp_path / "out" / "coverage.json").read_text()) == rep
+    info = (tmp_path / "out" / "coverage.info").read_text()
+    assert "BRDA:3,6,1,-" in info and "DA:2,5" in info
+    ann = (tmp_path / "out" / "annotated" / "blk.sv").read_text().splitlines()
+    assert ann[2].startswith("%000000") and ann[1].startswith(" 000005")
+    with pytest.raises(coverage.CoverageFormatError):
+        (tmp_path / "bad.dat").write_text("not coverage\n")
+        coverage.parse_dat(tmp_path / "bad.dat")
+
+
+@pytest.mark.slow
+@pytest.mark.sim
+def test_verify_coverage_one_module(tmp_path, golden_quick):
+    """`gradblock verify --sim verilator --coverage DIR` on one module and two cases writes the
+    report: quantiser's line coverage is measured (not n/a), the annotated source exists, and
+    the bins the two cases hit (saturation both ways) are hit. The full run: docs/hw.md."""
+    reason = harness.simulator_available("verilator")
+    if reason:
+        pytest.skip(reason)
+    from gradblock.sim.verify import verify_main
+    out = tmp_path / "cov"
+    rc = verify_main(["--sim", "verilator", "--vectors", str(golden_quick), "--modules",
+                      "quantiser", "--cases", "quant_saturation_inf", "special_floats",
+                      "--coverage", str(out)])
+    assert rc == 0
+    rep = json.loads((out / "coverage.json").read_text())
+    q = rep["modules"]["quantiser"]
+    assert q["line"] is not None and q["line"] > 50 and q["toggle"] is not None
+    assert (out / "annotated" / "quantiser.sv").is_file()
+    bins = rep["bins"]
+    assert bins["quantiser.saturate_pos"] and bins["quantiser.saturate_neg"]
+    assert rep["bins_hit"] < rep["bins_total"]          # the other blocks did not run
+    assert verify_main(["--sim", "icarus", "--coverage", str(out)]) == 2
+
+
+# ------------------------------------------------------------------ mutation (issue 23 item 5)
+def test_mutation_sites_are_expressions_only():
+    from gradblock.sim import mutation
+    text = ("module m (input logic a, output logic y);  // a + b\n"
+            "    assign y = a + b;\n"
+            "    always_ff @(posedge clk) if (a == 1'b1) q <= c - 2;\n"
+            "endmodule\n")
+    got = {(m.line, m.kind, m.before, m.after) for m in mutation.sites(text, "m")}
+    assert (2, "operator", "+", "-") in got and (2, "drop-term", "+ b", "") in got
+    assert (3, "operator", "==", "!=") in got and (3, "constant", "1'b1", "1'b0") in got
+    assert not any(line == 1 for line, *_ in got)             # declarations and comments
+    assert not any(b == "<=" for _, _, b, _ in got)            # never the assignment itself
+    m = next(m for m in mutation.sites(text, "m") if m.before == "+")
+    assert "assign y = a - b;" in mutation.apply(text, m)
+
+
+@pytest.mark.slow
+@pytest.mark.sim
+def test_tiny_mutation_run(tmp_path, golden_quick):
+    """Two mutants of ef_add through the golden set on Icarus: the sum's `+` turned into `-`
+    is killed; a wider slice of a 32-bit output (truncated back, an equivalent mutant)
+    survives. The full run and its score: docs/hw.md, "Mutation score"."""
+    reason = harness.simulator_available("icarus")
+    if reason:
+        pytest.skip(reason)
+    from gradblock.sim import mutation
+    all_sites = mutation.sites((harness.HW_DIR / "ef_add.sv").read_text(), "ef_add")
+    flip = next(m for m in all_sites if m.kind == "operator" and m.before == "+"
+                and "sum_in =" in (harness.HW_DIR / "ef_add.sv").read_text().splitlines()[m.line - 1])
+    same = next(m for m in all_sites if "m_tdata = out_word[31:0]" in
+                (harness.HW_DIR / "ef_add.sv").read_text().splitlines()[m.line - 1]
+                and m.before == "31")
+    cases = ["tie_break_k1", "feedback_saturation"]
+    assert mutation.run_mutant(flip, golden_quick, "icarus", tmp_path, cases).status == "killed"
+    assert mutation.run_mutant(same, golden_quick, "icarus", tmp_path, cases).status == "survived"
+    s = mutation.score([flip, same])
+    assert (s["killed"], s["counted"], s["score"]) == (1, 2, 50.0)
