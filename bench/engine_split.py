@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import tempfile
 import time
-from pathlib import Path
 from dataclasses import dataclass
 from typing import Sequence
 
+from gradblock.codec import fileio
 from gradblock.codec.errors import UsageError
 
 Split = list[int]        # start index of each engine's run; engine e owns [starts[e], starts[e+1])
@@ -295,9 +293,5 @@ def split_main(argv: list[str]) -> int:
     for name, row in report["plans"].items():
         print(f"{name:<20} makespan {row['makespan_ms']:9.3f} ms   std {row['std_ms']:8.3f} ms")
     if args.json_out:
-        path = Path(args.json_out)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
-        with os.fdopen(fd, "w") as f:
-            json.dump(report, f, indent=2)
-        os.replace(tmp, path)
+        fileio.write_text(args.json_out, json.dumps(report, indent=2))
     return 0

@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gradblock.codec import fileio
 from gradblock.codec.errors import GradblockError, UsageError
 
 
@@ -175,12 +176,9 @@ def interfere_main(argv: list[str]) -> int:
         print(f"{r.a:<16} {r.b:<16} {r.r_ab:6.2f} {r.r_ba:6.2f}  {r.colocation_pays} "
               f"({r.speedup_for_equal_work:.2f}x for equal work)")
     if args.json_out:
-        path = Path(args.json_out)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
-        with os.fdopen(fd, "w") as f:
-            json.dump({"cpu_count": os.cpu_count(), "threads_per_job": args.threads,
-                       "rows": [r.__dict__ for r in rows]}, f, indent=2)
-        os.replace(tmp, path)
+        fileio.write_text(args.json_out, json.dumps(
+            {"cpu_count": os.cpu_count(), "threads_per_job": args.threads,
+             "rows": [r.__dict__ for r in rows]}, indent=2))
     return 0
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gradblock.codec import fileio
+
 BEGIN = "<!-- BEGIN GENERATED: gradblock bench (do not edit by hand) -->"
 END = "<!-- END GENERATED -->"
 TITLE = "# Benchmarks"
@@ -26,10 +28,10 @@ def write(path: Path, generated: str) -> None:
             head, rest = text.split(BEGIN, 1)
             _, tail = rest.split(END, 1)
             tail = tail.lstrip("\n")
-            path.write_text(head + block + ("\n" + tail if tail else ""))
+            fileio.write_text(path, head + block + ("\n" + tail if tail else ""))
             return
         new = text.rstrip() + "\n\n" + block
     else:
         new = f"{TITLE}\n\n{block}"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(new)
+    fileio.write_text(path, new)

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from gradblock.codec import fileio
 from gradblock.codec.errors import GradblockError
 
 from .tables import Table
@@ -59,10 +60,7 @@ def write_json(path: Path, tables: dict[int, list[Table]], header: list[str]) ->
     """All rows of the tables run, atomically (temp file in the same directory, then rename)."""
     rows = [r for number in sorted(tables) for t in tables[number] for r in table_rows(number, t)]
     doc = {"format": FORMAT, "header": header, "rows": rows}
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    tmp.replace(path)
+    fileio.write_text(path, json.dumps(doc, indent=1) + "\n")
 
 
 class CompareError(GradblockError):

@@ -210,7 +210,7 @@ def synth_main(argv: list[str]) -> int:
     if unknown:
         raise UsageError(f"unknown top(s) {', '.join(unknown)}; known: {', '.join(known)}")
     if args.json:
-        from gradblock.fileio import check_output_path
+        from gradblock.codec.fileio import check_output_path
         check_output_path(args.json)        # a bad path fails now, not after an hour of P&R
     modules = {}
     for top in args.tops or list(known):
@@ -221,7 +221,7 @@ def synth_main(argv: list[str]) -> int:
               f"{1000.0 / args.freq:.2f} ns {f['late_by_instance'] or ''}", flush=True)
     print(format_table(modules))
     if args.json:
-        from gradblock.fileio import write_text
+        from gradblock.codec.fileio import write_text
         write_text(args.json, json.dumps({"device": "LFE5U-85F-8BG381 (out of context)",
                                           "tools": [YOSYS, NEXTPNR], "modules": modules},
                                          indent=1) + "\n")

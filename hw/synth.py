@@ -22,6 +22,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gradblock.codec import fileio
 from gradblock.hw.deps import sources
 
 
@@ -222,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     print(format_table(results))
     if args.json:
-        args.json.write_text(json.dumps(
+        fileio.write_text(args.json, json.dumps(
             [{"top": r.run.top, "parameters": r.run.parameters, "total_cells": r.total_cells,
               "total_flops": r.total_flops,
               "modules": {m.name: {"cells": m.cells, "flops": m.flops, "memories": m.memories,

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gradblock.codec import fileio
 from gradblock.codec.errors import GradblockError
 from gradblock.codec.zrle import LMAX_LOG2_MAX, LMAX_LOG2_MIN, max_frame_words
 
@@ -554,15 +555,9 @@ def load_exchange(golden_dir: str | Path, names: set[str] | None = None) -> list
 # ------------------------------------------------------------------------------ writing
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    """Write next to `path`, then os.replace: readers see the old file or the new one."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write next to `path`, then os.replace: readers see the old file or the new one
+    (gradblock.codec.fileio, the one atomic writer)."""
+    fileio.write_bytes(path, data)
 
 
 def _npz_bytes(arrays: dict) -> bytes:

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from gradblock.codec import fileio
 from gradblock.refmodel import coded
 from gradblock.refmodel.quantiser import QuantConfig, average, quantise
 
@@ -237,7 +238,4 @@ def coded_main(argv: list[str]) -> int:
 
 
 def _write_json(path: Path, obj) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=2)
-    os.replace(tmp, path)
+    fileio.write_text(path, json.dumps(obj, indent=2))

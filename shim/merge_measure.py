@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from gradblock.codec import fileio
 from gradblock.codec.errors import UsageError
 
 from .merge_plan import PLANNERS, LayerTimes, iteration_time, timeline
@@ -374,9 +375,5 @@ def merge_plan_main(argv: list[str]) -> int:
           f"dlgs_greedy {it['dlgs_greedy']:.3f} ms, exact {it['exact']:.3f} ms "
           f"({len(report['groups'])} groups)")
     if args.json_out:
-        path = Path(args.json_out)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent if str(path.parent) else ".")
-        with os.fdopen(fd, "w") as f:
-            json.dump(report, f, indent=2)
-        os.replace(tmp, path)
+        fileio.write_text(args.json_out, json.dumps(report, indent=2))
     return 0

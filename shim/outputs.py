@@ -4,14 +4,15 @@
 cannot be written (an existing file where a directory is needed or the other way round, a
 parent that is a file, a read-only place) before any training time is spent. `atomic_write`
 writes through a temporary file in the target's directory and `os.replace`, so a reader sees
-the old file or the new one, never half of one.
+the old file or the new one, never half of one (gradblock.codec.fileio, the one atomic writer).
 """
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 from typing import Callable
+
+from gradblock.codec import fileio
 
 from .errors import OutputPathError
 
@@ -65,31 +66,13 @@ def check_output_file(path: str | Path, option: str,
     return p
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-# mkstemp creates files 0600; outputs get the permissions an ordinary open() would give
-FILE_MODE = 0o666 & ~_umask()
-
-
 def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
     """Call `write(tmp_path)` on a temporary file in `path`'s directory, then rename it onto
-    `path`; the temporary file is removed if writing fails."""
+    `path`; the temporary file is removed if writing fails. The directory is created first
+    (a run's --out); the write is gradblock.codec.fileio's, the one atomic writer."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.chmod(tmp, FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return fileio.atomic_write(path, write)
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:

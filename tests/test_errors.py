@@ -60,7 +60,7 @@ def test_the_walk_finds_the_known_errors():
     names = {f"{m}.{c}" for m, c in ERROR_CLASSES}
     for known in ("gradblock.refmodel.validation.ParameterError", "gradblock.shim.data.DatasetError",
                   "gradblock.hw.deps.RtlDependencyError", "gradblock.shim.errors.TrainingError",
-                  "gradblock.refmodel.coded.CodedConfigError", "gradblock.fileio.OutputError"):
+                  "gradblock.refmodel.coded.CodedConfigError", "gradblock.codec.fileio.OutputError"):
         assert known in names, known
     assert len(names) >= 30
 
