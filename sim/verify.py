@@ -20,6 +20,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gradblock.codec.errors import UsageError
 from gradblock.hw import deps
 
 from .harness import SIMULATORS, run_rtl, simulator_available
@@ -194,27 +195,21 @@ def verify_main(argv: list[str]) -> int:
                         "DIR/coverage.json, DIR/coverage.info (lcov) and an annotated source tree "
                         "DIR/annotated/ (sim/coverage.py)")
     p.add_argument("--waves", action="store_true", help="record waveforms of every run")
-    try:
-        args = p.parse_args(argv)
-    except SystemExit as e:
-        return int(e.code or 0)
-
+    args = p.parse_args(argv)
+    # argument errors raise UsageError: gradblock/cli.py prints the one line and exits 2
     if args.coverage and args.sim != "verilator":
-        print("gradblock verify: --coverage needs --sim verilator", file=sys.stderr)
-        return 2
+        raise UsageError("--coverage needs --sim verilator")
     traffic = args.traffic or (COVERAGE_TRAFFIC if args.coverage else DEFAULT_TRAFFIC)
     build_root = Path(args.build_dir).expanduser() if args.build_dir else None
     cov_dir = Path(args.coverage).expanduser() if args.coverage else None
     unknown = sorted(set(args.modules or []) - set(REGISTRY))
     if unknown:
-        print(f"gradblock verify: unknown module(s) {', '.join(unknown)}; registered: "
-              f"{', '.join(REGISTRY)}", file=sys.stderr)
-        return 2
+        raise UsageError(f"unknown module(s) {', '.join(unknown)}; registered: "
+                         f"{', '.join(REGISTRY)}")
     reason = simulator_available(args.sim)
     if reason:
-        print(f"gradblock verify: {args.sim} unavailable: {reason}", file=sys.stderr)
-        return 2
-    from gradblock.refmodel.golden_format import GoldenError, load_exchange, load_golden
+        raise UsageError(f"{args.sim} unavailable: {reason}")
+    from gradblock.refmodel.golden_format import load_exchange, load_golden
 
     with tempfile.TemporaryDirectory(prefix="gradblock-verify-") as tmp:
         work = Path(tmp)
@@ -225,21 +220,14 @@ def verify_main(argv: list[str]) -> int:
             print(f"no --vectors: generating the quick golden set in {golden}")
             try:
                 make_quick_golden(golden)
-            except Exception as e:  # noqa: BLE001 - any failure here means: no vectors to run
-                print(f"gradblock verify: could not generate the quick golden set "
-                      f"({type(e).__name__}: {e}); pass --vectors DIR", file=sys.stderr)
-                return 2
-        try:
-            cases = load_golden(golden) + load_exchange(golden)
-        except GoldenError as e:
-            print(f"gradblock verify: {e}", file=sys.stderr)
-            return 2
+            except RuntimeError as e:        # the generator's process failed: no vectors to run
+                raise UsageError(f"could not generate the quick golden set ({e}); pass "
+                                 f"--vectors DIR") from None
+        cases = load_golden(golden) + load_exchange(golden)     # GoldenError: one line, exit 2
         if args.cases:
             missing = sorted(set(args.cases) - {c.name for c in cases})
             if missing:
-                print(f"gradblock verify: no such case(s) in {golden}: {', '.join(missing)}",
-                      file=sys.stderr)
-                return 2
+                raise UsageError(f"no such case(s) in {golden}: {', '.join(missing)}")
 
         rows: list[Row] = []
         failures: list[str] = []

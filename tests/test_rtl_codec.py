@@ -250,7 +250,10 @@ def test_verify_runs_golden_cases(golden_quick, capsys):
 
 
 def test_verify_rejects_bad_arguments(tmp_path, capsys):
-    from gradblock.sim.verify import verify_main
+    from gradblock import cli
+
+    def verify_main(argv):
+        return cli.main(["verify", *argv])
     assert verify_main(["--sim", "icarus", "--modules", "no_such_block"]) == 2
     assert "unknown module" in capsys.readouterr().err
     assert verify_main(["--sim", "icarus", "--vectors", str(tmp_path / "missing")]) == 2
