@@ -144,8 +144,7 @@ def finish_group(compressor: Compressor, gp: GroupPrep, summed: torch.Tensor | N
         ws.layers[lay.index] = st
         ws.steps[lay.index] = ws.steps.get(lay.index, 0) + 1
     stats.add(StepStats(4 * (gp.plan.vector_words + gp.plan.n_values), int(fin.nonzeros.sum()),
-                        sum(counts.sat_quant), sum(counts.sat_feedback),
-                        sum(counts.sat_momentum)))
+                        counts.sat_quant, counts.sat_feedback, counts.sat_momentum))
     return fin, stats
 
 

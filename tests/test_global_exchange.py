@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.torch]
 
 
 def torch_step(grads, residuals, velocities, shapes, *, k, block_size, R, momentum, mask,
-               device="cpu"):
+               device="cpu", method="auto"):
     """global_step through the torch functions, the collectives as sums in rank order."""
     n = len(grads)
     m_fix = None if momentum is None else MomentumConfig.from_float(momentum).m_fix
@@ -40,7 +40,8 @@ def torch_step(grads, residuals, velocities, shapes, *, k, block_size, R, moment
     t = lambda a: None if a is None else torch.from_numpy(np.array(a)).to(device)  # noqa: E731
     preps = [tg.prepare(plan, [t(g) for g in grads[w]],
                         None if residuals is None else [t(r) for r in residuals[w]],
-                        None if velocities is None else [t(u) for u in velocities[w]])
+                        None if velocities is None else [t(u) for u in velocities[w]],
+                        method=method)
              for w in range(n)]
     summed = preps[0].vector.clone()
     for p in preps[1:]:
@@ -81,8 +82,9 @@ SHAPES = st.lists(st.one_of(
        block_size=st.sampled_from([None, None, 1, 2, 4, 7]),
        momentum=st.sampled_from([None, None, 0.9, 0.5]), mask=st.booleans(),
        ties=st.booleans(), big=st.booleans(), seed=st.integers(0, 2**31 - 1),
-       R=st.sampled_from([10.0, 1.0, 0.1]))
-def test_torch_equals_reference(shapes, n, k, block_size, momentum, mask, ties, big, seed, R):
+       R=st.sampled_from([10.0, 1.0, 0.1]), method=st.sampled_from(["torch", "numba"]))
+def test_torch_equals_reference(shapes, n, k, block_size, momentum, mask, ties, big, seed, R,
+                                method):
     """Bit for bit: vectors of both collectives, residuals, velocities and the averages; with
     `ties` the gradients take few distinct values, so many summed norms tie and the lower
     index must win; with `big` the residuals / velocities reach the saturation."""
@@ -103,7 +105,7 @@ def test_torch_equals_reference(shapes, n, k, block_size, momentum, mask, ties, 
     layers = plan_layers(shapes, k=k, block_size=block_size)
     ref = global_step(grads, res, vel, layers, R=R, momentum=momentum, mask=mask)
     got = torch_step(grads, res, vel, shapes, k=k, block_size=block_size, R=R,
-                     momentum=momentum, mask=mask)
+                     momentum=momentum, mask=mask, method=method)
     assert_same(ref, *got)
     for sel, lay in zip(ref.selected, layers):           # the same k_eff blocks, ascending
         assert len(sel) == lay.k_eff and list(sel) == sorted(set(sel.tolist()))
@@ -179,7 +181,8 @@ def test_header_errors():
         check_sums(nan, layers, 2)
 
 
-def test_nan_is_the_reference_error_on_the_worker_that_has_it():
+@pytest.mark.parametrize("method", ["torch", "numba"])
+def test_nan_is_the_reference_error_on_the_worker_that_has_it(method):
     shapes = [(2, 3)]
     g = [[np.ones(s, np.float32) for s in shapes] for _ in range(2)]
     g[1][0][1, 2] = np.nan
@@ -187,7 +190,8 @@ def test_nan_is_the_reference_error_on_the_worker_that_has_it():
     with pytest.raises(NonFiniteError) as ref:
         global_step(g, None, None, layers)
     with pytest.raises(NonFiniteError) as got:
-        torch_step(g, None, None, shapes, k=1, block_size=None, R=10.0, momentum=None, mask=True)
+        torch_step(g, None, None, shapes, k=1, block_size=None, R=10.0, momentum=None, mask=True,
+                   method=method)
     assert str(ref.value) == str(got.value) and "worker 1 layer 0" in str(got.value)
 
 
@@ -306,8 +310,9 @@ def test_train_ddp_allreduce_equals_simulation(tmp_path):
             assert torch.equal(state[k], v), (r, k)
 
 
+@pytest.mark.parametrize("method", ["torch", "numba"])
 @pytest.mark.parametrize("n", [1, 2, 3, 8, 9])
-def test_extremes_fit_the_int32_sums(n):
+def test_extremes_fit_the_int32_sums(n, method):
     """Every worker at -QMAX (and at +QMAX) on the same blocks: the shifted values and norms
     sum without overflow, and the torch step agrees with the reference."""
     shapes = [(3, 4), (5,)]
@@ -317,7 +322,7 @@ def test_extremes_fit_the_int32_sums(n):
         layers = plan_layers(shapes, k=2)
         ref = global_step(g, r, None, layers)
         assert_same(ref, *torch_step(g, r, None, shapes, k=2, block_size=None, R=10.0,
-                                     momentum=None, mask=True))
+                                     momentum=None, mask=True, method=method))
         sv = value_shift(n)
         assert ref.value_sum.tolist()[0] == n * ((sign * QMAX) >> sv)
         assert ref.averaged[0][0, 0] == np.float32(float(n * ((sign * QMAX) >> sv) << sv)

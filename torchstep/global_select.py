@@ -52,8 +52,9 @@ class GlobalPlan:
     pick: torch.Tensor           # (sum k_eff,) positions of the chosen blocks in the ranked list
     slot_sel: torch.Tensor       # (n_values,) which chosen block each value word belongs to
     slot_off: torch.Tensor       # (n_values,) offset inside that block
-    sparsified_elem: torch.Tensor  # (total,) bool: the element's layer has k_eff < n_blocks
+    slot_sparsified: torch.Tensor  # (n_values,) bool: the word's layer has k_eff < n_blocks
     shift_of_block: torch.Tensor   # (n_blocks,) int64 s_n of the block's layer
+    host: tuple                    # numpy (elem_start, elem_end, B, block_start) per layer
 
     @property
     def n_layers(self) -> int:
@@ -99,7 +100,8 @@ def plan_global(shapes, *, k: int | float | list = 1, block_size: int | None = N
         slot_off.append(np.tile(np.arange(W, dtype=np.int64), lay.k_eff))
         chosen += lay.k_eff
     cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)  # noqa: E731
-    sparsified = np.repeat(np.array([lay.sparsified for lay in layers], dtype=bool), sizes)
+    sparsified = np.repeat(np.array([lay.sparsified for lay in layers], dtype=bool),
+                           [lay.values for lay in layers])
     shifts = np.repeat(np.array([norm_shift(lay.width, n_workers) for lay in layers],
                                 dtype=np.int64), nbs)
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
@@ -110,7 +112,10 @@ def plan_global(shapes, *, k: int | float | list = 1, block_size: int | None = N
                       t(block_of_elem), t(np.repeat(np.arange(L, dtype=np.int64), sizes)),
                       t(np.repeat(np.arange(L, dtype=np.int64), nbs)), t(block_first),
                       t(block_len), t(cat(pick)), t(cat(slot_sel)), t(cat(slot_off)),
-                      t(sparsified), t(shifts))
+                      t(sparsified), t(shifts),
+                      (starts[:-1].copy(), starts[1:].copy(),
+                       np.array([lay.layout.block_size for lay in layers], np.int64),
+                       bstarts[:-1].copy()))
 
 
 @dataclass
@@ -118,7 +123,9 @@ class GlobalPrep:
     acc: torch.Tensor              # (total,) int32 a
     velocity: torch.Tensor | None  # (total,) int32 u' (momentum correction only)
     vector: torch.Tensor           # (vector_words,) int32: collective 1's input
-    flags: torch.Tensor            # (rows, total) int32: NaN, |g| > R, |r + u| > QMAX[, |v| > QMAX]
+    nan: torch.Tensor | None       # (total,) bool: NaN in the gradient (None: from `grad`)
+    counts: torch.Tensor           # (4,) int64: NaN, |g| > R, |r + u| > QMAX, |v| > QMAX totals
+    grad: torch.Tensor | None = None  # the flat gradient (numba pass: NaN found on demand)
 
 
 def _flat(plan: GlobalPlan, tensors, dtype, dev, what: str, names) -> torch.Tensor:
@@ -134,11 +141,18 @@ def _flat(plan: GlobalPlan, tensors, dtype, dev, what: str, names) -> torch.Tens
     return torch.cat(parts) if parts else torch.zeros(0, dtype=dtype, device=dev)
 
 
-def prepare(plan: GlobalPlan, grads, residuals=None, velocities=None) -> GlobalPrep:
+def prepare(plan: GlobalPlan, grads, residuals=None, velocities=None,
+            method: str = "auto") -> GlobalPrep:
     """a = clamp(r + Q(g)) (or clamp(r + u'), u' = sat(mul(m, u) + Q(g)) with momentum) and the
     block norms, packed into collective 1's vector. No host sync: a NaN is only flagged (the
-    vector's status word) and reported by `check`."""
+    vector's status word) and reported by `check`. `method`: "torch" (any device), "numba"
+    (CPU tensors: refmodel.global_numba on their memory, one jitted pass), "auto" (numba on the
+    CPU)."""
+    if method not in ("auto", "torch", "numba"):
+        raise ValueError(f"method must be auto, torch or numba, got {method!r}")
     dev = plan.head.device
+    if method == "numba" and dev.type != "cpu":
+        raise ValueError(f"the numba pass needs CPU tensors, the plan is on {dev}")
     names = [lay.name or str(lay.layer_id) for lay in plan.layers]
     if len(grads) != plan.n_layers:
         raise ValueError(f"plan has {plan.n_layers} layers, got {len(grads)} gradients")
@@ -149,6 +163,10 @@ def prepare(plan: GlobalPlan, grads, residuals=None, velocities=None) -> GlobalP
                              f"{plan.layers[j].shape} on {dev}")
     flat_g = _flat(plan, grads, torch.float32, dev, "gradient", names)
     flat_r = _flat(plan, residuals, torch.int32, dev, "residual", names)
+    if dev.type == "cpu" and method != "torch":
+        return _prepare_host(plan, flat_g, flat_r,
+                             _flat(plan, velocities, torch.int32, dev, "velocity", names)
+                             if plan.m_fix is not None else None)
     q, absbits = quantise_lazy(flat_g, plan.cfg)
     rows = [absbits > NAN_BITS, absbits > plan.cfg.range_bits]
     u_new = None
@@ -165,20 +183,44 @@ def prepare(plan: GlobalPlan, grads, residuals=None, velocities=None) -> GlobalP
         rows.append(mom_flag)
     norms = torch.zeros(plan.n_blocks, dtype=torch.int64, device=dev)
     norms.index_add_(0, plan.block_of_elem, acc.abs())
-    flags = torch.stack(rows).to(torch.int32)
-    status = flags[0].any().to(torch.int32).reshape(1)
+    counts = torch.stack([r.sum() for r in rows] + ([] if plan.m_fix is not None else
+                                                    [torch.zeros((), dtype=torch.int64,
+                                                                 device=dev)]))
+    status = (counts[:1] > 0).to(torch.int32)
     vector = torch.cat([status, plan.head[1:], (norms >> plan.shift_of_block).to(torch.int32)])
-    return GlobalPrep(acc.to(torch.int32), u_new, vector, flags)
+    return GlobalPrep(acc.to(torch.int32), u_new, vector, rows[0], counts)
+
+
+def _prepare_host(plan: GlobalPlan, flat_g, flat_r, flat_u) -> GlobalPrep:
+    """`prepare` on CPU tensors: one numba pass over their memory (zero copy)."""
+    from gradblock.refmodel.global_numba import prepare_group_kernel
+    from gradblock.refmodel.quantiser import saturation_bits
+    cfg = plan.cfg
+    acc = torch.empty(plan.total, dtype=torch.int32)
+    u_new = torch.empty(plan.total, dtype=torch.int32) if flat_u is not None else None
+    norms = torch.empty(plan.n_blocks, dtype=torch.int64)
+    counts = torch.zeros(4, dtype=torch.int64)
+    momentum = flat_u is not None
+    dummy = np.zeros(1, np.int32)
+    prepare_group_kernel(flat_g.view(torch.int32).numpy(), flat_r.numpy(),
+                         flat_u.numpy() if momentum else dummy, momentum,
+                         int(plan.m_fix or 0), *plan.host, cfg.M, cfg.k, cfg.range_bits,
+                         saturation_bits(cfg), acc.numpy(),
+                         u_new.numpy() if momentum else dummy, norms.numpy(), counts.numpy())
+    status = (counts[:1] > 0).to(torch.int32)
+    vector = torch.cat([status, plan.head[1:], (norms >> plan.shift_of_block).to(torch.int32)])
+    return GlobalPrep(acc, u_new, vector, None, counts, flat_g)
 
 
 def own_nan(plan: GlobalPlan, prep: GlobalPrep, where: str = "") -> None:
     """This worker's NonFiniteError (the reference's: count and first index in the first layer
     with NaN), if its gradient held NaN; one host sync."""
-    if not bool(prep.flags[0].any()):
+    nan_all = prep.nan if prep.nan is not None else torch.isnan(prep.grad)
+    if not bool(nan_all.any()):
         return
     for j in range(plan.n_layers):
         start = int(plan.elem_start[j])
-        nan = prep.flags[0, start:start + plan.sizes[j]]
+        nan = nan_all[start:start + plan.sizes[j]]
         c = int(nan.sum())
         if c:
             lay = plan.layers[j]
@@ -189,31 +231,27 @@ def own_nan(plan: GlobalPlan, prep: GlobalPrep, where: str = "") -> None:
 
 @dataclass
 class Counts:
-    sat_quant: list[int]
-    sat_feedback: list[int]
-    sat_momentum: list[int]
+    """This worker's saturation counts over the group's layers."""
+    sat_quant: int
+    sat_feedback: int
+    sat_momentum: int
 
 
 def check(plan: GlobalPlan, prep: GlobalPrep, summed: torch.Tensor, where: str = "") -> Counts:
     """Read collective 1's header and this worker's counts (one host copy): this worker's
     NonFiniteError (naming the first layer with NaN), else PeerNonFiniteError when another
     worker flagged NaN, else RankMismatchError naming the first layer whose check words differ
-    (refmodel.global_select.check_sums). Returns the per-layer saturation counts."""
-    L = plan.n_layers
-    H = 1 + HEAD_WORDS * L
-    cs = torch.cumsum(prep.flags, dim=1, dtype=torch.int64)
-    cs = torch.cat([cs.new_zeros(cs.shape[0], 1), cs], dim=1)
-    per_layer = cs[:, plan.elem_end] - cs[:, plan.elem_start]          # (rows, L)
-    host = torch.cat([summed[:H].to(torch.int64), per_layer.reshape(-1)]).tolist()
+    (refmodel.global_select.check_sums). Returns the saturation counts."""
+    H = 1 + HEAD_WORDS * plan.n_layers
+    host = torch.cat([summed[:H].to(torch.int64), prep.counts]).tolist()
     head, counts = host[:H], host[H:]
-    rows = [counts[i * L:(i + 1) * L] for i in range(prep.flags.shape[0])]
-    if any(rows[0]):
+    if counts[0]:
         own_nan(plan, prep, where)
     # the reference's check_sums on the header (the norms stay on the device)
     from gradblock.refmodel.global_select import check_sums
     check_sums(np.array(head + [0] * plan.n_blocks, dtype=np.int64), list(plan.layers),
                plan.n_workers)
-    return Counts(rows[1], rows[2], rows[3] if plan.m_fix is not None else [0] * L)
+    return Counts(counts[1], counts[2], counts[3])
 
 
 @dataclass
@@ -223,7 +261,7 @@ class GlobalFinish:
     elem: torch.Tensor               # (n_values,) int64 element of each value word (total: pad)
     residuals: list[torch.Tensor]    # int32 per layer, layer shape
     velocities: list[torch.Tensor] | None
-    nonzeros: torch.Tensor           # (L,) int64 nonzero values this worker sends per layer
+    nonzeros: torch.Tensor           # () int64: nonzero value words this worker sends
 
 
 def finish(plan: GlobalPlan, prep: GlobalPrep, summed: torch.Tensor) -> GlobalFinish:
@@ -241,27 +279,27 @@ def finish(plan: GlobalPlan, prep: GlobalPrep, summed: torch.Tensor) -> GlobalFi
     valid = plan.slot_off < plan.block_len[blk]
     elem = torch.where(valid, plan.block_first[blk] + plan.slot_off,
                        torch.full((), plan.total, dtype=torch.int64, device=dev))
+    # only the selected elements are touched (the padding words all point at one spare
+    # element past the end, whose a is 0)
     sv = plan.value_shift
     acc_pad = torch.cat([prep.acc, prep.acc.new_zeros(1)])
-    values = (acc_pad[elem] >> sv) if sv else acc_pad[elem]    # int32 arithmetic shift: floor
-    block_mask = torch.zeros(plan.n_blocks, dtype=torch.bool, device=dev)
-    block_mask[selected] = True
-    elem_mask = block_mask[plan.block_of_elem]
-    zero = torch.zeros((), dtype=torch.int32, device=dev)
-    remainder = prep.acc - ((prep.acc >> sv) << sv) if sv else torch.zeros_like(prep.acc)
-    residual = torch.where(elem_mask, remainder, prep.acc)
+    a_sel = acc_pad[elem]
+    values = (a_sel >> sv) if sv else a_sel                    # int32 arithmetic shift: floor
+    acc_pad[elem] = a_sel - ((a_sel >> sv) << sv) if sv else torch.zeros_like(a_sel)
+    residual = acc_pad[:plan.total]                            # the remainder there, a elsewhere
     velocities = None
     if prep.velocity is not None:
         u = prep.velocity
-        if plan.mask:
-            u = torch.where(elem_mask & plan.sparsified_elem, zero, u)
+        if plan.mask:                 # factor masking on the sparsified layers' selected blocks
+            u_pad = torch.cat([u, u.new_zeros(1)])
+            spare = torch.full((), plan.total, dtype=torch.int64, device=dev)
+            u_pad[torch.where(plan.slot_sparsified, elem, spare)] = 0
+            u = u_pad[:plan.total]
         velocities = [t.view(lay.shape) for t, lay in zip(torch.split(u, list(plan.sizes)),
                                                            plan.layers)]
-    nz = torch.zeros(plan.n_layers, dtype=torch.int64, device=dev)
-    nz.index_add_(0, plan.layer_of_elem, (elem_mask & (prep.acc != 0)).to(torch.int64))
     residuals = [t.view(lay.shape) for t, lay in zip(torch.split(residual, list(plan.sizes)),
                                                       plan.layers)]
-    return GlobalFinish(values, selected, elem, residuals, velocities, nz)
+    return GlobalFinish(values, selected, elem, residuals, velocities, (values != 0).sum())
 
 
 def average(plan: GlobalPlan, fin: GlobalFinish, value_sum: torch.Tensor) -> list[torch.Tensor]:
