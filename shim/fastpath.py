@@ -34,7 +34,7 @@ from gradblock.codec.zrle import HEADER_WORDS, TRAILER_WORDS
 from gradblock.refmodel.quantiser import NonFiniteError
 
 __all__ = ["segment_words_max", "body_words_max", "frame_words_bound", "host_words",
-           "flat_host", "encode_coarse_host", "decode_coarse_host"]
+           "flat_host", "encode_coarse_host", "decode_coarse_host", "warm_host_kernels"]
 
 
 # ------------------------------------------------------------------------------ size bounds
@@ -251,3 +251,18 @@ def decode_coarse_host(comp, layers, words: np.ndarray, at: int, acc: np.ndarray
         e.layer_pos = j
         raise
     raise AssertionError("unreachable")
+
+
+def warm_host_kernels(comp) -> None:
+    """Load (or compile, once per machine: numba's on-disk cache) the host kernels with a
+    two-layer toy message, so a run's first step does not carry numba's start-up (seconds per
+    process; docs/network.md). Touches no state of `comp`."""
+    from .compressors import LayerInfo, WorkerState
+    layers = [LayerInfo(0, "warm0", (2, 3)), LayerInfo(1, "warm1", (4,))]
+    grads = [torch.ones(2, 3), torch.zeros(4)]
+    if comp.momentum is not None:
+        return                       # the momentum kernels load on first use
+    results = encode_coarse_host(comp, layers, grads, WorkerState(), 1)
+    words = torch.cat([f for f, _ in results])
+    acc = np.zeros(10, dtype=np.int64)
+    decode_coarse_host(comp, layers, host_words(words), 0, acc, np.array([0, 6], dtype=np.int64))
