@@ -430,6 +430,46 @@ async def reset_mid_layer(dut):
 
 
 @cocotb.test()
+async def memory_errors(dut):
+    """ERR_MEMORY: the memory answers one access with SLVERR (cocotbext-axi's AxiRam answers
+    SLVERR when its backing store raises; DECERR sets the same rresp/bresp bit 1 the engine
+    reads). A failed read and a failed write on the residual port, and on the velocity port of
+    a momentum layer: the layer still ends (done, frame closed) with err_code ERR_MEMORY, and
+    the next layer, on a healthy memory, is exact."""
+    cases = load_engine_cases()
+    tb = Engine(dut, cases)
+    await tbc.start(dut)
+    for momentum in (False, True):
+        pool = fitting(cases, momentum)
+        if not pool:
+            continue
+        case = tbc.medium_case(pool, 256)
+        for port in ("m_axi", VEL_PORT) if momentum else ("m_axi",):
+            for side in ("_read", "_write"):
+                ram = tb.rams[port]
+                iface = ram.read_if if side == "_read" else ram.write_if
+                healthy = getattr(iface, side)
+                hits = []
+
+                async def failing(address, *rest, healthy=healthy, hits=hits):
+                    hits.append(address)
+                    if len(hits) == 1:
+                        raise RuntimeError("injected memory error")
+                    return await healthy(address, *rest)
+
+                setattr(iface, side, failing)
+                try:
+                    _, status, _ = await tb.run_layer(case)
+                finally:
+                    delattr(iface, side)            # the class's own method again
+                assert hits, f"{case.name}: no {side[1:]} on {port} to fail"
+                tbc.check_value(case.name, f"err_code after a failed {side[1:]} on {port}",
+                                ERR_AXI, status["err_code"])
+                frame, status, _ = await tb.run_layer(case)
+                tb.check(case, frame, status)
+
+
+@cocotb.test()
 async def throughput(dut):
     """Unthrottled, memory one beat per cycle: cycles from the config handshake to done for
     the TB_THROUGHPUT_CASES (default 4) largest fitting cases of each kind (momentum off, on),

@@ -37,7 +37,7 @@ QUICK_TRAFFIC = "0:0,0.5:0.6"
 FULL_TRAFFIC = "0:0,0.3:0,0:0.5,0.6:0.7"
 QUICK_MAX_N = 300
 ALL_TESTS = ("golden_cases", "config_errors", "misplaced_tlast", "reset_mid_layer",
-             "throughput")
+             "memory_errors", "throughput")
 
 
 def need(sim: str) -> None:
