@@ -14,7 +14,9 @@ Implementations load lazily: importing this module imports neither numba nor tor
 """
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, runtime_checkable
 
@@ -23,7 +25,7 @@ import numpy as np
 from gradblock.codec.errors import GradblockError
 
 __all__ = ["Backend", "LayerResult", "DecodedFrame", "BackendUnavailableError", "BACKEND_NAMES",
-           "get_backend", "available_backends"]
+           "BACKEND_ENV", "HOST_CHOICES", "get_backend", "available_backends", "host_backend"]
 
 BACKEND_NAMES = ("numpy", "numba", "torch")
 
@@ -106,15 +108,35 @@ def _layer_result(s) -> LayerResult:
 
 class NumpyFamilyBackend:
     """numpy arrays in and out; `compress` / `codec` are the modules that implement the step
-    and the frames (the reference pair, or the numba pair)."""
+    and the frames (the reference pair, or the numba pair).
 
-    def __init__(self, name: str, quantise: Callable, compress_layer: Callable, codec):
+    The host commands (gradblock/commands.py, the golden generator) use the implementations
+    themselves, whose results carry more than LayerResult: `step` (compress_layer), `codec`
+    (encode_frame / decode_frame / decode_message) and `momentum_layer` (§6; its module is
+    imported on first use)."""
+
+    def __init__(self, name: str, quantise: Callable, compress_layer: Callable, codec,
+                 momentum_module: str = "gradblock.refmodel.momentum"):
         from gradblock.refmodel import quantiser
         self.name = name
         self._quantiser = quantiser              # §1.3 / §5 float steps: the reference's own
         self._quantise = quantise
         self._compress_layer = compress_layer
         self._codec = codec
+        self._momentum_module = momentum_module
+
+    @property
+    def step(self) -> Callable:
+        """The implementation's compress_layer (its own result type, with the layout)."""
+        return self._compress_layer
+
+    @property
+    def codec(self):
+        return self._codec
+
+    def momentum_layer(self, *args, **kw):
+        """§6: one layer's step with local momentum (refmodel.momentum or its numba twin)."""
+        return importlib.import_module(self._momentum_module).momentum_layer(*args, **kw)
 
     def asarray(self, a: np.ndarray) -> np.ndarray:
         return np.array(a, order="C")
@@ -216,7 +238,8 @@ def _numpy_backend() -> NumpyFamilyBackend:
 def _numba_backend() -> NumpyFamilyBackend:
     from gradblock.codec import zrle_numba
     from gradblock.refmodel import fast
-    return NumpyFamilyBackend("numba", fast.quantise, fast.compress_layer, zrle_numba)
+    return NumpyFamilyBackend("numba", fast.quantise, fast.compress_layer, zrle_numba,
+                              "gradblock.refmodel.momentum_numba")
 
 
 _FACTORIES: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
@@ -252,3 +275,28 @@ def get_backend(name: str, **options) -> Backend:
 def available_backends() -> dict[str, str | None]:
     """Every backend name -> None when it can be used here, else the reason it cannot."""
     return {name: _missing_requirement(name) for name in BACKEND_NAMES}
+
+
+# ------------------------------------------------------------------- the host commands' choice
+
+BACKEND_ENV = "GRADBLOCK_BACKEND"
+HOST_CHOICES = ("auto", "numba", "reference")
+
+
+def host_backend(choice: str | None = None) -> NumpyFamilyBackend:
+    """The backend the host commands run (gradblock quantise/encode/decode/step/inspect, the
+    golden generator): `choice`, else $GRADBLOCK_BACKEND, else "auto" -- numba where it loads,
+    else the numpy reference; "numba" insists on numba; "reference" is the numpy reference.
+    Bit-exact either way; numba is only faster."""
+    choice = (choice or os.environ.get(BACKEND_ENV) or "auto").lower()
+    if choice not in HOST_CHOICES:
+        raise BackendUnavailableError(f"{BACKEND_ENV} must be auto, numba or reference, "
+                                      f"got {choice!r}")
+    if choice == "reference":
+        return get_backend("numpy")
+    try:
+        return get_backend("numba")
+    except BackendUnavailableError as e:
+        if choice == "numba":
+            raise BackendUnavailableError(f"{BACKEND_ENV}=numba but {e}") from None
+        return get_backend("numpy")

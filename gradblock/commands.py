@@ -11,77 +11,52 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from gradblock import fileio, momentum_step
+from gradblock.backends import BACKEND_ENV, host_backend  # noqa: F401  (BACKEND_ENV re-exported)
+from gradblock.backends import BackendUnavailableError as BackendError  # noqa: F401  (the old name)
 from gradblock.codec import errors as frame_errors
 from gradblock.codec import zrle
-from gradblock.codec.errors import GradblockError, UsageError
+from gradblock.codec.errors import UsageError
 from gradblock.npyio import DEFAULT_MAX_ELEMENTS, check_frame_size, read_npy, read_words
-from gradblock.refmodel import compress as ref_compress
 from gradblock.refmodel.quantiser import DEFAULT_RANGE, QuantConfig, RangeError, quantise
 from gradblock.refmodel.validation import (MAX_LAYER_ELEMENTS, ParameterError, check_block_size,
                                            check_layer_id, check_lmax_log2, check_norm,
                                            check_range, parse_k)
 
-BACKEND_ENV = "GRADBLOCK_BACKEND"        # auto (default) | numba | reference
-
-
 # ------------------------------------------------------------------------------- backend
 
 @dataclass(frozen=True)
 class Backend:
-    """The implementations the commands and the golden generator run. Both choices are
-    bit-exact with the numpy reference; numba is only faster."""
+    """The implementations the commands and the golden generator run: a view of the host
+    backend the one registry picks (gradblock.backends.host_backend; $GRADBLOCK_BACKEND =
+    auto | numba | reference). Both choices are bit-exact with the numpy reference; numba is
+    only faster."""
 
     compress_name: str
     codec_name: str
     compress_layer: Callable
     encode_frame: Callable
     decode_frame: Callable
+    momentum_layer: Callable
 
     @property
     def name(self) -> str:
         return f"compress={self.compress_name}, codec={self.codec_name}"
 
 
-def _optional_module(name: str):
-    """Import `name` if it exists; any other import failure inside it is a real error."""
-    import importlib
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as e:
-        if e.name == name:
-            return None
-        raise
-
-
-class BackendError(GradblockError):
-    """$GRADBLOCK_BACKEND names an unknown or unavailable backend."""
-
-
 @functools.lru_cache(maxsize=None)
 def backend(choice: str | None = None) -> Backend:
     """numba fast path (refmodel.fast, codec.zrle_numba) where present, else the numpy
     reference. `choice` (or $GRADBLOCK_BACKEND): auto, numba or reference."""
-    choice = (choice or os.environ.get(BACKEND_ENV) or "auto").lower()
-    if choice not in ("auto", "numba", "reference"):
-        raise BackendError(f"{BACKEND_ENV} must be auto, numba or reference, got {choice!r}")
-    fast = codec = None
-    if choice != "reference":
-        fast = _optional_module("gradblock.refmodel.fast")
-        codec = _optional_module("gradblock.codec.zrle_numba")
-        if choice == "numba" and (fast is None or codec is None):
-            missing = "gradblock.refmodel.fast" if fast is None else "gradblock.codec.zrle_numba"
-            raise BackendError(f"{BACKEND_ENV}=numba but {missing} is not available")
-    return Backend("numba" if fast else "reference", "numba" if codec else "reference",
-                   fast.compress_layer if fast else ref_compress.compress_layer,
-                   codec.encode_frame if codec else zrle.encode_frame,
-                   codec.decode_frame if codec else zrle.decode_frame)
+    b = host_backend(choice)
+    name = "numba" if b.name == "numba" else "reference"
+    return Backend(name, name, b.step, b.codec.encode_frame, b.codec.decode_frame,
+                   b.momentum_layer)
 
 
 # ------------------------------------------------------------------------------- helpers
@@ -291,7 +266,7 @@ def _step(args) -> int:
     if momentum_step.requested(args):       # docs/spec.md §7, gradblock/momentum_step.py
         st = momentum_step.run(args, grad, residual, R=cfg, block_size=block_size,
                                layer_id=layer_id, lmax_log2=lmax_log2,
-                               max_elements=args.max_elements, backend_name=backend().compress_name,
+                               max_elements=args.max_elements, backend=backend(),
                                norm=norm)
     else:
         st = backend().compress_layer(grad, residual, R=cfg, k=args.k, block_size=block_size,

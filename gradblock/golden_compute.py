@@ -136,7 +136,7 @@ def generate_golden(out_dir: str | Path, *, quick: bool = False, real_source: st
     temporary directory beside out_dir, then swapped in). Returns the manifest."""
     from tqdm import tqdm
 
-    from .commands import backend
+    from .commands import backend          # the one registry's host backend (gradblock.backends)
 
     be = backend(backend_choice)
     specs = synthetic_specs(seed) + momentum_specs(seed) + l2_specs(seed)

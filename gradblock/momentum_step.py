@@ -65,9 +65,9 @@ def check_args(args) -> list[str]:
 
 
 def run(args, grad: np.ndarray, residual: np.ndarray, *, R, block_size, layer_id: int,
-        lmax_log2: int, max_elements: int, backend_name: str, norm: str = "l1") -> MomentumStep:
-    """Read the velocity, run the step (numba when the command's backend is numba, else the
-    reference: bit-exact either way) and write --velocity-out. The caller writes the frame and
+        lmax_log2: int, max_elements: int, backend, norm: str = "l1") -> MomentumStep:
+    """Read the velocity, run the step with the command's backend (gradblock.commands.backend():
+    numba or the reference, bit-exact either way) and write --velocity-out. The caller writes the frame and
     the residual."""
     if args.velocity in (None, "-"):
         velocity = np.zeros(grad.shape, dtype=np.int32)
@@ -76,11 +76,7 @@ def run(args, grad: np.ndarray, residual: np.ndarray, *, R, block_size, layer_id
         if velocity.shape != grad.shape:
             raise VelocityOptionError(f"{args.velocity}: velocity shape {tuple(velocity.shape)} "
                                       f"differs from the gradient's {tuple(grad.shape)}")
-    if backend_name == "numba":
-        from gradblock.refmodel.momentum_numba import momentum_layer
-    else:
-        from gradblock.refmodel.momentum import momentum_layer
-    st = momentum_layer(grad, residual, velocity, args.local_momentum, R=R, k=args.k,
+    st = backend.momentum_layer(grad, residual, velocity, args.local_momentum, R=R, k=args.k,
                         block_size=block_size, layer_id=layer_id, lmax_log2=lmax_log2,
                         mask=not args.no_momentum_mask, where=args.grad, norm=norm)
     fileio.save_npy(args.velocity_out, st.velocity_out)
