@@ -25,4 +25,15 @@ module arrival_count #(
             nonzero <= arrived || (take ? count > CW'(1) : nonzero);
         end
     end
+
+`ifndef SYNTHESIS
+    // ---- assertions (simulation and hw/formal/; docs/hw.md "Verification")
+    always @(posedge clk) begin
+        if (!rst) begin
+            assert (nonzero == (count != '0));            // the flag is the count's
+            assert (!take || nonzero);                    // nothing is taken from nothing
+            assert (!(arrived && !take && count == '1));  // the count never wraps
+        end
+    end
+`endif
 endmodule

@@ -64,4 +64,29 @@ module axis_credit_link #(
     arrival_count #(.CW(AW + 1)) u_held (
         .clk, .rst, .arrived(written), .take, .nonzero(m_valid)
     );
+
+`ifndef SYNTHESIS
+    // ---- assertions (simulation and hw/formal/; docs/hw.md "Verification")
+    logic [AW:0] chk_ring;            // words written into the ring and not yet taken
+    logic        chk_stall;           // last cycle m offered a word that was not taken
+    logic [W-1:0] chk_data;
+    initial chk_stall = 1'b0;
+    always @(posedge clk) begin
+        if (rst) chk_ring <= '0;
+        else chk_ring <= chk_ring + (AW + 1)'(link_valid) - (AW + 1)'(take);
+        chk_stall <= !rst && m_valid && !m_ready;
+        chk_data  <= m_data;
+        if (!rst) begin
+            // credits never exceed the ring nor go negative: spent + in flight + held = ring
+            assert (credits <= DEPTH);
+            assert ((AW + 1)'(credits + (AW + 1)'(link_valid) + chk_ring
+                              + (AW + 1)'(credit_back)) == DEPTH);
+            assert (chk_ring[AW-1:0] == wr_ptr - rd_ptr);
+            // the receiver only offers words that are in the ring
+            assert (!m_valid || chk_ring != '0);
+            // a word offered on m stays offered, unchanged, until m_ready takes it
+            if (chk_stall) assert (m_valid && m_data == chk_data);
+        end
+    end
+`endif
 endmodule

@@ -41,4 +41,21 @@ module axis_skid_buffer #(
             skid_data <= s_data;
         end
     end
+
+`ifndef SYNTHESIS
+    // ---- assertions (simulation and hw/formal/; docs/hw.md "Verification")
+    logic         chk_stall;          // last cycle m offered a word that was not taken
+    logic [W-1:0] chk_data;
+    initial chk_stall = 1'b0;
+    always @(posedge clk) begin
+        chk_stall <= !rst && m_valid && !m_ready;
+        chk_data  <= m_data;
+        if (!rst) begin
+            // a word offered on m stays offered, unchanged, until m_ready takes it
+            if (chk_stall) assert (m_valid && m_data == chk_data);
+            // the skid entry only fills behind a full output register
+            assert (!skid_valid || m_valid);
+        end
+    end
+`endif
 endmodule

@@ -99,4 +99,41 @@ module burst_walker #(
             endcase
         end
     end
+
+`ifndef SYNTHESIS
+    // ---- assertions (simulation and hw/formal/; docs/hw.md "Verification")
+    logic              chk_stall;     // last cycle a burst was offered and not taken
+    logic [ADDR_W-1:0] chk_addr;
+    logic        [8:0] chk_len;
+    initial chk_stall = 1'b0;
+    always @(posedge clk) begin
+        chk_stall <= !rst && !start && req_valid && !req_fire;
+        chk_addr  <= req_addr;
+        chk_len   <= req_len;
+        if (!rst && req_valid) begin
+            // AXI4: 1..MAX_BURST beats, and the burst ends at or before the next 4 KiB boundary
+            assert (req_len != 9'd0 && {23'd0, req_len} <= MAX_U);
+            assert ({1'b0, req_addr[11:2]} + {2'b0, req_len} <= 11'd1024);
+        end
+        // the parent only takes an offered burst, and gives non-empty ranges
+        if (!rst) assert (!req_fire || req_valid);
+        if (!rst && !start && st == LOAD) assert (range_end > range_start);
+        // an offered burst stays offered, unchanged, until taken
+        if (!rst && !start && chk_stall) assert (req_valid && req_addr == chk_addr && req_len == chk_len);
+    end
+`ifdef FORMAL
+    // prover-only: invariants of the walk (they follow from reset) that k-induction needs
+    always @(posedge clk) begin
+        if (!rst) begin
+            if (st == CALC) assert (end_r > start_r);
+            if (st == LEN || st == RUN || st == UPD) assert (remaining != 32'd0);
+            if (st == RUN || st == UPD) begin
+                assert (req_len != 9'd0 && {23'd0, req_len} <= remaining);
+                assert (last_burst == ({23'd0, req_len} == remaining));
+                assert ({1'b0, req_addr[11:2]} + {2'b0, req_len} <= 11'd1024);
+            end
+        end
+    end
+`endif
+`endif
 endmodule

@@ -26,4 +26,17 @@ module pipe_reg #(
             out_data <= in_data;
         end
     end
+
+`ifndef SYNTHESIS
+    // ---- assertions (simulation and hw/formal/; docs/hw.md "Verification")
+    logic         chk_stall;          // last cycle out offered a word that was not taken
+    logic [W-1:0] chk_data;
+    initial chk_stall = 1'b0;
+    always @(posedge clk) begin
+        chk_stall <= !rst && out_valid && !out_ready;
+        chk_data  <= out_data;
+        // a word offered on out stays offered, unchanged, until out_ready takes it
+        if (!rst && chk_stall) assert (out_valid && out_data == chk_data);
+    end
+`endif
 endmodule

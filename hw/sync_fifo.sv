@@ -62,4 +62,18 @@ module sync_fifo #(
             end
         end
     end
+
+`ifndef SYNTHESIS
+    // ---- assertions (simulation and hw/formal/; docs/hw.md "Verification")
+    always @(posedge clk) begin
+        if (!rst) begin
+            // the flags are the pointers' distance, which never exceeds the depth
+            assert (count <= (AW+1)'(DEPTH));
+            assert (full == (count == (AW+1)'(DEPTH)));
+            assert (empty == (count == '0));
+            // callers never push a full FIFO nor pop an empty one (either would be dropped)
+            if (!clear) assert (!(push && full) && !(pop && empty));
+        end
+    end
+`endif
 endmodule
