@@ -146,7 +146,8 @@ def run_mutant(m: Mutant, golden: Path, sim: str, work: Path, cases: list[str] |
     entry = REGISTRY[TARGETS[m.file]]
     sources = [hw / p.name for p in hw_sources(entry.toplevel)]
     rows, report = run_module(entry, sim, golden, traffic, False, cases, work,
-                              build_root=work / "build", sources=sources)
+                              build_root=work / "build", sources=sources,
+                              waves_on_failure=False)
     bad = [r for r in rows if r.status in ("fail", "error")]
     if bad and "build failed" in report:
         m.status, m.detail = "stillborn", "does not compile"
@@ -160,12 +161,17 @@ def run_mutant(m: Mutant, golden: Path, sim: str, work: Path, cases: list[str] |
 
 
 def choose(files, per_module: int, seed: int) -> list[Mutant]:
+    """`per_module` random sites of each file (all with 0), taken round-robin over the files
+    so that a run stopped early has measured every file."""
     rng = random.Random(seed)
-    chosen = []
+    per_file = []
     for f in files:
         all_sites = sites((HW_DIR / f"{f}.sv").read_text(), f)
         rng.shuffle(all_sites)
-        chosen += all_sites if per_module <= 0 else all_sites[:per_module]
+        per_file.append(all_sites if per_module <= 0 else all_sites[:per_module])
+    chosen = []
+    for i in range(max((len(x) for x in per_file), default=0)):
+        chosen += [x[i] for x in per_file if i < len(x)]
     return chosen
 
 
@@ -204,6 +210,8 @@ def mutation_main(argv: list[str]) -> int:
             run_mutant(m, Path(args.vectors).resolve(), args.sim, Path(tmp), args.cases)
             print(f"[{i}/{len(mutants)}] {m.status:<9} {m.label()}  ({m.detail}; "
                   f"{m.seconds:.0f} s)", flush=True)
+            if args.json:       # after every mutant: a long run stopped early keeps its results
+                _write_json(args.json, mutants[:i])
     s = score(mutants)
     print(f"\nmutation score {s['score']}% ({s['killed']} killed of {s['counted']}, "
           f"{s['stillborn']} stillborn)")
@@ -211,10 +219,13 @@ def mutation_main(argv: list[str]) -> int:
         print(f"  {f}: {d['killed']} killed, {d['survived']} survived")
     for label in s["survivors"]:
         print(f"  survived: {label}")
-    if args.json:
-        from gradblock.fileio import write_text
-        write_text(args.json, json.dumps({**s, "all": [asdict(m) for m in mutants]}, indent=1))
     return 0
+
+
+def _write_json(path: str, mutants: list[Mutant]) -> None:
+    from gradblock.fileio import write_text
+    write_text(path, json.dumps({**score(mutants), "all": [asdict(m) for m in mutants]},
+                                indent=1) + "\n")
 
 
 if __name__ == "__main__":

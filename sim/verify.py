@@ -117,7 +117,8 @@ class Row:
 
 def run_module(mod: RtlModule, sim: str, golden: Path, traffic: str, waves: bool,
                cases: list[str] | None, work: Path, build_root: Path | None = None,
-               coverage_dir: Path | None = None, sources=None) -> tuple[list[Row], str]:
+               coverage_dir: Path | None = None, sources=None,
+               waves_on_failure: bool = True) -> tuple[list[Row], str]:
     """Run one registry entry over the golden directory: its rows and the run's report.
     build_root: where the simulator builds go (default: harness.sim_build_root()).
     coverage_dir: Verilator only: build with coverage and copy the run's coverage.dat there
@@ -132,7 +133,7 @@ def run_module(mod: RtlModule, sim: str, golden: Path, traffic: str, waves: bool
     res = run_rtl(mod.toplevel, sources, mod.test_module, sim,
                   parameters=mod.parameters, env=env, waves=waves, testcase=mod.testcase,
                   run_name=f"verify-{mod.testcase}", build_root=build_root,
-                  coverage=coverage_dir is not None)
+                  coverage=coverage_dir is not None, waves_on_failure=waves_on_failure)
     if coverage_dir is not None:
         dat = res.run_dir / "coverage.dat"
         if dat.is_file():
