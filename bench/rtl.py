@@ -4,7 +4,7 @@ engines' tables (4c, 4d) come from bench.rtl_engines.
 Each testbench's `throughput` cocotb test (unthrottled streams) is run through sim.harness on
 Icarus Verilog and on Verilator; the testbench writes its cycle counts to TB_METRICS. The
 datapath testbenches read vectors written here by sim.datapath_vectors. Builds are cached
-under sim_build/ by the harness; the first run of each simulator compiles (minutes), so the
+in the user cache by the harness (sim/harness.py: --build-dir / $GRADBLOCK_SIM_BUILD / ~/.cache/gradblock); the first run of each simulator compiles (minutes), so the
 table is optional (--rtl, on by default in the full run, off with --quick).
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Running one testbench's `throughput` cocotb test for the RTL tables (4, 4b, 4c, 4d): the
 harness call, the metrics file it writes (TB_METRICS) and the simulated time cocotb reports.
 
-Builds are cached under sim_build/ by sim.harness; a stale build recompiles (minutes).
+Builds are cached by content hash in the user cache (sim.harness.sim_build_root); a changed source builds anew.
 """
 from __future__ import annotations
 
