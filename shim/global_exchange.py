@@ -52,6 +52,11 @@ __all__ = ["EXCHANGES", "exchange_of", "is_global", "GroupPrep", "prepare_group"
            "register_global", "bytes_per_step"]
 
 
+def _sync(t: torch.Tensor) -> None:
+    if t.device.type == "cuda":
+        torch.cuda.synchronize(t.device)
+
+
 def exchange_of(compressor: Compressor) -> str:
     return getattr(compressor, "exchange", "allgather")
 
@@ -265,9 +270,13 @@ def global_hook(state: GlobalHookState, bucket: dist.GradBucket
         gp = prepare_group(comp, layers, grads, state.worker_state)
         _verify_lengths(state, gp, buffer.device)
         summed = None
+        if state.timed:
+            _sync(buffer)
+        t_prep = time.perf_counter()
         if gp.plan is not None:
             summed = gp.prep.vector
             dist.all_reduce(summed, group=state.group)          # collective 1: a round trip
+        t_norms = time.perf_counter()       # (on CUDA the wait lands in finish's host read)
         fin, stats = finish_group(comp, gp, summed, state.worker_state,
                                   where=f"rank {state.rank} ")
         futs, gathered = [], None
@@ -285,14 +294,15 @@ def global_hook(state: GlobalHookState, bucket: dist.GradBucket
                 state.error = e
         raise
     if state.timed:
-        tc_sync = buffer.device.type == "cuda"
-        if tc_sync:
-            torch.cuda.synchronize(buffer.device)
+        _sync(buffer)
     t_sent = time.perf_counter()
     with state._lock:
         state.stats.add(stats)
         state.padded_bytes += stats.bytes_sent
-        state.times.compress_s += t_sent - t0
+        # compress: prepare and finish; exchange: collective 1's round trip (waiting for the
+        # slowest rank included), then collective 2 and the average (in the callback)
+        state.times.compress_s += (t_prep - t0) + (t_sent - t_norms)
+        state.times.exchange_s += t_norms - t_prep
     fut = futs[0] if len(futs) == 1 else torch.futures.collect_all(futs)
 
     def done(f: torch.futures.Future) -> torch.Tensor:

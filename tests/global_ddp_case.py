@@ -44,9 +44,10 @@ def optimiser(model, kw):
 def run_ddp(kw, rank, world, data):
     model = make_model("cpu")
     ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.001)
-    hook = register(ddp, compressor(model, world, **kw))
+    hook = register(ddp, compressor(model, world, **kw), timed=True)
     opt = optimiser(model, kw)
     sent = 0
+    timed = True
     for step in data:
         x, y = step[rank]
         hook.reset_step()
@@ -54,7 +55,8 @@ def run_ddp(kw, rank, world, data):
         hook.backward(F.cross_entropy(ddp(x), y))
         opt.step()
         sent += hook.stats.bytes_sent
-    return snapshot(model), sent, type(hook).__name__
+        timed &= hook.times.compress_s > 0 and hook.times.exchange_s > 0
+    return snapshot(model), sent, type(hook).__name__, timed
 
 
 def run_simulation(kw, world, data):
@@ -91,14 +93,14 @@ def main(out: str) -> int:
     try:
         data = batches(world, torch.device("cpu"))
         for name, kw in CONFIGS.items():
-            (params, buffers), sent, hook_type = run_ddp(kw, rank, world, data)
+            (params, buffers), sent, hook_type, timed = run_ddp(kw, rank, world, data)
             (sim_params, sim_buffers), sim_sent = run_simulation(kw, world, data)
             equal = all(torch.equal(params[k], sim_params[k]) for k in sim_params)
             if rank == 0:
                 equal &= all(torch.equal(buffers[k], sim_buffers[k]) for k in sim_buffers)
             report["configs"][name] = {"equal_to_simulation": bool(equal),
                                        "equal_on_all_ranks": same_on_all_ranks(params),
-                                       "hook": hook_type, "bytes": sent,
+                                       "hook": hook_type, "bytes": sent, "timed": timed,
                                        "sim_bytes_per_worker": sim_sent / world}
         report["mismatch"] = error_case(rank, world, data, k=1 + rank)
         report["length_mismatch"] = error_case(rank, world, data, k=1, block_size=4 + rank)

@@ -274,7 +274,7 @@ def test_ddp_equals_simulation(ddp_reports):
         for name, c in rep["configs"].items():
             assert c["hook"] == "GlobalHookState", (r, name)
             assert c["equal_to_simulation"] and c["equal_on_all_ranks"], (r, name, c)
-            assert c["bytes"] > 0
+            assert c["bytes"] > 0 and c["timed"], (r, name, c)
 
 
 def test_ddp_rank_mismatch_and_nan_raise_on_every_rank(ddp_reports):
