@@ -23,12 +23,16 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
-from gradblock.codec.errors import UsageError
+from gradblock.codec.errors import GradblockError, UsageError
 from gradblock.fileio import write_text
 
 KINDS = ("kill", "stop", "flip", "link")      # link: needs root and the namespace testbed
 _DETECT = re.compile(r"PeerLostError|CRC_MISMATCH|Error|failed \(exitcode")
 _RESUME = re.compile(r"elastic resume from step (\d+)")
+
+
+class FaultMatrixError(GradblockError):
+    """The matrix cannot run as asked (a work directory that holds earlier cases)."""
 
 
 @dataclass
@@ -104,6 +108,14 @@ def _models_equal(a: Path, b: Path, nproc: int) -> bool:
     return True
 
 
+def _fresh(case: Path) -> Path:
+    """A case directory that does not exist yet: an old one's checkpoints would be resumed."""
+    if case.exists():
+        raise FaultMatrixError(f"{case} exists already (a case run before in this --workdir); "
+                               f"choose an empty --workdir")
+    return case
+
+
 def reference(workdir: Path, seed: int, steps: int, nproc: int) -> Path:
     """The uninterrupted run of `seed` (trained once per work directory)."""
     out = workdir / f"reference-s{seed}-n{nproc}-t{steps}"
@@ -121,7 +133,7 @@ def inject(workdir: Path, kind: str, rank: int, step: int, seed: int, *, steps: 
            hard_limit_s: float = 600.0) -> FaultRun:
     """One run with one fault; compared with `reference(workdir, seed, ...)`."""
     ref = reference(workdir, seed, steps, nproc)
-    case = workdir / f"{kind}-r{rank}-t{step}-s{seed}"
+    case = _fresh(workdir / f"{kind}-r{rank}-t{step}-s{seed}")
     args = ["train", "--ddp", *train_args(seed, steps), "--elastic",
             "--checkpoint", str(case / "ck" / "c.pt"), "--checkpoint-every", str(checkpoint_every),
             "--timeout", str(timeout_s), "--check-every", str(checkpoint_every),
@@ -153,7 +165,7 @@ def inject_link_down(workdir: Path, rank: int, step: int, seed: int, *, steps: i
     the failure."""
     from .netns import Testbed
     ref = reference(workdir, seed, steps, nproc)
-    case = workdir / f"link-r{rank}-t{step}-s{seed}"
+    case = _fresh(workdir / f"link-r{rank}-t{step}-s{seed}")
     args = ["train", "--ddp", *train_args(seed, steps), "--elastic",
             "--checkpoint", str(case / "ck" / "c.pt"), "--checkpoint-every", str(checkpoint_every),
             "--timeout", str(timeout_s), "--check-every", str(checkpoint_every),
@@ -227,8 +239,8 @@ def plan(kinds, count: int, nproc: int, steps: int, seed: int = 0) -> list[tuple
     """`count` faults of each kind: ranks, steps and training seeds drawn from `seed`."""
     rnd = random.Random(seed)
     cases = []
-    for kind in kinds:
-        for i in range(count):
+    for i in range(count):              # kinds interleaved: a run cut short still covers each
+        for kind in kinds:
             cases.append((kind, rnd.randrange(nproc), rnd.randrange(2, steps - 2), i % 3))
     return cases
 
@@ -272,18 +284,19 @@ def run_matrix(workdir: Path, kinds=KINDS, count: int = 20, nproc: int = 3, step
     from tqdm import tqdm
     workdir.mkdir(parents=True, exist_ok=True)
     cases = plan(kinds, count, nproc, steps)
+    import platform
+    meta = {"workers": nproc, "steps": steps, "timeout_s": timeout_s, "checkpoint_every": 5,
+            "machine": f"{platform.machine()} {os.cpu_count()} cores", "command": command}
     runs = []
+    result = {"meta": meta, "summary": [], "runs": []}
     for kind, rank, step, seed in tqdm(cases, desc="faults", unit="run", disable=not progress):
         run = inject_link_down if kind == "link" else partial(inject, kind=kind)
         runs.append(run(workdir, rank=rank, step=step, seed=seed, steps=steps, nproc=nproc,
                         timeout_s=timeout_s))
-    import platform
-    meta = {"workers": nproc, "steps": steps, "timeout_s": timeout_s, "checkpoint_every": 5,
-            "machine": f"{platform.machine()} {os.cpu_count()} cores", "command": command}
-    result = {"meta": meta, "summary": summarise(runs),
-              "runs": [{k: v for k, v in asdict(r).items() if k != "lines"} for r in runs]}
-    if json_path is not None:
-        write_text(json_path, json.dumps(result, indent=2) + "\n")
+        result = {"meta": meta, "summary": summarise(runs),
+                  "runs": [{k: v for k, v in asdict(r).items() if k != "lines"} for r in runs]}
+        if json_path is not None:           # after every run: a matrix cut short keeps its runs
+            write_text(json_path, json.dumps(result, indent=2) + "\n")
     return result
 
 
