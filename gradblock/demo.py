@@ -11,8 +11,9 @@
 4. a summary table of what ran, how long it took, whether it passed and what each step verified.
 
 Steps 1 and 2 run at the same time, each in its own process (after the quick golden set the
-RTL needs), and the simulator builds are cached by content hash (sim/harness.py): on 2 cores a
-first demo takes about 5 minutes, a second one less (docs/hw.md, "Demo time").
+RTL needs), and the simulator builds are cached by content hash (sim/harness.py) with
+Verilator's runtime library compiled once (sim/objcache.py); docs/hw.md, "Demo time", has the
+measured times.
 
 `--out` is never emptied or deleted: a directory the demo created carries a marker file and is
 reused (the golden sets regenerate in place, replacing only their own files); an existing
