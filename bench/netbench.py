@@ -123,7 +123,8 @@ def run_plan(bed: Testbed, plan: list[tuple[str, list[str]]], rank_args: list[st
                                        stdout=fh, stderr=subprocess.STDOUT))
         error = None
         try:
-            wait_ranks(procs, logs, timeout * len(todo))
+            # the timeout is per method: it restarts whenever a method's reports appear
+            wait_ranks(procs, logs, timeout, progress=lambda: len(list(wd.glob("*.rank*.json"))))
         except ValueError as e:              # TrainingError: a rank failed or timed out
             error = e
         finally:
@@ -272,7 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--png", default=None, metavar="FILE", help="write the figure")
     p.add_argument("--doc", action="store_true", help="write the table into docs/network.md")
     p.add_argument("--workdir", default=None, help="rank logs and reports (None: a temporary directory)")
-    p.add_argument("--timeout", type=float, default=900.0, help="seconds per cell before it is stopped")
+    p.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds one method may run (all ranks) before every rank is stopped and "
+                        "the method reported as failed")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default="lenet5", choices=["lenet5", "resnet20", "conv64"],
                    help="the model trained on Fashion-MNIST (resnet20: a larger exchange, ~0.27 M "
@@ -284,6 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tta-every", type=int, default=78, help="--tta: evaluate every this many steps")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="--tta: seeds")
     p.add_argument("--test-subset", type=int, default=None, help="--tta: evaluate on N test samples")
+    p.add_argument("--shapes", default=None, choices=["resnet20", "resnet50"],
+                   help="gradients only: exchange random gradients shaped like this network's "
+                        "parameters (no data, no optimizer step; compute is the tiny sum(p*G))")
     p.add_argument("--from-json", default=None, metavar="FILE",
                    help="measure nothing: render the table (and --png / --doc) of a saved --json")
     p.add_argument("--no-progress", dest="progress", action="store_false")
@@ -366,7 +372,8 @@ def netbench_main(argv: list[str]) -> int:
         rows, failures = [], []
         bar = tqdm(total=len(cells), unit="run", file=sys.stderr, disable=not args.progress)
         rank_args = ["--warmup", str(args.warmup), "--steps", str(args.steps),
-                     "--compute-steps", str(args.compute_steps)]
+                     "--compute-steps", str(args.compute_steps)] + \
+            (["--shapes", args.shapes] if args.shapes else [])
         beds = []
         try:
             for n in workers:
@@ -392,7 +399,9 @@ def netbench_main(argv: list[str]) -> int:
         finally:
             bar.close()
         add_ratios(rows)
-        header = (f"{args.model} / Fashion-MNIST, batch 32 per worker, {args.warmup} warm-up + "
+        what = (f"{args.shapes}-shaped gradients only (random, no data)" if args.shapes
+                else f"{args.model} / Fashion-MNIST, batch 32 per worker")
+        header = (f"{what}, {args.warmup} warm-up + "
                   f"{args.steps} measured steps, median ms per step (slowest rank); "
                   f"{_machine()}; `gradblock netbench {' '.join(argv)}`")
         table = format_table(rows)

@@ -36,6 +36,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--compute-steps", type=int, default=10)
     ap.add_argument("--tta-every", type=int, default=0)
+    ap.add_argument("--shapes", default=None, choices=sorted(SHAPES))
     a = ap.parse_args(argv)
 
     import torch
@@ -52,14 +53,133 @@ def main(argv: list[str]) -> int:
         args = build_parser().parse_args(item["args"])
         cfg = config_from_args(args, ddp=True, progress=False, time_phases=True, threads=1,
                                device="cpu", out=None, max_steps=None)
-        if dataset is None:
-            dataset = load_dataset(cfg.data, cfg.data_dir)
-        report = run_one(a, cfg, item["args"], dataset)
+        if a.shapes:
+            report = run_shapes(a, cfg, item["args"])
+        else:
+            if dataset is None:
+                dataset = load_dataset(cfg.data, cfg.data_dir)
+            report = run_one(a, cfg, item["args"], dataset)
         out = Path(a.outdir) / f"{item['name']}.rank{report['rank']}.json"
         tmp = out.with_suffix(".tmp")
         tmp.write_text(json.dumps(report))
         tmp.replace(out)
     return 0
+
+
+def resnet50_shapes() -> list[tuple[int, ...]]:
+    """torchvision's resnet50 parameter shapes, in its order (25.6 M parameters)."""
+    shapes: list[tuple[int, ...]] = [(64, 3, 7, 7), (64,), (64,)]
+    cin = 64
+    for width, blocks in zip((64, 128, 256, 512), (3, 4, 6, 3)):
+        for b in range(blocks):
+            shapes += [(width, cin, 1, 1), (width,), (width,), (width, width, 3, 3), (width,),
+                       (width,), (4 * width, width, 1, 1), (4 * width,), (4 * width,)]
+            if b == 0:
+                shapes += [(4 * width, cin, 1, 1), (4 * width,), (4 * width,)]
+            cin = 4 * width
+    return shapes + [(1000, 2048), (1000,)]
+
+
+def resnet20_shapes() -> list[tuple[int, ...]]:
+    from gradblock.shim.models import build_model
+    m = build_model("resnet20", 10, (3, 32, 32))
+    return [tuple(p.shape) for p in m.parameters() if p.requires_grad]
+
+
+SHAPES = {"resnet20": resnet20_shapes, "resnet50": resnet50_shapes}
+
+
+def run_shapes(a, cfg, train_args: list[str]) -> dict:
+    """Gradients only: a module whose parameters have the network's shapes and whose loss is
+    sum(p * G), so backward hands DDP exactly G (seeded random, two sets per rank used in turn);
+    the method's hook (or torch's) exchanges them as in training. No optimizer step."""
+    import torch
+    import torch.distributed as dist
+
+    from gradblock.shim.compressors import build_compressor, layers_of
+    from gradblock.shim.exchange import make_exchange
+    from gradblock.shim.peers import PEERS, build_peer, make_peer_exchange
+
+    from .netns import read_counters
+
+    class Shaped(torch.nn.Module):
+        def __init__(self, shapes):
+            super().__init__()
+            self.ps = torch.nn.ParameterList([torch.nn.Parameter(torch.zeros(s)) for s in shapes])
+
+        def forward(self, grads):
+            total = None
+            for p, g in zip(self.ps, grads):
+                term = (p * g).sum()
+                total = term if total is None else total + term
+            return total
+
+    shapes = SHAPES[a.shapes]()
+    model = Shaped(shapes)
+    ex = make_peer_exchange(cfg) if cfg.compressor in PEERS else \
+        make_exchange(True, cfg.workers, "cpu", True)
+    try:
+        rank, n = ex.rank, ex.n_workers
+        layers = layers_of(model)
+        if cfg.compressor in PEERS:
+            comp = build_peer(cfg, layers, n)
+        else:
+            comp = build_compressor(cfg.compressor, layers, n, k=cfg.k, density=cfg.density,
+                                    interval=cfg.dlgs_interval, R=cfg.range,
+                                    block_size=cfg.block_size, lmax_log2=cfg.lmax_log2,
+                                    **({"exchange": cfg.exchange} if hasattr(cfg, "exchange") else {}))
+        states = {rank: comp.new_worker_state()}
+        ex.bind(model, layers, comp, states)
+        ddp = ex.ddp_model
+        gen = torch.Generator().manual_seed(1000 * cfg.seed + rank)
+        sets = [[torch.randn(s, generator=gen) * 1e-2 for s in shapes] for _ in range(2)]
+        hook = getattr(ex, "hook", None)
+        timed = getattr(ex, "timed_state", None)
+
+        def one(step):
+            before = timed.compress_s if timed is not None else 0.0
+            t0 = time.perf_counter()
+            if hook is not None:
+                hook.reset_step()
+            ddp.zero_grad(set_to_none=True)
+            loss = ddp(sets[step % 2])
+            if hook is not None:
+                hook.backward(loss)
+                comp_s = hook.times.compress_s
+                payload = hook.stats.bytes_sent
+            else:
+                loss.backward()
+                comp_s = (timed.compress_s if timed is not None else 0.0) - before
+                payload = comp.payload(step).bytes_sent
+            return time.perf_counter() - t0, comp_s, payload
+
+        for step in range(a.warmup):
+            one(step)
+        dist.barrier()
+        ifname = os.environ.get("GRADBLOCK_NET_IF")
+        c0 = read_counters(ifname) if ifname else None
+        steps, compress, payload = [], [], 0
+        for step in range(a.warmup, a.warmup + a.steps):
+            dt, cs, pb = one(step)
+            steps.append(dt)
+            compress.append(cs)
+            payload += pb
+        dist.barrier()
+        c1 = read_counters(ifname) if ifname else None
+        compute = []
+        for i in range(a.compute_steps):
+            with ddp.no_sync():
+                ddp.zero_grad(set_to_none=True)
+                t0 = time.perf_counter()
+                ddp(sets[i % 2]).backward()
+                compute.append(time.perf_counter() - t0)
+        return {"rank": rank, "world": n, "method_args": train_args, "shapes": a.shapes,
+                "params": sum(int(torch.Size(s).numel()) for s in shapes),
+                "compressor": comp.config(), "step_s": steps, "compress_s": compress,
+                "exchange_s": [], "compute_s": compute, "payload_bytes": payload,
+                "padded_bytes": 0, "counters_before": c0, "counters_after": c1}
+    finally:
+        ex.close()
 
 
 def run_one(a, cfg, train_args: list[str], dataset) -> dict:

@@ -204,13 +204,17 @@ def _tail(path: Path, limit: int = 1500) -> str:
 
 
 def wait_ranks(procs: Sequence[subprocess.Popen], logs: Sequence[Path], timeout: float,
-               what: str = "rank") -> None:
+               what: str = "rank", progress: Callable[[], int] | None = None) -> None:
     """Wait for every rank; the first to fail (or the timeout) kills the others and raises
-    TrainingError naming the rank and quoting the end of its output. No hang."""
+    TrainingError naming the rank and quoting the end of its output. No hang. `progress`: a
+    count of finished work; the timeout restarts whenever it grows."""
     deadline = time.monotonic() + timeout
+    seen = progress() if progress else 0
     failed = None
     try:
         while True:
+            if progress is not None and progress() != seen:
+                seen, deadline = progress(), time.monotonic() + timeout
             codes = [p.poll() for p in procs]
             bad = [r for r, c in enumerate(codes) if c not in (None, 0)]
             if bad:
