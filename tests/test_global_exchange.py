@@ -327,3 +327,15 @@ def test_extremes_fit_the_int32_sums(n, method):
         assert ref.value_sum.tolist()[0] == n * ((sign * QMAX) >> sv)
         assert ref.averaged[0][0, 0] == np.float32(float(n * ((sign * QMAX) >> sv) << sv)
                                                    * (10.0 / (QMAX * n)))
+
+
+def test_validate_applies_the_exchange_to_the_coarse_rows_only():
+    from gradblock.shim.config import TrainConfig
+    from gradblock.shim.validate import matrix
+    base = TrainConfig(exchange="allreduce", local_momentum=0.9, momentum=0.0)
+    rows = matrix(base, 4, None, uncorrected=True)
+    for name, cfg in rows:
+        cfg.check()
+        assert cfg.exchange == ("allreduce" if cfg.compressor == "coarse" else "allgather"), name
+    assert {name for name, cfg in rows if cfg.exchange == "allreduce"} == {
+        "coarse1", "coarseK", "coarse1_plain", "coarseK_plain"}

@@ -215,9 +215,9 @@ def _prepare_host(plan: GlobalPlan, flat_g, flat_r, flat_u) -> GlobalPrep:
 def own_nan(plan: GlobalPlan, prep: GlobalPrep, where: str = "") -> None:
     """This worker's NonFiniteError (the reference's: count and first index in the first layer
     with NaN), if its gradient held NaN; one host sync."""
-    nan_all = prep.nan if prep.nan is not None else torch.isnan(prep.grad)
-    if not bool(nan_all.any()):
+    if not int(prep.counts[0]):
         return
+    nan_all = prep.nan if prep.nan is not None else torch.isnan(prep.grad)
     for j in range(plan.n_layers):
         start = int(plan.elem_start[j])
         nan = nan_all[start:start + plan.sizes[j]]
