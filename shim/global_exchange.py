@@ -148,7 +148,8 @@ def finish_group(compressor: Compressor, gp: GroupPrep, summed: torch.Tensor | N
             st["velocity"] = fin.velocities[j]
         ws.layers[lay.index] = st
         ws.steps[lay.index] = ws.steps.get(lay.index, 0) + 1
-    stats.add(StepStats(4 * (gp.plan.vector_words + gp.plan.n_values), int(fin.nonzeros.sum()),
+    # elements_sent: the value words (padding included), known without a device sync
+    stats.add(StepStats(4 * (gp.plan.vector_words + gp.plan.n_values), gp.plan.n_values,
                         counts.sat_quant, counts.sat_feedback, counts.sat_momentum))
     return fin, stats
 

@@ -261,7 +261,6 @@ class GlobalFinish:
     elem: torch.Tensor               # (n_values,) int64 element of each value word (total: pad)
     residuals: list[torch.Tensor]    # int32 per layer, layer shape
     velocities: list[torch.Tensor] | None
-    nonzeros: torch.Tensor           # () int64: nonzero value words this worker sends
 
 
 def finish(plan: GlobalPlan, prep: GlobalPrep, summed: torch.Tensor) -> GlobalFinish:
@@ -299,7 +298,7 @@ def finish(plan: GlobalPlan, prep: GlobalPrep, summed: torch.Tensor) -> GlobalFi
                                                            plan.layers)]
     residuals = [t.view(lay.shape) for t, lay in zip(torch.split(residual, list(plan.sizes)),
                                                       plan.layers)]
-    return GlobalFinish(values, selected, elem, residuals, velocities, (values != 0).sum())
+    return GlobalFinish(values, selected, elem, residuals, velocities)
 
 
 def average(plan: GlobalPlan, fin: GlobalFinish, value_sum: torch.Tensor) -> list[torch.Tensor]:
