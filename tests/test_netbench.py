@@ -322,3 +322,28 @@ def test_from_json_renders_a_saved_run_without_privileges(tmp_path, monkeypatch,
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     (tmp_path / "bad.json").write_text("[]")
     assert cli.main(["netbench", "--from-json", str(tmp_path / "bad.json")]) == 2
+
+
+def test_a_failed_rank_stops_the_others_at_once(tmp_path):
+    """shim.peers.wait_ranks: rank 1 dies, rank 0 (which would wait forever) is killed and the
+    error names rank 1 with the end of its output; a silent hang ends at the timeout."""
+    from gradblock.shim.errors import TrainingError
+    from gradblock.shim.peers import wait_ranks
+
+    def start(code: str, name: str):
+        log = tmp_path / name
+        with open(log, "w") as fh:
+            return subprocess.Popen([sys.executable, "-c", code], stdout=fh,
+                                    stderr=subprocess.STDOUT, start_new_session=True), log
+    sleeper, log0 = start("import time; time.sleep(120)", "r0.log")
+    dying, log1 = start("import sys, time; time.sleep(0.3); print('boom: peer gone'); sys.exit(3)",
+                        "r1.log")
+    t0 = time.perf_counter()
+    with pytest.raises(TrainingError, match=r"rank 1 failed \(exit status 3\): boom: peer gone"):
+        wait_ranks([sleeper, dying], [log0, log1], timeout=60)
+    assert time.perf_counter() - t0 < 30
+    assert sleeper.poll() is not None
+    hung, log2 = start("import time; time.sleep(120)", "r2.log")
+    with pytest.raises(TrainingError, match="ran past 1 s"):
+        wait_ranks([hung], [log2], timeout=1)
+    assert hung.poll() is not None
