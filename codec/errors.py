@@ -14,6 +14,17 @@ class UsageError(GradblockError):
     combination): what a command used to print before returning status 2 itself."""
 
 
+class ParameterError(GradblockError):
+    """A step parameter outside the range docs/spec.md allows. Here, in the lowest layer,
+    because the codec checks lmax_log2 too; refmodel.validation re-exports it with the rest
+    of its family (BlockSizeError, KError, ...)."""
+
+
+class LmaxError(ParameterError):
+    """lmax_log2 outside LMAX_LOG2_MIN..LMAX_LOG2_MAX (codec.zrle.check_lmax_log2 and
+    refmodel.validation.check_lmax_log2 raise this one class)."""
+
+
 class RangeError(GradblockError):
     """The quantiser range R is not a finite, positive float32 (a frame's h4 word). Here, in
     the lowest layer, because the encoders check R too; refmodel.quantiser re-exports it."""

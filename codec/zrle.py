@@ -21,9 +21,15 @@ LMAX_LOG2_MIN, LMAX_LOG2_MAX = 1, 24
 
 
 def check_lmax_log2(lmax_log2: int) -> int:
-    if not (LMAX_LOG2_MIN <= int(lmax_log2) <= LMAX_LOG2_MAX):
-        raise ValueError(f"lmax_log2 must be in {LMAX_LOG2_MIN}..{LMAX_LOG2_MAX}, got {lmax_log2}")
-    return int(lmax_log2)
+    """lmax_log2 as an int, or LmaxError (a ValueError), the class refmodel.validation raises."""
+    try:
+        v = int(lmax_log2)
+    except (TypeError, ValueError, OverflowError):
+        v = None
+    if v is None or not LMAX_LOG2_MIN <= v <= LMAX_LOG2_MAX:
+        raise E.LmaxError(f"lmax_log2 must be in {LMAX_LOG2_MIN}..{LMAX_LOG2_MAX}, "
+                          f"got {lmax_log2!r}")
+    return v
 
 
 def range_bits(R: float) -> int:

@@ -23,7 +23,7 @@ from typing import Callable
 
 import numpy as np
 
-from gradblock.codec.errors import GradblockError
+from gradblock.codec.errors import LmaxError, ParameterError  # the codec checks lmax too
 from gradblock.codec.zrle import LMAX_LOG2_MAX, LMAX_LOG2_MIN
 
 from .quantiser import NonFiniteError, QuantConfig, RangeError
@@ -38,10 +38,6 @@ __all__ = ["ParameterError", "BlockSizeError", "KError", "ShapeError", "SizeLimi
 MAX_LAYER_ELEMENTS = 2**32 - 1   # a frame's n is one 32-bit header word
 MAX_BLOCK_SIZE = 2**32 - 1       # a larger block is never smaller than the layer: nothing gained
 MAX_LAYER_ID = 2**32 - 1         # header word h2
-
-
-class ParameterError(GradblockError):
-    """A step parameter outside the range docs/spec.md allows."""
 
 
 class BlockSizeError(ParameterError):
@@ -63,10 +59,6 @@ class SizeLimitError(ParameterError):
 
 class LayerIdError(ParameterError):
     """layer id does not fit its 32-bit header word."""
-
-
-class LmaxError(ParameterError):
-    """lmax_log2 outside LMAX_LOG2_MIN..LMAX_LOG2_MAX."""
 
 
 class ExpectedSizeError(ParameterError):

@@ -58,7 +58,8 @@ ERROR_CLASSES = _error_classes()
 def test_the_walk_finds_the_known_errors():
     """The walk itself must see classes, or the test below passes vacuously."""
     names = {f"{m}.{c}" for m, c in ERROR_CLASSES}
-    for known in ("gradblock.refmodel.validation.ParameterError", "gradblock.shim.data.DatasetError",
+    for known in ("gradblock.codec.errors.ParameterError", "gradblock.refmodel.validation.KError",
+                  "gradblock.shim.data.DatasetError",
                   "gradblock.hw.deps.RtlDependencyError", "gradblock.shim.errors.TrainingError",
                   "gradblock.refmodel.coded.CodedConfigError", "gradblock.codec.fileio.OutputError"):
         assert known in names, known

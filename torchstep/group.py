@@ -16,7 +16,7 @@ from gradblock.codec.zrle_torch import encode_frames, u32_to_i32
 from gradblock.refmodel.quantiser import DEFAULT_RANGE, QMAX, NonFiniteError, QuantConfig
 from gradblock.refmodel.plan import step_plan
 from gradblock.refmodel.selection import BlockLayout
-from gradblock.refmodel.validation import check_lmax_log2, check_norm
+from gradblock.refmodel.validation import ParameterError, ShapeError, check_lmax_log2, check_norm
 
 from .momentum import scale_velocity as scale_velocity_flat
 from .quantiser import NAN_BITS, check_float32, quant_config, quantise_lazy
@@ -64,7 +64,7 @@ def plan_group(shapes, *, k: int | float | list = 1, block_size: int | None | li
     bss = list(block_size) if isinstance(block_size, (list, tuple)) else [block_size] * L
     ids = list(range(L)) if layer_ids is None else list(layer_ids)
     if not (len(ks) == len(bss) == len(ids) == L):
-        raise ValueError(f"{L} shapes but {len(ks)} k values, {len(bss)} block sizes, "
+        raise ShapeError(f"{L} shapes but {len(ks)} k values, {len(bss)} block sizes, "
                          f"{len(ids)} layer ids")
     rbits = quant_config(R).range_bits
     # each layer's parameters through the reference's validator, in its order
@@ -135,16 +135,16 @@ def compress_group(plan: GroupPlan, grads: list[torch.Tensor], residuals: list[t
     lmax = 1 << check_lmax_log2(lmax_log2)
     L = plan.n_layers
     if len(grads) != L or len(residuals) != L:
-        raise ValueError(f"plan has {L} layers, got {len(grads)} gradients and "
+        raise ShapeError(f"plan has {L} layers, got {len(grads)} gradients and "
                          f"{len(residuals)} residuals")
     dev = plan.layer_of_elem.device
     for j, (g, r) in enumerate(zip(grads, residuals)):
         what = f"layer {names[j] if names else j}"
         check_float32(g, f"{what} gradient")
         if tuple(g.shape) != plan.shapes[j]:
-            raise ValueError(f"{what}: gradient shape {tuple(g.shape)}, plan has {plan.shapes[j]}")
+            raise ShapeError(f"{what}: gradient shape {tuple(g.shape)}, plan has {plan.shapes[j]}")
         if g.device != dev:
-            raise ValueError(f"{what}: gradient on {g.device}, plan on {dev}")
+            raise ShapeError(f"{what}: gradient on {g.device}, plan on {dev}")
         if r is not None and (r.dtype != torch.int32 or tuple(r.shape) != plan.shapes[j]
                               or r.device != dev):
             raise TypeError(f"{what}: residual must be int32 {plan.shapes[j]} on {dev}, got "
@@ -153,7 +153,7 @@ def compress_group(plan: GroupPlan, grads: list[torch.Tensor], residuals: list[t
     if momentum:
         velocities = [None] * L if velocities is None else list(velocities)
         if len(velocities) != L:
-            raise ValueError(f"plan has {L} layers, got {len(velocities)} velocities")
+            raise ShapeError(f"plan has {L} layers, got {len(velocities)} velocities")
         for j, u in enumerate(velocities):
             if u is not None and (u.dtype != torch.int32 or tuple(u.shape) != plan.shapes[j]
                                   or u.device != dev):
@@ -161,7 +161,7 @@ def compress_group(plan: GroupPlan, grads: list[torch.Tensor], residuals: list[t
                                 f"{plan.shapes[j]} on {dev}, got {u.dtype} {tuple(u.shape)} "
                                 f"on {u.device}")
     elif velocities is not None:
-        raise ValueError("velocities given without m_fix")
+        raise ParameterError("velocities given without m_fix")
     flat_g = torch.cat([g.detach().reshape(-1) for g in grads]) if L else \
         torch.zeros(0, dtype=torch.float32, device=dev)
     flat_r = torch.cat([torch.zeros(plan.sizes[j], dtype=torch.int32, device=dev) if r is None
