@@ -23,18 +23,21 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Sequence
 
 import torch
 import torch.distributed as dist
+import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from .compressors import Compressor, LayerInfo, WorkerState
 from .errors import ConfigError
-from .merge_plan import PLANNERS, LayerTimes
+from .merge_plan import PLANNERS, LayerTimes, fit_line
 
 PLAN_KINDS = ("none", "greedy", "exact")
 _PLANNER_OF = {"none": "none", "greedy": "dlgs_greedy", "exact": "exact"}
@@ -174,7 +177,6 @@ def measure_compress(compressor: Compressor, layers: Sequence[LayerInfo], device
                      ) -> tuple[float, float, list[int]]:
     """This run's compressor timed on every layer's shape (a scratch worker state, gradients
     N(0, 0.05)): the fit a + b * n in ms, and each layer's packet bytes."""
-    from .merge_measure import _fit
     gen = torch.Generator().manual_seed(0)
     sizes, times, nbytes = [], [], []
     for lay in layers:
@@ -191,15 +193,47 @@ def measure_compress(compressor: Compressor, layers: Sequence[LayerInfo], device
         sizes.append(lay.numel)
         times.append(statistics.median(samples))
         nbytes.append(4 * packet.numel())
-    a, b = _fit(sizes, times)
+    a, b = fit_line(sizes, times)
     return a, b, nbytes
+
+
+def _comm_worker(rank: int, world: int, init_file: str, sizes, repeats: int, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        res = []
+        for n in sizes:
+            t = torch.zeros(n, dtype=torch.uint8)
+            bufs = [torch.empty_like(t) for _ in range(world)]
+            samples = []
+            for i in range(repeats + 1):
+                dist.barrier()
+                t0 = time.perf_counter()
+                dist.all_gather(bufs, t)
+                if i:
+                    samples.append((time.perf_counter() - t0) * 1e3)
+            res.append(statistics.median(samples))
+        if rank == 0:
+            Path(out).write_text(json.dumps(res))
+    finally:
+        dist.destroy_process_group()
+
+
+def measure_comm(world: int, repeats: int) -> tuple[float, float, list[tuple[int, float]]]:
+    """alpha (ms) and beta (ms per byte) from all_gather over gloo on this machine."""
+    sizes = [2**k for k in range(10, 23, 2)]
+    with tempfile.TemporaryDirectory(prefix="gradblock-comm-") as tmp:
+        out = os.path.join(tmp, "times.json")
+        mp.start_processes(_comm_worker, args=(world, os.path.join(tmp, "init"), sizes, repeats, out),
+                           nprocs=world, join=True, start_method="spawn")
+        times = json.loads(Path(out).read_text())
+    a, b = fit_line(sizes, times)
+    return a, b, list(zip(sizes, times))
 
 
 def measure_comm_on_group(repeats: int, group=None, device=None) -> tuple[float, float]:
     """alpha (ms), beta (ms per byte) from all_gather over an initialised process group (every
     rank calls this; the fit is rank 0's). `device`: where the run's tensors live (NCCL takes
     CUDA tensors only); CUDA timings wait for the collective."""
-    from .merge_measure import _fit
     world = dist.get_world_size(group)
     device = torch.device("cpu") if device is None else torch.device(device)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
@@ -217,7 +251,7 @@ def measure_comm_on_group(repeats: int, group=None, device=None) -> tuple[float,
             if i:
                 samples.append((time.perf_counter() - t0) * 1e3)
         times.append(statistics.median(samples))
-    return _fit(sizes, times)
+    return fit_line(sizes, times)
 
 
 def plan_for_run(kind: str, model: torch.nn.Module, layers: Sequence[LayerInfo],
@@ -234,7 +268,6 @@ def plan_for_run(kind: str, model: torch.nn.Module, layers: Sequence[LayerInfo],
     if ddp:
         alpha, beta = measure_comm_on_group(repeats, device=x.device)
     else:
-        from .merge_measure import measure_comm
         alpha, beta, _ = measure_comm(2, repeats)
     chosen: list = [None]
     if not ddp or dist.get_rank() == 0:

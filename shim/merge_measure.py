@@ -33,7 +33,8 @@ import torch.multiprocessing as mp
 from gradblock.codec import fileio
 from gradblock.codec.errors import UsageError
 
-from .merge_plan import PLANNERS, LayerTimes, iteration_time, timeline
+from .merge_apply import measure_comm  # noqa: F401  (re-exported: merge-plan's measurement)
+from .merge_plan import PLANNERS, LayerTimes, fit_line, iteration_time, timeline
 from .models import build_model
 
 IN_SHAPES = {"lenet5": (1, 28, 28), "digits-cnn": (1, 8, 8), "resnet20": (3, 32, 32), "conv64": (3, 32, 32)}
@@ -96,48 +97,8 @@ def measure_sparsify(model: torch.nn.Module, order, repeats: int, seed: int = 0)
         sizes.append(g.size)
         times.append(statistics.median(samples))
         nbytes.append(4 * int(info.n_words))
-    a, b = _fit(sizes, times)
+    a, b = fit_line(sizes, times)
     return a, b, tuple(nbytes)
-
-
-def _fit(xs, ys) -> tuple[float, float]:
-    """Least-squares a + b*x, both clamped at 0 (a time model cannot go negative)."""
-    A = np.vstack([np.ones(len(xs)), np.asarray(xs, float)]).T
-    (a, b), *_ = np.linalg.lstsq(A, np.asarray(ys, float), rcond=None)
-    return max(float(a), 0.0), max(float(b), 0.0)
-
-
-def _comm_worker(rank: int, world: int, init_file: str, sizes, repeats: int, out: str) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
-        res = []
-        for n in sizes:
-            t = torch.zeros(n, dtype=torch.uint8)
-            bufs = [torch.empty_like(t) for _ in range(world)]
-            samples = []
-            for i in range(repeats + 1):
-                dist.barrier()
-                t0 = time.perf_counter()
-                dist.all_gather(bufs, t)
-                if i:
-                    samples.append((time.perf_counter() - t0) * 1e3)
-            res.append(statistics.median(samples))
-        if rank == 0:
-            Path(out).write_text(json.dumps(res))
-    finally:
-        dist.destroy_process_group()
-
-
-def measure_comm(world: int, repeats: int) -> tuple[float, float, list[tuple[int, float]]]:
-    """alpha (ms) and beta (ms per byte) from all_gather over gloo on this machine."""
-    sizes = [2**k for k in range(10, 23, 2)]
-    with tempfile.TemporaryDirectory(prefix="gradblock-comm-") as tmp:
-        out = os.path.join(tmp, "times.json")
-        mp.start_processes(_comm_worker, args=(world, os.path.join(tmp, "init"), sizes, repeats, out),
-                           nprocs=world, join=True, start_method="spawn")
-        times = json.loads(Path(out).read_text())
-    a, b = _fit(sizes, times)
-    return a, b, list(zip(sizes, times))
 
 
 def measure(model_name: str, batch: int, repeats: int, comm_workers: int) -> tuple[LayerTimes, dict]:

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Callable, Sequence
 
+import numpy as np
+
 from gradblock.codec.errors import UsageError
 
 
@@ -151,3 +153,11 @@ def brute_force(t: LayerTimes) -> Plan:
 
 PLANNERS: dict[str, Callable[[LayerTimes], Plan]] = {"none": no_merge, "dlgs_greedy": greedy,
                                                       "exact": exact}
+
+
+def fit_line(xs, ys) -> tuple[float, float]:
+    """Least-squares a + b*x, both clamped at 0 (a time model cannot go negative): the cost
+    models above (t_s(n), alpha + beta * bytes) fitted from measurements."""
+    A = np.vstack([np.ones(len(xs)), np.asarray(xs, float)]).T
+    (a, b), *_ = np.linalg.lstsq(A, np.asarray(ys, float), rcond=None)
+    return max(float(a), 0.0), max(float(b), 0.0)

@@ -1,8 +1,9 @@
 """The layers import one way (docs/architecture.md), and nothing generic is importable at the top.
 
-Every .py of the layered packages is parsed (ast, nothing imported), every import -- top level or
+Every .py of every package is parsed (ast, nothing imported), every import -- top level or
 inside a function, absolute or relative -- is resolved to its gradblock.* name and checked against
-what its package may import."""
+what its package may import; and no package's modules import each other in a cycle (function-level
+imports included: a cycle hidden in a function is still a cycle)."""
 from __future__ import annotations
 
 import ast
@@ -22,8 +23,11 @@ PACKAGES = {"codec": "gradblock.codec", "refmodel": "gradblock.refmodel", "hw": 
 SUBPACKAGES = {ns for ns in PACKAGES.values() if ns != "gradblock"}
 CLI = "gradblock (the CLI package)"
 # modules of the gradblock package that are shared utilities, not the CLI: every layer may use
-# them, so they may import only the wire-format layer (checked below)
+# them, so they may import only the wire-format layer (checked below). gradblock.fileio only
+# re-exports gradblock.codec.fileio, the atomic writer's home.
 SHARED = {"gradblock.fileio": "gradblock/fileio.py"}
+BELOW_SHIM = {"gradblock.codec", "gradblock.refmodel", "gradblock.torchstep", "gradblock.hw",
+              "gradblock.sim"}
 
 # what each layered package may import of the project (besides itself)
 ALLOWED = {
@@ -32,6 +36,9 @@ ALLOWED = {
     "torchstep": {"gradblock.codec", "gradblock.refmodel"},
     "hw": {"gradblock.codec", "gradblock.refmodel"},
     "sim": {"gradblock.codec", "gradblock.refmodel", "gradblock.hw"},
+    "shim": BELOW_SHIM,
+    "bench": BELOW_SHIM | {"gradblock.shim"},      # the models and data sets live in shim
+    "gradblock": BELOW_SHIM | {"gradblock.shim", "gradblock.bench", CLI},   # the CLI: everything
 }
 BARE = set(PACKAGES) - {"gradblock"}
 
@@ -68,6 +75,10 @@ def _imports(path: Path, package: str):
                 mod = ".".join(base + ([node.module] if node.module else []))
             else:
                 mod = node.module or ""
+            if mod == "gradblock":               # `from gradblock import torchstep`: the subpackage
+                for alias in node.names:
+                    yield node.lineno, f"gradblock.{alias.name}"
+                continue
             yield node.lineno, mod
             if node.level and not node.module:   # `from . import x`: x is a module of base
                 for alias in node.names:
@@ -93,6 +104,75 @@ def test_layer_imports_only_what_it_may(folder):
             if layer is not None and layer not in allowed:
                 bad.append(f"{_relative(path)}:{line} imports {name} ({layer})")
     assert not bad, f"{folder}/ may import only {sorted(allowed)}:\n" + "\n".join(bad)
+
+
+def _module_name(path: Path) -> str:
+    folder, *rest = path.relative_to(ROOT).with_suffix("").parts
+    parts = [PACKAGES[folder], *rest]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative enough for
+    a package: recursion depth is the longest import chain)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _package_graph(folder: str) -> dict[str, set[str]]:
+    """module -> modules of the same package it imports (any import, at any depth of the file)."""
+    own = PACKAGES[folder]
+    paths = _modules(folder)
+    names = {_module_name(p) for p in paths}
+    edges: dict[str, set[str]] = {}
+    for path in paths:
+        me = _module_name(path)
+        deps = edges.setdefault(me, set())
+        for _, name in _imports(path, own):
+            while name and name not in names:        # gradblock.shim.x.y -> gradblock.shim.x
+                name = name.rpartition(".")[0]
+            if name and name != me and _layer_of(name) == _layer_of(me):
+                deps.add(name)
+    return edges
+
+
+@pytest.mark.parametrize("folder", sorted(PACKAGES))
+def test_no_import_cycles_inside_a_package(folder):
+    """exchange -> merge_hook -> merge_apply -> merge_measure -> exchange was one (issue 20)."""
+    edges = _package_graph(folder)
+    cycles = _cycles(edges)
+    assert not cycles, f"{folder}/ has import cycles (function-level imports count):\n" + \
+        "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+    assert "gradblock.shim.merge_apply" in _package_graph("shim")["gradblock.shim.merge_hook"]
 
 
 @pytest.mark.parametrize("module", sorted(SHARED))
