@@ -132,17 +132,22 @@ def apply(text: str, m: Mutant) -> str:
     return "".join(lines)
 
 
-def run_mutant(m: Mutant, golden: Path, sim: str, work: Path, cases: list[str] | None = None,
-               traffic: str = "0:0,0.4:0.4") -> Mutant:
-    """Build and run one mutant in a copy of hw/ under `work`; fills status and detail."""
+def run_mutant(m: Mutant | None, golden: Path, sim: str, work: Path,
+               cases: list[str] | None = None, traffic: str = "0:0,0.4:0.4",
+               hw_dir: Path = HW_DIR, target: str | None = None) -> Mutant:
+    """Build and run one mutant in a copy of `hw_dir` under `work`; fills status and detail.
+    m=None runs the unmutated copy of `target` (the baseline every run starts with)."""
     from .verify import REGISTRY, run_module
     t0 = time.monotonic()
     hw = work / "hw"
     if hw.exists():
         shutil.rmtree(hw)
-    shutil.copytree(HW_DIR, hw, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
-    src = hw / f"{m.file}.sv"
-    src.write_text(apply(src.read_text(), m))
+    shutil.copytree(hw_dir, hw, ignore=shutil.ignore_patterns("*.py", "__pycache__", "formal"))
+    if m is None:
+        m = Mutant(target, 0, 0, "baseline", "", "")
+    else:
+        src = hw / f"{m.file}.sv"
+        src.write_text(apply(src.read_text(), m))
     entry = REGISTRY[TARGETS[m.file]]
     sources = [hw / p.name for p in hw_sources(entry.toplevel)]
     rows, report = run_module(entry, sim, golden, traffic, False, cases, work,
@@ -160,13 +165,13 @@ def run_mutant(m: Mutant, golden: Path, sim: str, work: Path, cases: list[str] |
     return m
 
 
-def choose(files, per_module: int, seed: int) -> list[Mutant]:
+def choose(files, per_module: int, seed: int, hw_dir: Path = HW_DIR) -> list[Mutant]:
     """`per_module` random sites of each file (all with 0), taken round-robin over the files
     so that a run stopped early has measured every file."""
     rng = random.Random(seed)
     per_file = []
     for f in files:
-        all_sites = sites((HW_DIR / f"{f}.sv").read_text(), f)
+        all_sites = sites((hw_dir / f"{f}.sv").read_text(), f)
         rng.shuffle(all_sites)
         per_file.append(all_sites if per_module <= 0 else all_sites[:per_module])
     chosen = []
@@ -198,16 +203,32 @@ def mutation_main(argv: list[str]) -> int:
     p.add_argument("--sim", default="icarus", choices=("icarus", "verilator"))
     p.add_argument("--cases", nargs="+", metavar="CASE", help="only these golden cases")
     p.add_argument("--json", metavar="FILE", help="write every mutant and the score here")
+    p.add_argument("--hw", metavar="DIR", default=str(HW_DIR),
+                   help="the RTL to mutate (default: the installed hw/; e.g. a `git archive` of "
+                        "a commit)")
     args = p.parse_args(argv)
     reason = simulator_available(args.sim)
     if reason:
         print(f"gradblock mutate: {args.sim} unavailable: {reason}", file=sys.stderr)
         return 2
-    mutants = choose(args.modules, args.per_module, args.seed)
-    print(f"{len(mutants)} mutants of {', '.join(args.modules)} on {args.sim}", flush=True)
+    hw_dir = Path(args.hw).resolve()
+    mutants = choose(args.modules, args.per_module, args.seed, hw_dir)
+    print(f"{len(mutants)} mutants of {', '.join(args.modules)} on {args.sim} ({hw_dir})",
+          flush=True)
     with tempfile.TemporaryDirectory(prefix="gradblock-mutate-") as tmp:
+        # the unmutated RTL must pass first: otherwise every mutant would look killed
+        for target in sorted({TARGETS[f] for f in args.modules}):
+            base = run_mutant(None, Path(args.vectors).resolve(), args.sim, Path(tmp),
+                              args.cases, hw_dir=hw_dir,
+                              target=next(f for f in args.modules if TARGETS[f] == target))
+            if base.status != "survived":
+                print(f"gradblock mutate: the unmutated {target} does not pass its golden cases "
+                      f"({base.detail}); nothing to measure", file=sys.stderr)
+                return 1
+            print(f"baseline {target}: {base.detail} ({base.seconds:.0f} s)", flush=True)
         for i, m in enumerate(mutants, 1):
-            run_mutant(m, Path(args.vectors).resolve(), args.sim, Path(tmp), args.cases)
+            run_mutant(m, Path(args.vectors).resolve(), args.sim, Path(tmp), args.cases,
+                       hw_dir=hw_dir)
             print(f"[{i}/{len(mutants)}] {m.status:<9} {m.label()}  ({m.detail}; "
                   f"{m.seconds:.0f} s)", flush=True)
             if args.json:       # after every mutant: a long run stopped early keeps its results
