@@ -119,4 +119,17 @@ module block_l1 (
             m_tlast <= last4;
         end
     end
+
+`ifndef SYNTHESIS
+    // ---- assertions (simulation and hw/formal/; docs/hw.md "Verification")
+    // m_tvalid: a word offered stays offered, unchanged, until m_tready takes it
+    logic                         chk_m_stall;
+    logic [96:0]              chk_m_word;
+    initial chk_m_stall = 1'b0;
+    always @(posedge clk) begin
+        chk_m_stall <= !rst && m_tvalid && !m_tready;
+        chk_m_word  <= {m_tdata, m_tlast};
+        if (!rst && chk_m_stall) assert (m_tvalid && {m_tdata, m_tlast} == chk_m_word);
+    end
+`endif
 endmodule

@@ -333,4 +333,26 @@ module compress_top #(
             if (m_res_tvalid && m_res_tready && m_res_tlast) res_done <= 1'b1;
         end
     end
+
+`ifndef SYNTHESIS
+    // ---- assertions (simulation and hw/formal/; docs/hw.md "Verification")
+    // m_frame_tvalid: a word offered stays offered, unchanged, until m_frame_tready takes it
+    logic                         chk_frame_stall;
+    logic [32:0]              chk_frame_word;
+    initial chk_frame_stall = 1'b0;
+    always @(posedge clk) begin
+        chk_frame_stall <= !rst && m_frame_tvalid && !m_frame_tready;
+        chk_frame_word  <= {m_frame_tdata, m_frame_tlast};
+        if (!rst && chk_frame_stall) assert (m_frame_tvalid && {m_frame_tdata, m_frame_tlast} == chk_frame_word);
+    end
+    // m_res_tvalid: a word offered stays offered, unchanged, until m_res_tready takes it
+    logic                         chk_res_stall;
+    logic [32:0]              chk_res_word;
+    initial chk_res_stall = 1'b0;
+    always @(posedge clk) begin
+        chk_res_stall <= !rst && m_res_tvalid && !m_res_tready;
+        chk_res_word  <= {m_res_tdata, m_res_tlast};
+        if (!rst && chk_res_stall) assert (m_res_tvalid && {m_res_tdata, m_res_tlast} == chk_res_word);
+    end
+`endif
 endmodule

@@ -77,4 +77,18 @@ module crc32_word (
         if (rst) state <= SEED;
         else     state <= state_next;
     end
+
+`ifndef SYNTHESIS
+    // ---- assertions (simulation and hw/formal/; docs/hw.md "Verification")
+    // crc_next is the next crc: unchanged without init/en, and crc takes it at the edge
+    logic        chk_next_valid;
+    logic [31:0] chk_next;
+    initial chk_next_valid = 1'b0;
+    always @(posedge clk) begin
+        chk_next_valid <= !rst;
+        chk_next <= crc_next;
+        if (!rst && !init && !en) assert (crc_next == crc);
+        if (!rst && chk_next_valid) assert (crc == chk_next);
+    end
+`endif
 endmodule

@@ -68,4 +68,17 @@ module index_sort #(
             end
         end
     end
+
+`ifndef SYNTHESIS
+    // ---- assertions (simulation and hw/formal/; docs/hw.md "Verification")
+    // the list is ascending and packed from slot 0; pops only once the last value is in
+    always @(posedge clk) begin
+        if (!rst && !clear) begin
+            assert (!pop || !busy);
+            for (int i = 0; i + 1 < K_MAX; i++) begin
+                if (used[i + 1]) assert (used[i] && list[32*i +: 32] < list[32*(i + 1) +: 32]);
+            end
+        end
+    end
+`endif
 endmodule

@@ -540,4 +540,21 @@ module zrle_decoder #(
             end
         end
     end
+
+`ifndef SYNTHESIS
+    // ---- assertions (simulation and hw/formal/; docs/hw.md "Verification")
+    // m_tvalid: a word offered stays offered, unchanged, until m_tready takes it
+    logic                         chk_m_stall;
+    logic [64:0]              chk_m_word;
+    initial chk_m_stall = 1'b0;
+    always @(posedge clk) begin
+        chk_m_stall <= !rst && m_tvalid && !m_tready;
+        chk_m_word  <= {m_tdata, m_tlast, m_tcount};
+        if (!rst && chk_m_stall) assert (m_tvalid && {m_tdata, m_tlast, m_tcount} == chk_m_word);
+    end
+    // an error is reported with a frame error code (gradblock_pkg::FRAME_ERR_*), never FRAME_OK
+    always @(posedge clk) begin
+        if (!rst && err_valid) assert (err_code != 4'(gradblock_pkg::FRAME_OK));
+    end
+`endif
 endmodule

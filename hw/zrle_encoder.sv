@@ -46,4 +46,17 @@ module zrle_encoder #(
         .m_tready      (m_tready),
         .m_tlast       (m_tlast)
     );
+
+`ifndef SYNTHESIS
+    // ---- assertions (simulation and hw/formal/; docs/hw.md "Verification")
+    // m_tvalid: a word offered stays offered, unchanged, until m_tready takes it
+    logic                         chk_m_stall;
+    logic [32:0]              chk_m_word;
+    initial chk_m_stall = 1'b0;
+    always @(posedge clk) begin
+        chk_m_stall <= !rst && m_tvalid && !m_tready;
+        chk_m_word  <= {m_tdata, m_tlast};
+        if (!rst && chk_m_stall) assert (m_tvalid && {m_tdata, m_tlast} == chk_m_word);
+    end
+`endif
 endmodule

@@ -181,7 +181,9 @@ def build_args(sim: str, waves: bool, coverage: bool = False) -> list[str]:
     """The simulator's build flags (part of the build key)."""
     # --public-params: parameters left at their default stay readable on the DUT handle
     # (tb_util.hdl_parameter falls back to it)
-    args = ["-Wno-fatal", "--public-params"] if sim == "verilator" else []
+    # --assert: the RTL's assertions (`ifndef SYNTHESIS, docs/hw.md "Verification") are checked
+    # on every cycle of every Verilator run; a failing one stops the simulation (the test fails)
+    args = ["-Wno-fatal", "--public-params", "--assert"] if sim == "verilator" else []
     if sim == "verilator" and waves:
         args += (["--trace-fst"] if verilator_fst_supported() else []) + ["--trace-structs"]
     if sim == "verilator" and coverage:

@@ -41,6 +41,9 @@ module fv_burst_walker (
             assume (count_c <= 32'd2);
             assume (rs0 < re0 && re0 <= rs1 && rs1 < re1);
             assume (re1 < 32'h0400_0000 && base_c < 32'hF000_0000);   // no address wraps
+`ifdef EXACT
+            assume (re1 < 32'h0000_1000);     // bounded run: ranges in the first 4096 elements
+`endif
             assume (!start || done);
             assume (!req_fire || req_valid);
         end
