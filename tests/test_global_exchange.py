@@ -339,3 +339,16 @@ def test_validate_applies_the_exchange_to_the_coarse_rows_only():
         assert cfg.exchange == ("allreduce" if cfg.compressor == "coarse" else "allgather"), name
     assert {name for name, cfg in rows if cfg.exchange == "allreduce"} == {
         "coarse1", "coarseK", "coarse1_plain", "coarseK_plain"}
+
+
+def test_one_worker_trains_exactly_as_the_framed_path(tmp_path):
+    """With N = 1 the summed norms are the worker's own (shifted: the ranking can only differ
+    on norms within 2**s_n of each other) and s_v = 0: both exchanges give the same bits."""
+    from gradblock.shim.train import TrainConfig, run_training
+    common = dict(data="digits", compressor="coarse", k=1, epochs=1, batch_size=16, workers=1,
+                  threads=1, progress=False, local_momentum=0.9, momentum=0.0, max_steps=12)
+    for ex in ("allgather", "allreduce"):
+        run_training(TrainConfig(exchange=ex, out=str(tmp_path / ex), **common))
+    a = torch.load(tmp_path / "allgather" / "model.pt", weights_only=True)
+    b = torch.load(tmp_path / "allreduce" / "model.pt", weights_only=True)
+    assert all(torch.equal(a[k], b[k]) for k in a)
