@@ -107,14 +107,20 @@ def restart_count() -> int:
 # ------------------------------------------------------------------------------ roll call
 
 _COMM_FAILURE = re.compile(r"timed out|timeout|connection closed|connection reset|broken pipe|"
-                           r"connection refused|peer|socket", re.IGNORECASE)
+                           r"connection refused|no route to host|network is unreachable|"
+                           r"connection abort|peer|socket|gloo|c10d|nccl", re.IGNORECASE)
 
 
 def is_comm_failure(err: BaseException) -> bool:
-    """A collective that failed for want of a peer (not a gradblock named error)."""
-    dist_error = getattr(torch.distributed, "DistError", RuntimeError)
-    return isinstance(err, (dist_error, RuntimeError)) and not isinstance(err, ValueError) \
-        and bool(_COMM_FAILURE.search(str(err)))
+    """A collective that failed for want of a peer (not a gradblock named error): one of
+    torch.distributed's own errors, or a RuntimeError from the transport (DDP re-raises a
+    failed hook future as a plain RuntimeError)."""
+    if isinstance(err, ValueError):               # the named errors (frames, packets, settings)
+        return False
+    dist_error = getattr(torch.distributed, "DistError", None)
+    if dist_error is not None and isinstance(err, dist_error):
+        return True
+    return isinstance(err, RuntimeError) and bool(_COMM_FAILURE.search(str(err)))
 
 
 def roll_call(rank: int, world: int, tag: str, wait_s: float) -> list[int] | None:

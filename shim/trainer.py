@@ -127,8 +127,9 @@ class Trainer:
         self.resumed_from = resume
         resolve_horizon(cfg, ex.checkpoint_path(resume) if resume else None)   # cosine's T
         self.faults = FaultInjector(self.rank) if ex.mode == "ddp" else None
-        if cfg.elastic and resume and self.rank == 0:
-            note(f"elastic resume from step {step} (restart {restart_count()})")
+        if cfg.elastic and self.rank == 0 and (resume or restart_count() > 0):
+            note(f"elastic resume from step {step or 0} (restart {restart_count()}"
+                 + ("" if resume else ", no checkpoint every rank holds: from the start") + ")")
         if resume:
             # per-rank files under DDP: every rank learns whether all of them could resume
             try:
@@ -267,38 +268,12 @@ class Trainer:
         stopped = False
         t_start = time.perf_counter()
         try:
-            while self.epoch < cfg.epochs and not stopped:
-                self._activate(self.epoch)
-                shards = epoch_shards(len(p.y_train), self.n, cfg.seed, self.epoch)
-                while self.step_in_epoch < p.steps_per_epoch:
-                    if cfg.max_steps is not None and self.global_step >= cfg.max_steps:
-                        stopped = True
-                        break
-                    self._step(shards)
-                    self.step_in_epoch += 1
-                    self.global_step += 1
-                    if progress is not None:
-                        progress.update(1)
-                    if cfg.eval_every and self.global_step % cfg.eval_every == 0 \
-                            and self.step_in_epoch < p.steps_per_epoch:
-                        self._record()
-                    if cfg.check_every and self.global_step % cfg.check_every == 0:
-                        check_replicas(self.exchange, p.model, self.optimizer, self.global_step)
-                    if cfg.checkpoint and cfg.checkpoint_every \
-                            and self.global_step % cfg.checkpoint_every == 0:
-                        self.checkpoint()
-                if stopped:
-                    break
-                self.epoch, self.step_in_epoch = self.epoch + 1, 0
-                point = self._record()
-                if progress is not None:
-                    progress.set_postfix(epoch=self.epoch, acc=f"{point['test_acc']:.4f}")
-                if cfg.checkpoint:
-                    self.checkpoint()
-            if stopped and cfg.checkpoint:
-                self.checkpoint()
-            if cfg.check_every:
-                check_replicas(self.exchange, p.model, self.optimizer, self.global_step)
+            stopped = self._loop(progress)
+        except Exception as e:
+            # a peer lost outside the step too (evaluation's loss gather, the replica check)
+            if self.exchange.mode == "ddp" and is_comm_failure(e):
+                raise peer_lost(e, self.rank, self.n, self.global_step, self.cfg.timeout) from e
+            raise
         finally:
             if own_bar is not None:
                 own_bar.close()
@@ -311,6 +286,44 @@ class Trainer:
             acc, loss = evaluate(p.model, p.x_test, p.y_test)
             final = {"test_acc": acc, "test_loss": loss}
         return self._result(stopped, wall, final)
+
+    def _loop(self, progress) -> bool:
+        """The epochs and steps; True when --max-steps stopped it early."""
+        cfg, p = self.cfg, self.problem
+        stopped = False
+        while self.epoch < cfg.epochs and not stopped:
+            self._activate(self.epoch)
+            shards = epoch_shards(len(p.y_train), self.n, cfg.seed, self.epoch)
+            while self.step_in_epoch < p.steps_per_epoch:
+                if cfg.max_steps is not None and self.global_step >= cfg.max_steps:
+                    stopped = True
+                    break
+                self._step(shards)
+                self.step_in_epoch += 1
+                self.global_step += 1
+                if progress is not None:
+                    progress.update(1)
+                if cfg.eval_every and self.global_step % cfg.eval_every == 0 \
+                        and self.step_in_epoch < p.steps_per_epoch:
+                    self._record()
+                if cfg.check_every and self.global_step % cfg.check_every == 0:
+                    check_replicas(self.exchange, p.model, self.optimizer, self.global_step)
+                if cfg.checkpoint and cfg.checkpoint_every \
+                        and self.global_step % cfg.checkpoint_every == 0:
+                    self.checkpoint()
+            if stopped:
+                break
+            self.epoch, self.step_in_epoch = self.epoch + 1, 0
+            point = self._record()
+            if progress is not None:
+                progress.set_postfix(epoch=self.epoch, acc=f"{point['test_acc']:.4f}")
+            if cfg.checkpoint:
+                self.checkpoint()
+        if stopped and cfg.checkpoint:
+            self.checkpoint()
+        if cfg.check_every:
+            check_replicas(self.exchange, p.model, self.optimizer, self.global_step)
+        return stopped
 
     def _ms_per_step(self) -> dict:
         """Wall ms per step (always); per-phase ms only when the run timed its phases."""
