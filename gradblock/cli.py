@@ -150,8 +150,7 @@ def _dispatch(name: str, rest: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(usage())
-        return EXIT_OK
+        return run_guarded("help", print, usage())     # `gradblock | head -1` ends quietly too
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"gradblock: unknown command {name!r}\n\n{usage()}", file=sys.stderr)

@@ -150,3 +150,8 @@ def test_a_broken_pipe_that_is_not_stdout_is_still_a_bug(capsys):
         raise BrokenPipeError(32, "Broken pipe")
     assert cli.run_guarded("thing", other_pipe) == 1
     assert "internal error: BrokenPipeError" in capsys.readouterr().err
+
+
+def test_usage_into_a_closed_pipe_ends_quietly(tmp_path):
+    r = _closed_pipe(["--help"], tmp_path)
+    assert r.returncode == 141 and r.stderr == "", (r.returncode, r.stderr)
