@@ -699,9 +699,16 @@ def decode_group(compressor: Compressor, layers: Sequence[LayerInfo],
     if len(ranks) != len(messages):
         raise ValueError(f"{len(ranks)} rank labels for {len(messages)} messages")
     if (compressor.host_fast and compressor.name == "coarse"
-            and len(messages) == compressor.n_workers
-            and all(m.device.type == "cpu" for m in messages)):
-        return _decode_group_host(compressor, layers, messages, ranks)
+            and len(messages) == compressor.n_workers and messages):
+        devices = {m.device for m in messages}
+        if devices == {torch.device("cpu")}:
+            return _decode_group_host(compressor, layers, messages, ranks)
+        if len(devices) == 1:
+            # on a GPU: each message copied to the host once, then the numba decoder (no
+            # per-frame kernel launches and host syncs); the averages go back to the device
+            dev = messages[0].device
+            out = _decode_group_host(compressor, layers, [m.cpu() for m in messages], ranks)
+            return [a.to(dev) for a in out]
     per_layer: list[list] = [[] for _ in layers]
     for rank, msg in zip(ranks, messages):
         at = 0
