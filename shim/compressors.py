@@ -600,7 +600,7 @@ class CoarseCompressor(Compressor):
         ks = self._ks(layers, self.compressed_step(layers[0], ws))
         if self.host_fast and all(g.device.type == "cpu" for g in grads):
             from .fastpath import encode_coarse_host
-            return encode_coarse_host(self, layers, grads, ws, ks)
+            return [(f, StepStats(*st)) for f, st in encode_coarse_host(self, layers, grads, ws, ks)]
         plan = self._plan(layers, grads[0].device, ks)
         state = [ws.layers.get(lay.index, {}) for lay in layers]
         kw = {}
@@ -619,6 +619,20 @@ class CoarseCompressor(Compressor):
         return [(f, StepStats(4 * w, nz, sq, sf, sm)) for f, w, nz, sq, sf, sm in
                 zip(frames, step.frame_words, step.nonzeros, step.sat_quant, step.sat_feedback,
                     sat_m)]
+
+    def warm_host(self) -> None:
+        """Load (or compile, once per machine: numba's on-disk cache) the host kernels with a
+        two-layer toy message, so a run's first step does not carry numba's start-up (seconds
+        per process; docs/network.md). Touches no state of this compressor."""
+        if self.momentum is not None:
+            return                       # the momentum kernels load on first use
+        from .fastpath import decode_coarse_host, encode_coarse_host, host_words
+        layers = [LayerInfo(0, "warm0", (2, 3)), LayerInfo(1, "warm1", (4,))]
+        results = encode_coarse_host(self, layers, [torch.ones(2, 3), torch.zeros(4)],
+                                     WorkerState(), 1)
+        words = torch.cat([f for f, _ in results])
+        decode_coarse_host(self, layers, host_words(words), 0, np.zeros(10, dtype=np.int64),
+                           np.array([0, 6], dtype=np.int64), PacketError)
 
     def _decode(self, layer, words, start, host=None):
         f = zrle_torch.decode_frame(words if host is None else host, expected_n=layer.numel, start=start,
@@ -758,7 +772,8 @@ def _decode_group_host(compressor, layers: Sequence[LayerInfo], messages: Sequen
             while e < len(layers) and not dense[e]:
                 e += 1
             try:
-                at = decode_coarse_host(compressor, layers[j:e], words, at, acc, off[j:e])
+                at = decode_coarse_host(compressor, layers[j:e], words, at, acc, off[j:e],
+                                        PacketError)
             except (frame_errors.FrameError, PacketError) as err:
                 raise _with_origin(err, rank, layers[j + err.layer_pos]) from err
             j = e

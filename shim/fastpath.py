@@ -34,7 +34,7 @@ from gradblock.codec.zrle import HEADER_WORDS, TRAILER_WORDS
 from gradblock.refmodel.quantiser import NonFiniteError
 
 __all__ = ["segment_words_max", "body_words_max", "frame_words_bound", "host_words",
-           "flat_host", "encode_coarse_host", "decode_coarse_host", "warm_host_kernels"]
+           "flat_host", "encode_coarse_host", "decode_coarse_host"]
 
 
 # ------------------------------------------------------------------------------ size bounds
@@ -118,12 +118,11 @@ def _nonzeros(frame: np.ndarray) -> int:
 def encode_coarse_host(comp, layers, grads, ws, ks):
     """CoarseCompressor._encode_layers on CPU tensors through the numba kernels: the same
     frames, residuals, velocities and statistics as the torch path; `ws` changes only when
-    every layer encoded."""
+    every layer encoded. -> [(frame, (bytes, nonzeros, sat_quant, sat_feedback,
+    sat_momentum))] (the caller makes its StepStats)."""
     from gradblock.refmodel.fast import compress_message
     from gradblock.refmodel.plan import message_plan
     from gradblock.refmodel.step_schedule import nan_error
-
-    from .compressors import StepStats
 
     names = [lay.name for lay in layers]
     shapes = [lay.shape for lay in layers]
@@ -167,8 +166,8 @@ def encode_coarse_host(comp, layers, grads, ws, ks):
         w = frame_words[j]
         nz = _nonzeros(message[at:at + w])
         at += w
-        results.append((frames[j], StepStats(4 * w, nz, int(info.sat_quant[j]),
-                                             int(info.sat_feedback[j]), 0)))
+        results.append((frames[j], (4 * w, nz, int(info.sat_quant[j]),
+                                    int(info.sat_feedback[j]), 0)))
     return results
 
 
@@ -176,8 +175,6 @@ def _encode_momentum_host(comp, layers, grads, ws, plan, state):
     """Momentum correction (docs/spec.md §7) one layer at a time through
     refmodel.momentum_numba (bit-exact with the torch group path)."""
     from gradblock.refmodel.momentum_numba import momentum_layer
-
-    from .compressors import StepStats
 
     steps = []
     for j, (lay, g, st) in enumerate(zip(layers, grads, state)):
@@ -194,8 +191,8 @@ def _encode_momentum_host(comp, layers, grads, ws, plan, state):
                                 "velocity": torch.from_numpy(s.velocity_out)}
         frame = s.frame
         results.append((torch.from_numpy(frame.view(np.int32).copy()),
-                        StepStats(4 * frame.size, _nonzeros(frame), int(s.sat_quant),
-                                  int(s.sat_feedback), int(s.sat_momentum))))
+                        (4 * frame.size, _nonzeros(frame), int(s.sat_quant),
+                         int(s.sat_feedback), int(s.sat_momentum))))
     return results
 
 
@@ -226,12 +223,12 @@ def _decode_run_kernel(w, at, expected_n, acc_off, layer_ids, rbits, acc):
 
 
 def decode_coarse_host(comp, layers, words: np.ndarray, at: int, acc: np.ndarray,
-                       acc_off: np.ndarray):
+                       acc_off: np.ndarray, packet_error: type = ValueError):
     """Add the frames of `layers` (all coarse-compressed) found at words[at:] into acc at
-    acc_off; -> the word after them. Raises the torch path's error (a codec FrameError or
-    the compressor's PacketError) naming the layer's index `j` via `.layer_pos`."""
-    from .compressors import PacketError
-
+    acc_off; -> the word after them. Raises the torch path's error (a codec FrameError, or
+    `packet_error` for a wrong layer id or range) with the failing layer's position in
+    `layers` as `.layer_pos`."""
+    PacketError = packet_error
     expected = np.array([lay.numel for lay in layers], dtype=np.int64)
     ids = np.array([lay.index for lay in layers], dtype=np.int64)
     j, end, res = _decode_run_kernel(words, at, expected, acc_off, ids, comp.cfg.range_bits, acc)
@@ -252,17 +249,3 @@ def decode_coarse_host(comp, layers, words: np.ndarray, at: int, acc: np.ndarray
         raise
     raise AssertionError("unreachable")
 
-
-def warm_host_kernels(comp) -> None:
-    """Load (or compile, once per machine: numba's on-disk cache) the host kernels with a
-    two-layer toy message, so a run's first step does not carry numba's start-up (seconds per
-    process; docs/network.md). Touches no state of `comp`."""
-    from .compressors import LayerInfo, WorkerState
-    layers = [LayerInfo(0, "warm0", (2, 3)), LayerInfo(1, "warm1", (4,))]
-    grads = [torch.ones(2, 3), torch.zeros(4)]
-    if comp.momentum is not None:
-        return                       # the momentum kernels load on first use
-    results = encode_coarse_host(comp, layers, grads, WorkerState(), 1)
-    words = torch.cat([f for f, _ in results])
-    acc = np.zeros(10, dtype=np.int64)
-    decode_coarse_host(comp, layers, host_words(words), 0, acc, np.array([0, 6], dtype=np.int64))
