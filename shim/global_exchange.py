@@ -21,35 +21,32 @@ Traffic per worker is the two vectors' size, the same for every N (a ring allred
 2 (N-1)/N of it each way), where the all_gather path receives N-1 frames. Values travel raw
 (int32), not as ZRLE frames: no CRC; integrity is the transport's (TCP checksums under gloo,
 NCCL's links). Layers sent dense (`--dense-below`) are all_gathered as float32 words as in
-the default path (the same bits: a float sum must be taken in rank order). A compressor whose
-exchange is not allreduce (the dense warm-up epochs) goes through shim/hook.py's path.
+the default path (the same bits: a float sum must be taken in rank order); so is every layer
+under the dense warm-up compressor (`--warmup-epochs`), which the trainer swaps in.
 
-The single-process simulation (shim/workers.py) calls `encode_for` / `decode_for`, which run
-the same prepare / check / finish / average on every simulated worker, so DDP and simulation
-give the same bits (tests/test_global_exchange.py).
+The per-group steps live in shim/global_step.py, which the single-process simulation
+(shim/workers.py) runs too, so DDP and simulation give the same bits
+(tests/test_global_exchange.py). This module does not import shim/hook.py (hook.register
+imports it): its state offers the same API as GradblockHookState (`reset_step`, `backward`,
+`stats`, `times`, `state_dict` / `load_state_dict`, `compressor` and `worker_state` swappable).
 """
 # no `from __future__ import annotations`: DDP inspects the hook's real annotations
+import threading
 import time
-from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable
 
 import torch
 import torch.distributed as dist
 
-from gradblock import torchstep as tc
 from gradblock.refmodel.global_select import RankMismatchError
-from gradblock.refmodel.quantiser import NonFiniteError
-from gradblock.torchstep import global_select as gs
 
-from .compressors import (Compressor, LayerInfo, StepStats, WorkerState, decode_group,
-                          encode_group)
-from .hook import GradblockHookState, gradblock_hook
+from .compressors import Compressor, LayerInfo, StepStats, WorkerState, layers_of
+from .global_step import (EXCHANGES, GroupPrep, average_group, exchange_of, finish_group,
+                          is_global, prepare_group)
+from .workers import StepTimes
 
-EXCHANGES = ("allgather", "allreduce")
-
-__all__ = ["EXCHANGES", "exchange_of", "is_global", "GroupPrep", "prepare_group", "finish_group",
-           "average_group", "encode_for", "decode_for", "GlobalHookState", "global_hook",
-           "register_global", "bytes_per_step"]
+__all__ = ["EXCHANGES", "exchange_of", "is_global", "GlobalHookState", "global_hook",
+           "register_global", "ExchangeModeError"]
 
 
 def _sync(t: torch.Tensor) -> None:
@@ -57,181 +54,75 @@ def _sync(t: torch.Tensor) -> None:
         torch.cuda.synchronize(t.device)
 
 
-def exchange_of(compressor: Compressor) -> str:
-    return getattr(compressor, "exchange", "allgather")
-
-
-def is_global(compressor: Compressor) -> bool:
-    return exchange_of(compressor) == "allreduce"
-
-
-def _plan(compressor, layers: list[LayerInfo], device, ks) -> gs.GlobalPlan:
-    cache = compressor.__dict__.setdefault("_global_plans", {})
-    key = (tuple(lay.index for lay in layers), str(device),
-           tuple(ks) if isinstance(ks, list) else ks)
-    plan = cache.get(key)
-    if plan is None:
-        if isinstance(ks, list):          # warm-up plans change every few steps: keep one
-            for k in [k for k in cache if isinstance(k[2], tuple)]:
-                del cache[k]
-        m = compressor.momentum
-        plan = gs.plan_global([lay.shape for lay in layers], k=ks,
-                              block_size=compressor.block_size,
-                              layer_ids=[lay.index for lay in layers],
-                              names=[lay.name for lay in layers], R=compressor.cfg,
-                              m_fix=None if m is None else m.m_fix,
-                              mask=compressor.momentum_mask, n_workers=compressor.n_workers,
-                              device=device)
-        cache[key] = plan
-    return plan
-
-
-@dataclass
-class GroupPrep:
-    """One worker's group before the exchange."""
-    layers: list[LayerInfo]
-    coarse: list[int]                    # positions of the layers exchanged by global selection
-    dense: list[int]                     # positions of the layers sent dense (float32 words)
-    plan: gs.GlobalPlan | None
-    prep: gs.GlobalPrep | None
-    dense_message: torch.Tensor | None   # int32: the dense layers' float32 words, layer order
-    dense_stats: StepStats
-    dense_error: BaseException | None    # a NaN in a dense layer, raised after collective 1
-
-
-def prepare_group(compressor: Compressor, layers: Sequence[LayerInfo],
-                  grads: Sequence[torch.Tensor], ws: WorkerState) -> GroupPrep:
-    """a and the block norms of the coarse layers (collective 1's vector); the dense layers'
-    float32 words (their velocity updated as the default path does)."""
-    layers = list(layers)
-    dense = [j for j, lay in enumerate(layers) if compressor.sends_dense(lay)]
-    coarse = [j for j, lay in enumerate(layers) if not compressor.sends_dense(lay)]
-    dense_message, dense_stats, dense_error = None, StepStats(), None
-    if dense:
-        try:
-            dense_message, dense_stats = encode_group(compressor, [layers[j] for j in dense],
-                                                      [grads[j] for j in dense], ws)
-        except NonFiniteError as e:
-            dense_error = e
-    plan = prep = None
-    if coarse:
-        sub = [layers[j] for j in coarse]
-        g = [grads[j].detach() for j in coarse]
-        plan = _plan(compressor, sub, g[0].device,
-                     compressor._ks(sub, compressor.compressed_step(sub[0], ws)))
-        state = [ws.layers.get(lay.index, {}) for lay in sub]
-        prep = gs.prepare(plan, g, [st.get("residual") for st in state],
-                          [st.get("velocity") for st in state] if plan.m_fix is not None else None)
-        if dense_error is not None:
-            prep.vector[0] = 1
-    return GroupPrep(layers, coarse, dense, plan, prep, dense_message, dense_stats, dense_error)
-
-
-def finish_group(compressor: Compressor, gp: GroupPrep, summed: torch.Tensor | None,
-                 ws: WorkerState, where: str = ""):
-    """After collective 1 (`summed`, None without coarse layers): this worker's errors first
-    (NonFiniteError), then a peer's (PeerNonFiniteError) or a mismatch (RankMismatchError);
-    else the selection, the new residuals / velocities committed to `ws`, and
-    (GlobalFinish | None, StepStats)."""
-    if gp.dense_error is not None:
-        raise gp.dense_error
-    stats = StepStats()
-    stats.add(gp.dense_stats)
-    if gp.plan is None:
-        return None, stats
-    counts = gs.check(gp.plan, gp.prep, summed, where)
-    fin = gs.finish(gp.plan, gp.prep, summed)
-    for j, pos in enumerate(gp.coarse):
-        lay = gp.layers[pos]
-        st = {"residual": fin.residuals[j]}
-        if fin.velocities is not None:
-            st["velocity"] = fin.velocities[j]
-        ws.layers[lay.index] = st
-        ws.steps[lay.index] = ws.steps.get(lay.index, 0) + 1
-    # elements_sent: the value words (padding included), known without a device sync
-    stats.add(StepStats(4 * (gp.plan.vector_words + gp.plan.n_values), gp.plan.n_values,
-                        counts.sat_quant, counts.sat_feedback, counts.sat_momentum))
-    return fin, stats
-
-
-def average_group(compressor: Compressor, gp: GroupPrep, fin, value_sum: torch.Tensor | None,
-                  dense_messages: Sequence[torch.Tensor] | None,
-                  ranks: Sequence[int] | None = None) -> list[torch.Tensor]:
-    """The averaged float32 gradient of every layer of the group, in the group's order:
-    collective 2's sum for the coarse layers, the dense layers' words decoded and averaged in
-    the order given (rank order)."""
-    out: list = [None] * len(gp.layers)
-    if gp.plan is not None:
-        for pos, avg in zip(gp.coarse, gs.average(gp.plan, fin, value_sum)):
-            out[pos] = avg
-    if gp.dense:
-        decoded = decode_group(compressor, [gp.layers[j] for j in gp.dense], dense_messages,
-                               ranks)
-        for pos, avg in zip(gp.dense, decoded):
-            out[pos] = avg
-    return out
-
-
-def bytes_per_step(plan_layers, dense_elements: int = 0) -> int:
-    """Bytes one worker puts into the collectives per step for these layers
-    (refmodel.global_select.GlobalLayer list): 4 per word of both int32 vectors, 4 per
-    dense float."""
-    from gradblock.refmodel.global_select import value_count, vector_words
-    return 4 * (vector_words(plan_layers) + value_count(plan_layers) + dense_elements)
-
-
-# ------------------------------------------------------------------------------ simulation
-
-def encode_for(compressor: Compressor, layers, grads, ws: WorkerState):
-    """The simulation's per-worker step: encode_group, or under global selection the worker's
-    GroupPrep (its statistics come with `decode_for`)."""
-    if not is_global(compressor):
-        return encode_group(compressor, layers, grads, ws)
-    return prepare_group(compressor, layers, grads, ws), StepStats()
-
-
-def decode_for(compressor: Compressor, layers, messages, ranks, states: dict[int, WorkerState],
-               stats: list[StepStats]) -> list[torch.Tensor]:
-    """The simulation's exchange: decode_group, or under global selection the two sums taken
-    in this process, every worker finished (its state and `stats[w]` updated)."""
-    if not is_global(compressor):
-        return decode_group(compressor, layers, messages, ranks)
-    preps = list(messages)
-    ranks = list(ranks)
-    first = preps[0]
-    summed = None
-    if first.plan is not None:
-        summed = preps[0].prep.vector.clone()
-        for p in preps[1:]:
-            summed += p.prep.vector
-    for w, gp in zip(ranks, preps):     # a worker's own NaN first, as the reference raises it
-        if gp.dense_error is not None:
-            raise gp.dense_error
-        if gp.plan is not None:
-            gs.own_nan(gp.plan, gp.prep, where=f"worker {w} ")
-    fins = []
-    for w, gp in zip(ranks, preps):
-        fin, st = finish_group(compressor, gp, summed, states[w], where=f"worker {w} ")
-        fins.append(fin)
-        stats[w].add(st)
-    value_sum = None
-    if first.plan is not None:
-        value_sum = fins[0].values.clone()
-        for f in fins[1:]:
-            value_sum += f.values
-    dense = [gp.dense_message for gp in preps] if first.dense else None
-    return average_group(compressor, first, fins[0], value_sum, dense, ranks)
+class ExchangeModeError(ValueError):
+    """The allreduce hook was handed a compressor it cannot exchange: one that compresses
+    layers but whose exchange is not allreduce (register it with shim.hook.register)."""
 
 
 # ------------------------------------------------------------------------------ DDP hook
 
-class GlobalHookState(GradblockHookState):
-    """GradblockHookState for the allreduce exchange; a compressor whose exchange is not
-    allreduce (the dense warm-up) uses the default hook."""
+class GlobalHookState:
+    """What the hook needs across calls; the API of shim.hook.GradblockHookState."""
 
-    def __init__(self, *args, **kw):
-        super().__init__(*args, **kw)
-        self.verified: set = set()      # buckets (layer indices) whose lengths the ranks agreed on
+    def __init__(self, compressor: Compressor, model: torch.nn.Module, process_group=None,
+                 worker_state: WorkerState | None = None, timed: bool = False,
+                 outgoing_filter: Callable | None = None):
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            model = model.module
+        if outgoing_filter is not None:
+            raise ValueError("outgoing_filter rewrites framed messages; the allreduce exchange "
+                             "sends none")
+        self.compressor = compressor
+        self.group = process_group
+        self.rank = dist.get_rank(process_group)
+        self.world_size = dist.get_world_size(process_group)
+        if self.world_size != compressor.n_workers:
+            raise ValueError(f"compressor built for {compressor.n_workers} workers, "
+                             f"process group has {self.world_size}")
+        self.layers = layers_of(model)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        self._layer_by_param = {id(p): info for p, info in zip(trainable, self.layers)}
+        self._params = trainable          # keeps the ids above valid
+        self.worker_state = worker_state if worker_state is not None else \
+            compressor.new_worker_state()
+        self.timed = bool(timed)
+        self._lock = threading.Lock()     # callbacks of different buckets may run concurrently
+        self.verified: set = set()        # buckets (layer indices) whose lengths the ranks agreed on
+        self.reset_step()
+
+    def reset_step(self) -> None:
+        self.stats = StepStats()
+        self.times = StepTimes()
+        self.padded_bytes = 0          # what the collectives moved for this rank
+        self.error: BaseException | None = None
+
+    def layer_of(self, param: torch.Tensor) -> LayerInfo:
+        info = self._layer_by_param.get(id(param))
+        if info is None:
+            raise KeyError(f"bucket holds a parameter of shape {tuple(param.shape)} that is not a "
+                           f"trainable parameter of the model this hook state was built for")
+        return info
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """`loss.backward()`, re-raising the hook's error under its own class (DDP wraps an
+        error raised in a hook or its callback in a RuntimeError)."""
+        try:
+            loss.backward()
+        except RuntimeError as wrapped:
+            if self.error is not None:
+                raise self.error from wrapped
+            raise
+
+    def state_dict(self) -> dict:
+        from .state import compressor_state
+        return compressor_state(self.compressor, {self.rank: self.worker_state})
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        from .state import restore_compressor_state
+        device = self._params[0].device if self._params else "cpu"
+        restored = restore_compressor_state(self.compressor, state_dict, [self.rank], device,
+                                            layers=self.layers)
+        self.worker_state = restored[self.rank]
 
 
 def _verify_lengths(state: GlobalHookState, gp: GroupPrep, device) -> None:
@@ -260,14 +151,15 @@ def _verify_lengths(state: GlobalHookState, gp: GroupPrep, device) -> None:
 
 def global_hook(state: GlobalHookState, bucket: dist.GradBucket
                 ) -> torch.futures.Future[torch.Tensor]:
-    if not is_global(state.compressor):
-        return gradblock_hook(state, bucket)
     comp = state.compressor
     grads = bucket.gradients()
     layers = [state.layer_of(p) for p in bucket.parameters()]
     buffer = bucket.buffer()
     t0 = time.perf_counter()
     try:
+        if not is_global(comp) and not all(comp.sends_dense(lay) for lay in layers):
+            raise ExchangeModeError(f"the allreduce hook got a {comp.name} compressor whose "
+                                    f"exchange is {exchange_of(comp)}")
         gp = prepare_group(comp, layers, grads, state.worker_state)
         _verify_lengths(state, gp, buffer.device)
         summed = None

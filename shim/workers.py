@@ -90,7 +90,7 @@ class SimulatedCluster:
             raise ValueError(f"{len(batches)} batches for {n} workers")
         order = list(range(n)) if order is None else list(order)
         # encode_group / decode_group, or global block selection (--exchange allreduce)
-        from .global_exchange import decode_for, encode_for
+        from .global_step import decode_for, encode_for
         if sorted(order) != list(range(n)):
             raise ValueError(f"order must be a permutation of 0..{n - 1}, got {order}")
         self.model.train()
