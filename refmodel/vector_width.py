@@ -22,7 +22,7 @@ import os
 import sys
 from typing import MutableMapping
 
-from gradblock.codec.errors import GradblockError
+from gradblock.codec.errors import UsageError
 
 WIDTH_ENV = "GRADBLOCK_VECTOR_WIDTH"       # "512" (the default where possible) or "256"
 FEATURES_ENV = "NUMBA_CPU_FEATURES"
@@ -31,7 +31,7 @@ WIDE_TUNING = "-prefer-256-bit"
 WIDTHS = ("256", "512")
 
 
-class VectorWidthError(GradblockError):
+class VectorWidthError(UsageError):
     """GRADBLOCK_VECTOR_WIDTH holds something other than 256 or 512."""
 
 
