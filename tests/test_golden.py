@@ -348,7 +348,9 @@ def test_fashion_mnist_real_source():
         pytest.skip(f"Fashion-MNIST not installed at {FASHION_MNIST_DIR}")
     from gradblock.refmodel.compress import compress_layer
     specs, info = golden_cases.real_specs("fashion-mnist", 0, True, compress_layer)
-    assert info["dataset"] == "fashion-mnist" and len(specs) == 4
+    # four captured layer steps, and the last step's layers again ranked by the L2 norm
+    assert info["dataset"] == "fashion-mnist" and len(specs) == 6
+    assert [s.norm for s in specs].count("l2") == 2
     for spec in specs:
         meta, arrays = golden_compute.compute_case(spec, compress_layer)
         assert meta["kind"] == "real" and arrays["grad_bits"].size == meta["n"]
