@@ -13,7 +13,7 @@ from gradblock.codec.zrle import LMAX_LOG2_MAX, LMAX_LOG2_MIN
 from gradblock.refmodel.validation import parse_k   # the one k parser shared by every command
 
 from .compressors import COMPRESSORS
-from .peers import PEERS
+from .peer_config import PEERS
 from .config import DATASETS, TrainConfig
 from .models import ALIASES as MODEL_ALIASES
 

@@ -109,7 +109,7 @@ class TrainConfig:
             return isinstance(v, int) and not isinstance(v, bool)
 
         need(self.data in DATASETS, "data", "one of " + ", ".join(DATASETS))
-        from .peers import PEERS, check_peer_config
+        from .peer_config import PEERS, check_peer_config
         need(self.compressor in COMPRESSORS + PEERS, "compressor",
              "one of " + ", ".join(COMPRESSORS + PEERS))
         check_peer_config(self)

@@ -46,31 +46,15 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from .compressors import Compressor, LayerInfo, StepStats
-from .errors import ConfigError, TrainingError
+from .errors import TrainingError
 from .exchange import DdpExchange, StepOutcome
 from .problem import worker_batch
 from .workers import StepTimes
 
-PEERS = ("allreduce", "fp16", "powersgd")
-POWERSGD_START_ITER = 2
-POWERSGD_MIN_COMPRESSION_RATE = 2
-
-
-def check_peer_config(cfg) -> None:
-    """ConfigError for settings a torch peer cannot honour."""
-    if cfg.compressor not in PEERS:
-        return
-    refused = [(cfg.local_momentum > 0, "--local-momentum"), (cfg.warmup_epochs > 0, "--warmup-epochs"),
-               (cfg.sparsity_warmup_steps > 0, "--sparsity-warmup-steps"),
-               (cfg.merge_plan not in (None, "none"), "--merge-plan"),
-               (bool(cfg.checkpoint), "--checkpoint"), (bool(cfg.resume), "--resume")]
-    for bad, option in refused:
-        if bad:
-            raise ConfigError(f"{option} is not supported with the torch peer "
-                              f"--compressor {cfg.compressor}")
-    r = getattr(cfg, "powersgd_rank", 1)
-    if not (isinstance(r, int) and not isinstance(r, bool) and r >= 1):
-        raise ConfigError(f"powersgd_rank must be an integer >= 1, got {r!r}")
+# the names, constants and settings check live below the trainer (shim/peer_config.py), so
+# TrainConfig.check can use them without importing this module's exchange
+from .peer_config import (PEERS, POWERSGD_MIN_COMPRESSION_RATE,  # noqa: F401  (re-exported)
+                          POWERSGD_START_ITER, check_peer_config)
 
 
 class PeerCompressor(Compressor):
@@ -275,7 +259,7 @@ def run_peer_locally(cfg, progress=None, timeout: float = 6 * 3600) -> dict:
             logs.append(log)
             with open(log, "w") as fh:
                 procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "gradblock.shim.peers", str(tmp / "config.json"),
+                    [sys.executable, "-m", "gradblock.shim.peer_rank", str(tmp / "config.json"),
                      str(tmp / "result.json")], env=rank_env(r, n, port), stdout=fh,
                     stderr=subprocess.STDOUT, start_new_session=True, cwd=_package_root()))
         wait_ranks(procs, logs, timeout)
@@ -287,21 +271,3 @@ def run_peer_locally(cfg, progress=None, timeout: float = 6 * 3600) -> dict:
         from .outputs import atomic_write_text
         atomic_write_text(Path(cfg.out) / "result.json", json.dumps(result, indent=2) + "\n")
     return result
-
-
-def _rank_main(config_path: str, result_path: str) -> int:
-    """One rank of `run_peer_locally`."""
-    from .config import TrainConfig
-    from .trainer import run_training
-    cfg = TrainConfig(**json.loads(Path(config_path).read_text()))
-    torch.set_num_threads(cfg.threads or 1)
-    result = run_training(cfg)
-    if int(os.environ["RANK"]) == 0:
-        tmp = Path(result_path).with_suffix(".tmp")
-        tmp.write_text(json.dumps(result))
-        tmp.replace(result_path)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_rank_main(*sys.argv[1:3]))
