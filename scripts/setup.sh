@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v iverilog >/dev/null || need_apt+=(iverilog)
 command -v yosys >/dev/null || need_apt+=(yosys)
+command -v z3 >/dev/null || need_apt+=(z3)          # SMT solver of `gradblock formal`
 [ -d /usr/share/datasets/fashion-mnist ] || need_apt+=(dataset-fashion-mnist)
 if [ ${#need_apt[@]} -gt 0 ]; then
     SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
