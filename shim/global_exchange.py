@@ -40,6 +40,7 @@ import torch.distributed as dist
 
 from gradblock.refmodel.global_select import RankMismatchError
 
+from .errors import TrainingError
 from .compressors import Compressor, LayerInfo, StepStats, WorkerState, layers_of
 from .global_step import (EXCHANGES, GroupPrep, average_group, exchange_of, finish_group,
                           is_global, prepare_group)
@@ -54,7 +55,7 @@ def _sync(t: torch.Tensor) -> None:
         torch.cuda.synchronize(t.device)
 
 
-class ExchangeModeError(ValueError):
+class ExchangeModeError(TrainingError):
     """The allreduce hook was handed a compressor it cannot exchange: one that compresses
     layers but whose exchange is not allreduce (register it with shim.hook.register)."""
 

@@ -392,7 +392,8 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
         real_save({"partial": True}, f)
         raise OSError("disk full")
     monkeypatch.setattr(torch, "save", half_then_fail)
-    with pytest.raises(OSError, match="disk full"):
+    from gradblock.codec.fileio import OutputError     # the writer names what went wrong
+    with pytest.raises(OutputError, match="disk full"):
         save_checkpoint(path, {"run_config": {"k": 2}})
     monkeypatch.setattr(torch, "save", real_save)
     assert load_checkpoint(path)["run_config"] == {"k": 1}

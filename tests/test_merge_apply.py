@@ -134,10 +134,10 @@ def test_simulated_plans_give_the_bits_of_no_plan(name):
 
 
 def test_simulated_cluster_encodes_once_per_group(monkeypatch):
-    import gradblock.shim.workers as workers
+    import gradblock.shim.global_step as step     # the simulation's encode goes through it
     calls = []
-    real = workers.encode_group
-    monkeypatch.setattr(workers, "encode_group",
+    real = step.encode_group
+    monkeypatch.setattr(step, "encode_group",
                         lambda c, layers, g, ws: calls.append(len(layers)) or real(c, layers, g, ws))
     _simulate("coarse", [[7, 6, 5], [4, 3, 2, 1, 0]], steps=1)
     assert calls == [3, 5, 3, 5]                        # 2 workers x 2 groups, one call each
