@@ -183,7 +183,19 @@ def summarise(method: str, rate: str, n: int, cell: CellResult, steps: int) -> d
             "compressor": ranks[0]["compressor"]}
 
 
+def wire_model_ms(row: dict) -> float | None:
+    """The exchange's cost model: the bytes this worker's link carried per step, over the link
+    rate (each direction is shaped to the rate on its own, so the busier one bounds it); None
+    on an unshaped link. Set beside the measured `wait` to show what the wire explains."""
+    if row["rate"] == "unshaped" or row.get("tx_bytes_per_step") is None:
+        return None
+    busier = max(row["tx_bytes_per_step"], row["rx_bytes_per_step"] or 0.0)
+    return 1000.0 * 8.0 * busier / rate_bits(row["rate"])
+
+
 def add_ratios(rows: list[dict]) -> None:
+    for r in rows:
+        r["wire_model_ms"] = wire_model_ms(r)
     base = {(r["method"], r["rate"], r["workers"]): r["step_ms"] for r in rows}
     for r in rows:
         for ref in ("allreduce", "powersgd1"):
@@ -196,13 +208,15 @@ def _fmt(v, spec=".1f") -> str:
 
 
 def format_table(rows: list[dict]) -> str:
-    head = ("| N | link | method | ms/step | compute | compress | wait | tx KB/step | rx KB/step "
-            "| payload KB | x allreduce | x powersgd1 |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+    head = ("| N | link | method | ms/step | compute | compress | wait | wire model | tx KB/step "
+            "| rx KB/step | payload KB | x allreduce | x powersgd1 |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         kb = (lambda v: None if v is None else v / 1000)  # noqa: E731
         lines.append(f"| {r['workers']} | {r['rate']} | {r['method']} | {_fmt(r['step_ms'])} | "
                      f"{_fmt(r['compute_ms'])} | {_fmt(r['compress_ms'])} | {_fmt(r['wait_ms'])} | "
+                     f"{_fmt(r.get('wire_model_ms', wire_model_ms(r)))} | "
                      f"{_fmt(kb(r['tx_bytes_per_step']))} | {_fmt(kb(r['rx_bytes_per_step']))} | "
                      f"{_fmt(kb(r['payload_bytes_per_step']))} | {_fmt(r.get('x_allreduce'), '.2f')} | "
                      f"{_fmt(r.get('x_powersgd1'), '.2f')} |")
