@@ -83,7 +83,7 @@ def test_summary_and_table_from_rank_reports():
     netbench.add_ratios(rows)
     assert row["x_allreduce"] == pytest.approx(2.0) and row["x_powersgd1"] is None
     table = netbench.format_table(rows)
-    assert "| 2 | 100mbit | coarse1 | 40.0 | 11.0 | 1.0 | 28.0 | 1.5 |" in table
+    assert "| 2 | 100mbit | coarse1 | 40.0 | 11.0 | 1.0 | 28.0 | 0.1 | 1.5 |" in table   # wire model 0.1
 
 
 def test_doc_section_is_replaced_not_duplicated(tmp_path):
@@ -317,7 +317,8 @@ def test_from_json_renders_a_saved_run_without_privileges(tmp_path, monkeypatch,
     png = tmp_path / "nb.png"
     assert cli.main(["netbench", "--from-json", str(saved), "--png", str(png)]) == 0
     out = capsys.readouterr().out
-    assert "| 4 | 10mbit | coarse1 | 50.0 | 20.0 | 5.0 | 25.0 | 9.0 | 9.1 | 4.0 | 3.00 | 1.50 |" in out
+    # wire model: the busier direction, 9100 bytes at 10 Mbit/s = 7.3 ms
+    assert "| 4 | 10mbit | coarse1 | 50.0 | 20.0 | 5.0 | 25.0 | 7.3 | 9.0 | 9.1 | 4.0 | 3.00 | 1.50 |" in out
     assert "note: netem missing" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     (tmp_path / "bad.json").write_text("[]")

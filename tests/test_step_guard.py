@@ -13,6 +13,8 @@ from gradblock.refmodel import step_kernels as K
 from gradblock.refmodel.plan import UNDO_UNIT, undo_log_size
 from gradblock.refmodel.quantiser import QMAX, NonFiniteError, QuantConfig, saturation_bits
 
+L1 = -1            # the kernels' norm shift for the L1 norm (step_kernels.norm_term)
+
 # blocks of one element, small blocks, blocks larger than an undo unit (sliced), a short tail
 SHAPES = [(40,), (6, 3, 3, 3), (3, UNDO_UNIT + 517), (2 * UNDO_UNIT + 3,), (5, 7)]
 BLOCKS = [None, None, None, UNDO_UNIT + 100, None]
@@ -88,7 +90,7 @@ def test_restore_is_exact_on_random_bits(rng):
             norms = np.empty(n_blocks, np.int64)
             satq, satfb, nan, nlog = K.pass1_guarded(gbits, r, B, norms, cfg.M, cfg.k,
                                                      cfg.range_bits, tsat, 0, n_blocks, undo,
-                                                     log, 0, 0)
+                                                     log, 0, 0, L1)
             assert nan > 0 and satfb > 0
             assert nlog == log.size if full else nlog <= log.size, (B, tail)
             K.restore(gbits, r, undo, log, nlog, 0, cfg.M, cfg.k, tsat)
@@ -174,7 +176,8 @@ def test_isolated_saturation_is_counted_and_logged_exactly(rng, B):
     log = np.empty(undo_log_size(n, n_blocks, B), np.int64)
     norms = np.empty(n_blocks, np.int64)
     satq, satfb, nan, nlog = K.pass1_guarded(g.view(np.uint32), res, B, norms, cfg.M, cfg.k,
-                                             cfg.range_bits, tsat, 0, n_blocks, undo, log, 0, 0)
+                                             cfg.range_bits, tsat, 0, n_blocks, undo, log, 0, 0,
+                                             L1)
     assert (satq, satfb, nan) == (2, 2, 0)
     assert np.array_equal(res, ref.acc) and np.array_equal(norms.view(np.uint64), ref.norms)
     logged = [(int(log[t]), int(log[t + 1])) for t in range(0, nlog, 2)]
