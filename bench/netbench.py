@@ -61,13 +61,15 @@ METHODS: dict[str, list[str]] = {
     "topk": ["--compressor", "topk", "--k", "1"],
     "dlgs": ["--compressor", "dlgs", "--k", "1"],
     "coarse1": ["--compressor", "coarse", "--k", "1"],
+    # with DGC's momentum correction and factor masking (spec §7): the accuracy recipe
+    "coarse1-mc": ["--compressor", "coarse", "--k", "1", "--local-momentum", "0.9", "--momentum", "0"],
     "coarse4": ["--compressor", "coarse", "--k", "4"],
     "coarse1-b32": ["--compressor", "coarse", "--k", "1", "--block-size", "32"],
     "coarse-ar": ["--compressor", "coarse", "--k", "1", "--exchange", "allreduce"],
 }
 QUICK = {"methods": ["allreduce", "powersgd1", "coarse1", "coarse-ar"], "rates": ["100mbit", "unshaped"],
          "workers": [4], "steps": 10, "warmup": 3}
-TTA_METHODS = ["allreduce", "fp16", "powersgd1", "dense", "coarse1", "coarse-ar"]
+TTA_METHODS = ["allreduce", "fp16", "powersgd1", "dense", "coarse1-mc", "coarse-ar"]
 
 
 def accepted_by_train(opts: list[str]) -> bool:
