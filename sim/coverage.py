@@ -27,11 +27,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from gradblock.codec.errors import GradblockError
+
 KINDS = ("line", "branch", "toggle", "user")
 _ENTRY = re.compile(r"^C '(.*)' (\d+)\s*$")
 
 
-class CoverageFormatError(ValueError):
+class CoverageFormatError(GradblockError):
     """A coverage.dat that is not Verilator's SystemC::Coverage-3 text."""
 
 

@@ -24,7 +24,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 
@@ -70,15 +69,9 @@ def _key(cmd: list[str], obj: str, src: Path, inc: Path) -> str:
 
 
 def _put(src: Path, dest: Path) -> None:
-    """Copy `src` to `dest` atomically (temporary file in dest's directory, then rename)."""
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Copy `src` to `dest` atomically (the project's one writer: temp file, then rename)."""
+    from gradblock.codec.fileio import atomic_write
+    atomic_write(dest, lambda tmp: shutil.copyfile(src, tmp))
 
 
 def main(argv: list[str]) -> int:
