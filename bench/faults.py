@@ -130,10 +130,10 @@ def reference(workdir: Path, seed: int, steps: int, nproc: int) -> Path:
 
 def inject(workdir: Path, kind: str, rank: int, step: int, seed: int, *, steps: int, nproc: int,
            timeout_s: float = 10.0, checkpoint_every: int = 5, max_restarts: int = 2,
-           hard_limit_s: float = 600.0) -> FaultRun:
+           hard_limit_s: float = 600.0, tag: str = "") -> FaultRun:
     """One run with one fault; compared with `reference(workdir, seed, ...)`."""
     ref = reference(workdir, seed, steps, nproc)
-    case = _fresh(workdir / f"{kind}-r{rank}-t{step}-s{seed}")
+    case = _fresh(workdir / f"{tag}{kind}-r{rank}-t{step}-s{seed}")
     args = ["train", "--ddp", *train_args(seed, steps), "--elastic",
             "--checkpoint", str(case / "ck" / "c.pt"), "--checkpoint-every", str(checkpoint_every),
             "--timeout", str(timeout_s), "--check-every", str(checkpoint_every),
@@ -158,14 +158,14 @@ def inject(workdir: Path, kind: str, rank: int, step: int, seed: int, *, steps: 
 
 def inject_link_down(workdir: Path, rank: int, step: int, seed: int, *, steps: int, nproc: int,
                      timeout_s: float = 10.0, checkpoint_every: int = 5, max_restarts: int = 3,
-                     hard_limit_s: float = 600.0) -> FaultRun:
+                     hard_limit_s: float = 600.0, tag: str = "") -> FaultRun:
     """Each rank in its own network namespace (bench/netns.py) under a torchrun agent of its
     own (static rendezvous at rank 0's address); when rank `rank` reaches `step` its link's
     bridge port goes down (a pulled cable) and comes back up 2 s after the first rank names
     the failure."""
     from .netns import Testbed
     ref = reference(workdir, seed, steps, nproc)
-    case = _fresh(workdir / f"link-r{rank}-t{step}-s{seed}")
+    case = _fresh(workdir / f"{tag}link-r{rank}-t{step}-s{seed}")
     args = ["train", "--ddp", *train_args(seed, steps), "--elastic",
             "--checkpoint", str(case / "ck" / "c.pt"), "--checkpoint-every", str(checkpoint_every),
             "--timeout", str(timeout_s), "--check-every", str(checkpoint_every),
@@ -278,6 +278,22 @@ def markdown(rows: list[dict], meta: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def _earlier_runs(json_path: Path | None, cases, meta: dict) -> list[FaultRun]:
+    """The runs an earlier, cut-short matrix with the same settings wrote to `json_path`
+    (the plan is seeded, so they are this plan's first cases): the matrix goes on after them."""
+    if json_path is None or not Path(json_path).exists():
+        return []
+    try:
+        saved = json.loads(Path(json_path).read_text())
+        same = all(saved["meta"].get(k) == meta[k] for k in ("workers", "steps", "timeout_s",
+                                                             "checkpoint_every"))
+        runs = [FaultRun(**r) for r in saved["runs"]] if same else []
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    planned = [(r.kind, r.rank, r.step, r.seed) for r in runs]
+    return runs if planned == [tuple(c) for c in cases[:len(runs)]] else []
+
+
 def run_matrix(workdir: Path, kinds=KINDS, count: int = 20, nproc: int = 3, steps: int = 24,
                timeout_s: float = 10.0, json_path: Path | None = None, progress: bool = True,
                command: str = "") -> dict:
@@ -287,12 +303,15 @@ def run_matrix(workdir: Path, kinds=KINDS, count: int = 20, nproc: int = 3, step
     import platform
     meta = {"workers": nproc, "steps": steps, "timeout_s": timeout_s, "checkpoint_every": 5,
             "machine": f"{platform.machine()} {os.cpu_count()} cores", "command": command}
-    runs = []
-    result = {"meta": meta, "summary": [], "runs": []}
-    for kind, rank, step, seed in tqdm(cases, desc="faults", unit="run", disable=not progress):
+    runs = _earlier_runs(json_path, cases, meta)
+    result = {"meta": meta, "summary": summarise(runs), "runs": []}
+    for i, (kind, rank, step, seed) in enumerate(tqdm(cases, desc="faults", unit="run",
+                                                       disable=not progress)):
+        if i < len(runs):                   # done by an earlier run of this matrix
+            continue
         run = inject_link_down if kind == "link" else partial(inject, kind=kind)
         runs.append(run(workdir, rank=rank, step=step, seed=seed, steps=steps, nproc=nproc,
-                        timeout_s=timeout_s))
+                        timeout_s=timeout_s, tag=f"{i:03d}-"))
         result = {"meta": meta, "summary": summarise(runs),
                   "runs": [{k: v for k, v in asdict(r).items() if k != "lines"} for r in runs]}
         if json_path is not None:           # after every run: a matrix cut short keeps its runs
