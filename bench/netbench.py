@@ -231,8 +231,11 @@ def plot(rows: list[dict], path: Path, title: str) -> Path:
     import matplotlib.pyplot as plt
     from gradblock.fileio import atomic_open
     ns = sorted({r["workers"] for r in rows})
-    rates = list(dict.fromkeys(r["rate"] for r in rows))
+    # slowest link first, unshaped last; one colour per method in every panel
+    rates = sorted(dict.fromkeys(r["rate"] for r in rows),
+                   key=lambda x: float("inf") if x == "unshaped" else rate_bits(x))
     methods = list(dict.fromkeys(r["method"] for r in rows))
+    colour = {m: f"C{i % 10}" for i, m in enumerate(methods)}
     fig, axes = plt.subplots(1, len(ns), figsize=(5 * len(ns), 4.5), squeeze=False)
     for ax, n in zip(axes[0], ns):
         for m in methods:
@@ -240,14 +243,15 @@ def plot(rows: list[dict], path: Path, title: str) -> Path:
                    if r["workers"] == n and r["method"] == m]
             if pts:
                 xs, ys = zip(*sorted(pts))
-                ax.plot(xs, ys, marker="o", label=m)
+                ax.plot(xs, ys, marker="o", label=m, color=colour[m])
         ax.set_xticks(range(len(rates)), rates)
         ax.set_yscale("log")
         ax.set_title(f"N = {n}")
         ax.set_xlabel("link per worker")
         ax.set_ylabel("median ms per step")
         ax.grid(True, alpha=0.3)
-    axes[0][-1].legend(fontsize=7)
+    handles = [plt.Line2D([], [], color=colour[m], marker="o", label=m) for m in methods]
+    axes[0][-1].legend(handles=handles, fontsize=7)
     import textwrap
     fig.suptitle(textwrap.fill(title, 75 * len(ns)), fontsize=7)
     fig.tight_layout()
