@@ -271,10 +271,10 @@ def markdown(rows: list[dict], meta: dict) -> str:
                    f"{r['bit_identical']} / {r['injected']} | {f(r['detect_s_median'])} / "
                    f"{f(r['detect_s_max'])} | {f(r['recover_s_median'])} / {f(r['recover_s_max'])} |")
     out.append("")
-    out.append(f"{meta['workers']} ranks (gloo, 127.0.0.1), {meta['steps']} steps of digits / "
-               f"coarse k=2, --timeout {meta['timeout_s']} s, --checkpoint-every "
-               f"{meta['checkpoint_every']}, --max-restarts 2; {meta['machine']}; "
-               f"`{meta['command']}`.")
+    out.append(f"{meta['workers']} ranks, gloo (on 127.0.0.1; `link`: each rank in its own network "
+               f"namespace, joined by a bridge), {meta['steps']} steps of digits / coarse k=2, "
+               f"--timeout {meta['timeout_s']} s, --checkpoint-every {meta['checkpoint_every']}, "
+               f"--max-restarts 2 (`link`: 3); {meta['machine']}; `{meta['command']}`.")
     return "\n".join(out) + "\n"
 
 
@@ -319,6 +319,21 @@ def run_matrix(workdir: Path, kinds=KINDS, count: int = 20, nproc: int = 3, step
     return result
 
 
+DOC = Path(__file__).resolve().parents[1] / "docs" / "reliability.md"
+BEGIN, END = "<!-- faults:begin -->", "<!-- faults:end -->"
+
+
+def write_doc(table: str, doc: Path = DOC) -> None:
+    """Replace the generated block of docs/reliability.md (between its markers)."""
+    text = doc.read_text() if doc.exists() else ""
+    block = f"{BEGIN}\n{table.rstrip()}\n{END}"
+    if BEGIN in text and END in text:
+        text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    write_text(doc, text)
+
+
 def faults_main(argv: list[str]) -> int:
     """`gradblock faults`: the matrix; writes its JSON and the table in docs/reliability.md's
     generated section (when --doc names it). Exit 1 when any run hung, did not finish, or
@@ -335,8 +350,23 @@ def faults_main(argv: list[str]) -> int:
     p.add_argument("--timeout", type=float, default=10.0, help="--timeout of each run (s)")
     p.add_argument("--json", default=None, help="write every run and the summary here")
     p.add_argument("--workdir", default=None, help="keep the runs here (default: a temp dir)")
+    p.add_argument("--doc", action="store_true",
+                   help="write the table into docs/reliability.md between its faults markers")
+    p.add_argument("--from-json", default=None,
+                   help="render a saved matrix's table (with --doc: into the page) without running")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     args = p.parse_args(argv)
+    if args.from_json:
+        try:
+            saved = json.loads(Path(args.from_json).read_text())
+            text = markdown(saved["summary"], saved["meta"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise UsageError(f"gradblock faults: --from-json {args.from_json}: not a fault matrix "
+                             f"JSON ({e})") from None
+        print(text, end="")
+        if args.doc:
+            write_doc(text)
+        return 0
     if args.count < 1 or args.workers < 2 or args.steps < 8 or args.timeout <= 0:
         raise UsageError("gradblock faults: --count >= 1, --workers >= 2, --steps >= 8 and "
                          "--timeout > 0 are needed")
@@ -345,7 +375,10 @@ def faults_main(argv: list[str]) -> int:
         work = Path(args.workdir) if args.workdir else Path(tmp)
         result = run_matrix(work, args.kinds, args.count, args.workers, args.steps, args.timeout,
                             Path(args.json) if args.json else None, args.progress, command)
-    print(markdown(result["summary"], result["meta"]), end="")
+    text = markdown(result["summary"], result["meta"])
+    print(text, end="")
+    if args.doc:
+        write_doc(text)
     bad = [r for r in result["summary"]
            if r["hangs"] or r["failed_runs"] or r["bit_identical"] != r["injected"]]
     return 1 if bad else 0
