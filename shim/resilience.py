@@ -200,6 +200,7 @@ def check_replicas(exchange, model, optimizer, step: int) -> None:
 
 # ------------------------------------------------------------------------------ fault injection
 
+MARK_HOLD_S = 2.0             # the `mark` fault's pause: the testbed acts within it
 FAULT_KINDS = ("kill", "stop", "flip", "perturb", "mark")   # mark: the testbed acts (link down)
 
 
@@ -252,6 +253,10 @@ class FaultInjector:
             os.kill(os.getpid(), signal.SIGKILL)
         if self._due("stop", step):
             os.kill(os.getpid(), signal.SIGSTOP)
+        if self._due("mark", step):
+            # hold the step until the testbed has pulled the cable: a short run could otherwise
+            # finish before the link goes down (the fault would land after training)
+            time.sleep(MARK_HOLD_S)
         if self.faults and hook is not None and hasattr(hook, "outgoing_filter"):
             hook.outgoing_filter = _flip_one_bit if self._due("flip", step) else None
 
