@@ -88,9 +88,18 @@ class Trainer:
                                                   cfg.timeout)
         try:
             self._setup(cfg, dataset)
-        except BaseException:
+        except BaseException as e:
             self.exchange.close()
+            self._raise_named_if_peer_lost(e, step=0)
             raise
+
+    def _raise_named_if_peer_lost(self, err: BaseException, step: int) -> None:
+        """Under DDP a collective that failed for want of a peer (wherever it was: the elastic
+        agreement, a step, an evaluation's gather, the replica check, the final sums) becomes
+        `PeerLostError` naming the ranks that did not answer."""
+        if isinstance(err, Exception) and self.exchange.mode == "ddp" and is_comm_failure(err):
+            raise peer_lost(err, getattr(self, "rank", -1), getattr(self, "n", 0) or 0, step,
+                            self.cfg.timeout) from err
 
     def _setup(self, cfg: TrainConfig, dataset) -> None:
         ex = self.exchange
@@ -265,27 +274,24 @@ class Trainer:
             from tqdm import tqdm
             own_bar = progress = tqdm(total=steps_total, initial=self.global_step,
                                       desc=f"{cfg.compressor}", unit="step", file=sys.stderr)
-        stopped = False
         t_start = time.perf_counter()
         try:
             stopped = self._loop(progress)
+            wall = time.perf_counter() - t_start
+            final = None
+            last = self.history.curves[-1]["step"] if self.history.curves else None
+            if last != self.global_step:
+                # stopped between evaluations: measure the final model without adding a curve
+                # point, so the history stays what an uninterrupted run records
+                acc, loss = evaluate(p.model, p.x_test, p.y_test)
+                final = {"test_acc": acc, "test_loss": loss}
+            return self._result(stopped, wall, final)       # its sums are a collective too
         except Exception as e:
-            # a peer lost outside the step too (evaluation's loss gather, the replica check)
-            if self.exchange.mode == "ddp" and is_comm_failure(e):
-                raise peer_lost(e, self.rank, self.n, self.global_step, self.cfg.timeout) from e
+            self._raise_named_if_peer_lost(e, self.global_step)
             raise
         finally:
             if own_bar is not None:
                 own_bar.close()
-        wall = time.perf_counter() - t_start
-        final = None
-        last = self.history.curves[-1]["step"] if self.history.curves else None
-        if last != self.global_step:
-            # stopped between evaluations: measure the final model without adding a curve
-            # point, so the history stays what an uninterrupted run records
-            acc, loss = evaluate(p.model, p.x_test, p.y_test)
-            final = {"test_acc": acc, "test_loss": loss}
-        return self._result(stopped, wall, final)
 
     def _loop(self, progress) -> bool:
         """The epochs and steps; True when --max-steps stopped it early."""
