@@ -155,7 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"gradblock: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return EXIT_USAGE
-    return run_guarded(name, _dispatch, name, rest)
+    status = run_guarded(name, _dispatch, name, rest)
+    if "torch.distributed" in sys.modules:      # join gloo's threads before Python finalises
+        from gradblock.shim.process_group import end_process_group
+        end_process_group()
+    return status
 
 
 if __name__ == "__main__":

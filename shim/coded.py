@@ -27,6 +27,7 @@ from gradblock.refmodel.quantiser import QuantConfig, average, quantise
 
 from .data import load_dataset
 from .models import build_model
+from .process_group import end_process_group
 
 
 @dataclass
@@ -127,7 +128,7 @@ def _worker(rank: int, args, init_file: str, out_dir: str) -> None:
     try:
         _worker_steps(rank, args, out_dir)
     finally:
-        dist.destroy_process_group()
+        end_process_group()
 
 
 def _worker_steps(rank: int, args, out_dir: str) -> None:

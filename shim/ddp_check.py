@@ -32,6 +32,7 @@ from .compressors import COMPRESSORS, build_compressor, layers_of
 from .hook import all_gather_varlen, register
 from .optim import GlobalMomentumSGD
 from .workers import SimulatedCluster
+from .process_group import end_process_group
 
 STEPS = 4
 BATCH = 8
@@ -187,8 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank{rank}.json").write_text(json.dumps(report, indent=2) + "\n")
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    end_process_group()
     return 0 if ok else 1
 
 

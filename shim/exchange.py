@@ -208,9 +208,9 @@ class DdpExchange(Exchange):
         return f"model.rank{self.rank}.pt"
 
     def close(self) -> None:
-        import torch.distributed as dist
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        from .process_group import end_process_group
+        self.ddp_model = self.hook = None      # the group's last holders, see end_process_group
+        end_process_group()
 
 
 def make_exchange(ddp: bool, n_workers: int | None, device: str, timed: bool = False,

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from .compressors import Compressor, LayerInfo, WorkerState
 from .errors import ConfigError
 from .merge_plan import PLANNERS, LayerTimes, fit_line
+from .process_group import end_process_group
 
 PLAN_KINDS = ("none", "greedy", "exact")
 _PLANNER_OF = {"none": "none", "greedy": "dlgs_greedy", "exact": "exact"}
@@ -215,7 +216,7 @@ def _comm_worker(rank: int, world: int, init_file: str, sizes, repeats: int, out
         if rank == 0:
             Path(out).write_text(json.dumps(res))
     finally:
-        dist.destroy_process_group()
+        end_process_group()
 
 
 def measure_comm(world: int, repeats: int) -> tuple[float, float, list[tuple[int, float]]]:

@@ -28,6 +28,7 @@ from .hook import register
 from .merge_hook import register_merged
 from .optim import GlobalMomentumSGD
 from .workers import SimulatedCluster
+from .process_group import end_process_group
 
 BUCKET_CAPS_MB = (0.001, 0.002, 25.0)     # ~one parameter per bucket, a few, all in one
 
@@ -87,7 +88,7 @@ def _worker(rank: int, world: int, init_file: str, compressors, plans: dict, out
         report["error"] = traceback.format_exc()
     finally:
         Path(out, f"rank{rank}.json").write_text(json.dumps(report, indent=2))
-        dist.destroy_process_group()
+        end_process_group()
 
 
 def check_merged(world: int, plans: dict, compressors=("coarse",), out_dir: str | None = None

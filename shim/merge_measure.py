@@ -36,6 +36,7 @@ from gradblock.codec.errors import UsageError
 from .merge_apply import measure_comm  # noqa: F401  (re-exported: merge-plan's measurement)
 from .merge_plan import PLANNERS, LayerTimes, fit_line, iteration_time, timeline
 from .models import build_model
+from .process_group import end_process_group
 
 IN_SHAPES = {"lenet5": (1, 28, 28), "digits-cnn": (1, 8, 8), "resnet20": (3, 32, 32), "conv64": (3, 32, 32)}
 
@@ -173,7 +174,7 @@ def _execute_worker(rank: int, world: int, init_file: str, model_name: str, batc
         if rank == 0:
             Path(out).write_text(json.dumps(result))
     finally:
-        dist.destroy_process_group()
+        end_process_group()
 
 
 def _ddp_compressor(layers, world: int):
@@ -232,7 +233,7 @@ def _execute_ddp_worker(rank: int, world: int, init_file: str, model_name: str, 
             Path(out).write_text(json.dumps(result))
         dist.barrier()
     finally:
-        dist.destroy_process_group()
+        end_process_group()
 
 
 def ddp_inputs(times: LayerTimes, model_name: str, repeats: int, world: int) -> LayerTimes:

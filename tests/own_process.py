@@ -57,4 +57,5 @@ def one_rank_gloo_group():
         try:
             yield
         finally:
-            dist.destroy_process_group()
+            from gradblock.shim.process_group import end_process_group
+            end_process_group()
