@@ -214,7 +214,9 @@ def test_every_compressor_trains_the_gru(compressor):
 @pytest.mark.slow
 def test_train_ddp_gru_with_decay_clipping_schedule_equals_simulation(tmp_path):
     """`gradblock train --ddp` (2 ranks, gloo) on the GRU with weight decay, clipping and a
-    step schedule ends with the parameters of the 2-worker simulation, bit for bit."""
+    step schedule ends with the parameters of the 2-worker simulation, bit for bit; so does
+    a DDP run stopped before the schedule's milestone (step 3 of 8) and resumed from its
+    per-rank checkpoints."""
     from test_ddp_hook import torchrun
     args = ["--data", "digits", "--model", "gru", "--compressor", "coarse", "--k", "4",
             "--epochs", "1", "--threads", "1", "--no-progress", "--max-steps", "8",
@@ -223,15 +225,23 @@ def test_train_ddp_gru_with_decay_clipping_schedule_equals_simulation(tmp_path):
             "--range", "100"]
     proc = torchrun(["gradblock.cli", "train", "--ddp", *args, "--out", str(tmp_path / "ddp")])
     assert proc.returncode == 0, proc.stderr
+    ckpt = str(tmp_path / "ck.pt")
+    stop_at_3 = [("3" if prev == "--max-steps" else a) for prev, a in zip([None, *args], args)]
+    part = torchrun(["gradblock.cli", "train", "--ddp", *stop_at_3, "--checkpoint", ckpt])
+    assert part.returncode == 0, part.stderr
+    rest = torchrun(["gradblock.cli", "train", "--ddp", *args, "--resume", ckpt,
+                     "--out", str(tmp_path / "resumed")])
+    assert rest.returncode == 0, rest.stderr
     sim = run_training(TrainConfig(data="digits", model="gru", compressor="coarse", k=4, epochs=1,
                                    workers=2, threads=1, progress=False, max_steps=8,
                                    weight_decay=1e-3, clip_norm=0.5, lr_schedule="step",
                                    lr_milestones=(0.2,), local_momentum=0.9, momentum=0.0,
                                    range=100.0, out=str(tmp_path / "sim")))
     want = torch.load(tmp_path / "sim" / "model.pt", weights_only=True)
-    for r in (0, 1):
-        got = torch.load(tmp_path / "ddp" / f"model.rank{r}.pt", weights_only=True)
-        for k, v in want.items():
-            assert torch.equal(got[k], v), (r, k)
+    for run in ("ddp", "resumed"):
+        for r in (0, 1):
+            got = torch.load(tmp_path / run / f"model.rank{r}.pt", weights_only=True)
+            for k, v in want.items():
+                assert torch.equal(got[k], v), (run, r, k)
     res = json.loads((tmp_path / "ddp" / "result.json").read_text())
     assert res["bytes_sent"] == sim["bytes_sent"]
