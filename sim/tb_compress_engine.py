@@ -28,6 +28,7 @@ from gradblock.hw.sv_constants import codes, package_constants
 from gradblock.refmodel.golden_format import case_norm
 from gradblock.sim import tb_datapath_common as tbc
 from gradblock.sim import tb_util
+from gradblock.sim.duts import DUTS
 from gradblock.sim.tb_engine_common import AxiEngineBench
 
 # cfg_norm per norm kind (gradblock_pkg::NORM_L1 / NORM_L2; docs/spec.md §2.3)
@@ -35,8 +36,7 @@ NORM_L1 = package_constants()["NORM_L1"]
 NORM_BIT = {"l1": NORM_L1, "l2": package_constants()["NORM_L2"]}
 
 MODULE = "compress_engine"
-# the engine runs the golden "top" stage, and the "momentum" stage with momentum on
-GOLDEN_MODULES = ("compress_top", "momentum")
+# the engine runs the golden "top" stage, and the "momentum" stage with momentum on (sim/duts.py)
 _ERR = codes("ENGINE_ERR_")          # hw/gradblock_pkg.sv, the codes the RTL compiles
 ERR_OK = 0
 ERR_ADDR, ERR_BLOCK_SIZE, ERR_N_BLOCKS, ERR_K, ERR_K_MAX, ERR_LMAX, ERR_RANGE, ERR_M, \
@@ -272,9 +272,9 @@ def load_engine_cases():
     order, so a chain of steps stays in order), narrowed by TB_CASES / TB_MIN_N / TB_MAX_N;
     an empty selection is an error."""
     cases, empty = [], []
-    for module in GOLDEN_MODULES:
+    for stage in DUTS[MODULE].stages:
         try:
-            cases += tbc.load_cases(module)
+            cases += tbc.load_cases(MODULE, stage)
         except RuntimeError as e:          # none of this stage in the selection
             empty.append(str(e))
     if not cases:

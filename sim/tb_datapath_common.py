@@ -29,13 +29,11 @@ from cocotbext.axi import (AxiStreamBus, AxiStreamFrame, AxiStreamMonitor, AxiSt
 
 from gradblock.refmodel.golden_format import load_npz, read_manifest
 from gradblock.sim import tb_util
+from gradblock.sim.duts import stage_of
 
 CLOCK_NS = tb_util.CLOCK_NS
 DEFAULT_TRAFFIC = "0:0,0.3:0,0:0.5,0.6:0.7"
 
-# RTL module -> the golden manifest's stage name
-STAGE_OF = {"quantiser": "quantiser", "ef_add": "feedback", "block_l1": "norms",
-            "topk_select": "select", "compress_top": "top", "momentum": "momentum"}
 
 
 @dataclass
@@ -59,10 +57,11 @@ def golden_dirs() -> list[Path]:
     return dirs
 
 
-def load_cases(module: str) -> list[Case]:
-    """Every case whose "stages" lists this module's stage, from all golden directories,
-    narrowed by TB_CASES and TB_MIN_N/TB_MAX_N. An empty selection is an error, never a pass."""
-    stage = STAGE_OF[module]
+def load_cases(module: str, stage: str | None = None) -> list[Case]:
+    """Every case whose "stages" lists `stage` (default: the module's, sim/duts.py), from all
+    golden directories, narrowed by TB_CASES and TB_MIN_N/TB_MAX_N. An empty selection is an
+    error, never a pass."""
+    stage = stage_of(module) if stage is None else stage
     wanted = {c for c in os.environ.get("TB_CASES", "").split(",") if c}
     lo, hi = tb_util.env_int("TB_MIN_N", 0), tb_util.env_int("TB_MAX_N", 2**32)
     cases, seen = [], set()

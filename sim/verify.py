@@ -1,92 +1,33 @@
 """`gradblock verify`: run the RTL against a golden vector directory and print a pass/fail table
 per (module, case).
 
-Each RTL block is an entry in REGISTRY. A testbench taking part reads the golden directory from
+Each RTL block is an entry of the DUT table, sim/duts.py (REGISTRY: the entries that check a
+golden stage). A testbench taking part reads the golden directory from
 TB_GOLDEN_DIR, runs every case that has its stage, and writes one record per case to the JSON
 file named by TB_CASE_RESULTS (sim.tb_util.write_case_results); a testbench with one cocotb test
 per traffic profile writes one record per case and profile, merged here (worst wins). Sources
 come from hw/deps.py and HDL parameters reach the testbench through the runner. Entries whose sources or
 testbench do not exist yet are left out (and said so), so blocks join as they are written.
-To add a block, append an RtlModule to REGISTRY (see docs/hw.md, "Adding a block to verify").
+To add a block, append a Dut to sim/duts.py's DUTS (see docs/hw.md, "Adding a block to verify").
 """
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from gradblock.codec.errors import UsageError
-from gradblock.hw import deps
 
+from .duts import Dut, verified
 from .harness import SIMULATORS, run_rtl, simulator_available
 
 
-@dataclass(frozen=True)
-class RtlModule:
-    name: str                     # registry key, shown in the table
-    toplevel: str                 # HDL top level; its files come from hw/deps.py
-    test_module: str              # cocotb module, e.g. "gradblock.sim.tb_zrle_encoder"
-    testcase: str                 # the cocotb test that runs the golden cases
-    stage: str                    # golden stage a case must list to apply ("encode", ...)
-    arrays: tuple[str, ...]       # golden arrays the testbench reads
-    parameters: dict = field(default_factory=dict)   # HDL parameters; the runner tells the TB
-    env: dict = field(default_factory=dict)
-    golden_env: str = "TB_GOLDEN_DIR"   # variable through which the testbench gets the directory
-    more_stages: tuple[str, ...] = ()   # further golden stages the entry runs (any one applies)
-
-    @property
-    def sources(self) -> tuple[str, ...]:
-        """File stems of hw/ the top level needs, packages first (hw/deps.py)."""
-        return tuple(deps.names(self.toplevel))
-
-    def missing(self) -> list[str]:
-        """Files this entry needs that do not exist (empty when it can run)."""
-        missing = []
-        try:
-            deps.names(self.toplevel)
-        except deps.RtlDependencyError as exc:
-            missing.append(str(exc))
-        if importlib.util.find_spec(self.test_module) is None:
-            missing.append(self.test_module)
-        return missing
-
-
-REGISTRY: dict[str, RtlModule] = {m.name: m for m in [
-    RtlModule("zrle_encoder", "zrle_encoder", "gradblock.sim.tb_zrle_encoder", "encode_cases",
-              "encode", ("payload", "frame"), parameters={"LMAX_LOG2_MAX": 8}),
-    RtlModule("zrle_decoder", "zrle_decoder", "gradblock.sim.tb_zrle_decoder", "decode_cases",
-              "decode", ("frame", "payload"), parameters={"QUEUE_AW": 4}),
-    # datapath blocks (their testbenches read TB_GOLDEN_DIR through sim/tb_datapath_common.py)
-    RtlModule("quantiser", "quantiser", "gradblock.sim.tb_quantiser", "golden_cases",
-              "quantiser", ("grad_bits", "quantised", "quant_sat", "quant_nan")),
-    RtlModule("ef_add", "ef_add", "gradblock.sim.tb_ef_add", "golden_cases", "feedback",
-              ("residual_in", "quantised", "accumulated", "feedback_sat")),
-    RtlModule("momentum", "momentum", "gradblock.sim.tb_momentum", "golden_cases", "momentum",
-              ("residual_in", "velocity_in", "quantised", "velocity", "momentum_sat")),
-    RtlModule("block_l1", "block_l1", "gradblock.sim.tb_block_l1", "golden_cases", "norms",
-              ("accumulated", "block_norms")),
-    RtlModule("topk_select", "topk_select", "gradblock.sim.tb_topk_select", "golden_cases",
-              "select", ("block_norms", "selected"), parameters={"K_MAX": 128}),
-    RtlModule("compress_top", "compress_top", "gradblock.sim.tb_compress_top", "golden_cases",
-              "top", ("grad_bits", "residual_in", "frame", "residual_out"),
-              parameters={"N_MAX": 65536, "K_MAX": 32, "LMAX_LOG2_MAX": 8}),
-    # residual in an AxiRam; K_MAX 128 holds every golden case's k_eff (docs/hw.md, engines);
-    # momentum cases run with the velocity behind the second port
-    RtlModule("compress_engine", "compress_engine", "gradblock.sim.tb_compress_engine",
-              "golden_cases", "top", ("grad_bits", "residual_in", "frame", "residual_out",
-                                      "velocity_in", "velocity_out"),
-              parameters={"ADDR_W": 32, "K_MAX": 128, "LMAX_LOG2_MAX": 8},
-              more_stages=("momentum",)),
-    # the golden "exchange" list: N worker frames -> int64 sums in an AxiRam (docs/hw.md)
-    RtlModule("aggregate_engine", "aggregate_engine", "gradblock.sim.tb_aggregate_engine",
-              "golden_cases", "exchange", ("frames", "sums"),
-              parameters={"ADDR_W": 32, "MAX_BURST": 16}),
-]}
+# `gradblock verify`'s entries: the DUT table's blocks that check a golden stage (sim/duts.py)
+REGISTRY: dict[str, Dut] = verified()
 
 DEFAULT_TRAFFIC = "0:0,0.4:0.4"
 # every profile the testbenches define by default (sim/tb_util.traffic_profiles) plus the
@@ -115,7 +56,7 @@ class Row:
     detail: str = ""
 
 
-def run_module(mod: RtlModule, sim: str, golden: Path, traffic: str, waves: bool,
+def run_module(mod: Dut, sim: str, golden: Path, traffic: str, waves: bool,
                cases: list[str] | None, work: Path, build_root: Path | None = None,
                coverage_dir: Path | None = None, sources=None,
                waves_on_failure: bool = True) -> tuple[list[Row], str]:
@@ -238,7 +179,7 @@ def verify_main(argv: list[str]) -> int:
             if missing:
                 print(f"{name}: not available yet (missing {', '.join(missing)})")
                 continue
-            stages = (mod.stage, *mod.more_stages)
+            stages = mod.stages
             applicable = [c.name for c in cases
                           if any(s in c.meta.get("stages", ()) for s in stages)
                           and (not args.cases or c.name in args.cases)]
