@@ -7,6 +7,7 @@ deadline: the first call of a numba kernel compiles or loads its cache.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -49,6 +50,18 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "signoff" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def golden_quick(tmp_path_factory):
+    """`gradblock golden --quick`, written once per session (the RTL tests and `verify` read it)."""
+    out = tmp_path_factory.mktemp("golden") / "quick"
+    proc = subprocess.run([sys.executable, "-m", "gradblock.cli", "golden", "--quick", "--no-check",
+                           str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        pytest.fail(f"gradblock golden --quick failed ({proc.returncode}):\n{proc.stdout[-2000:]}"
+                    f"\n{proc.stderr[-2000:]}")
+    return out
 
 
 @pytest.fixture

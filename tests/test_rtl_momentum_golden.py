@@ -10,7 +10,8 @@ from gradblock.golden_compute import compute_case
 from gradblock.refmodel.compress import compress_layer
 from gradblock.refmodel.golden_format import write_golden
 from gradblock.sim.harness import simulator_available
-from gradblock.sim.verify import REGISTRY, run_module
+from gradblock.sim.duts import DUTS
+from gradblock.sim.verify import run_module
 
 pytestmark = pytest.mark.sim
 
@@ -36,7 +37,7 @@ def test_momentum_stage_on_golden_cases(sim, tmp_path):
     if reason:
         pytest.skip(f"{sim} unavailable: {reason}")
     golden = momentum_golden(tmp_path / "golden")
-    rows, report = run_module(REGISTRY["momentum"], sim, golden, "0:0,0.6:0.7", False, None,
+    rows, report = run_module(DUTS["momentum"], sim, golden, "0:0,0.6:0.7", False, None,
                               tmp_path)
     by_case = {r.case: r.status for r in rows}
     assert set(by_case) == {s.name for s in momentum_specs(0)}, report

@@ -171,17 +171,6 @@ def test_stamp_records_the_build(tmp_path):
     assert harness._build("icarus", "x", [], {}, d, False) is False
 
 
-@pytest.fixture(scope="session")
-def golden_quick(tmp_path_factory):
-    """`gradblock golden --quick`, written once per session."""
-    out = tmp_path_factory.mktemp("golden") / "quick"
-    proc = subprocess.run([sys.executable, "-m", "gradblock.cli", "golden", "--quick", "--no-check",
-                           str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900)
-    if proc.returncode != 0:
-        pytest.fail(f"gradblock golden --quick failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-    return out
-
-
 # ------------------------------------------------------------------ coverage (issue 23 item 3)
 def test_coverage_dat_parse_and_report(tmp_path):
     """A Verilator coverage.dat (SystemC::Coverage-3) merges over runs and instances into
