@@ -10,8 +10,10 @@ table is optional (--rtl, on by default in the full run, off with --quick).
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
+
+from gradblock.sim.duts import DUTS
 
 from . import rtl_engines
 from .context import BenchContext, Unavailable, optional_module, require
@@ -19,31 +21,16 @@ from .rtl_runner import SIMULATORS, RtlBench, add_speed_row, run_throughput, spe
 from .tables import Table
 
 HW_DIR = Path(__file__).resolve().parent.parent / "hw"
-BENCHES = (RtlBench("quantiser", "gradblock.sim.tb_quantiser", True),
-           RtlBench("ef_add", "gradblock.sim.tb_ef_add", True),
-           RtlBench("block_l1", "gradblock.sim.tb_block_l1", True),
-           RtlBench("topk_select", "gradblock.sim.tb_topk_select", True),
-           RtlBench("compress_top", "gradblock.sim.tb_compress_top", True),
-           RtlBench("zrle_encoder", "gradblock.sim.tb_zrle_encoder", False),
-           RtlBench("zrle_decoder", "gradblock.sim.tb_zrle_decoder", False))
+# table 4's blocks, in its order; what each one is (top level, testbench, the reference build's
+# parameters, whether it reads vectors) is the DUT table's, sim/duts.py
+BENCHED = ("quantiser", "ef_add", "block_l1", "topk_select", "compress_top", "zrle_encoder",
+           "zrle_decoder")
 
 
 def benches() -> list[RtlBench]:
-    """BENCHES, with sources, HDL parameters and testbench settings (which must match the
-    parameters) taken from `gradblock verify`'s registry, sim.verify.REGISTRY, for the blocks
-    it lists; the others are built with their defaults and found sources."""
-    try:
-        registry = list(optional_module("gradblock.sim.verify").REGISTRY.values())
-    except (Unavailable, AttributeError):
-        registry = []
-    out = []
-    for b in BENCHES:
-        entry = next((m for m in registry if m.toplevel == b.toplevel), None)
-        if entry is not None:
-            b = replace(b, sources=tuple(entry.sources), parameters=dict(entry.parameters),
-                        env=dict(entry.env), golden_env=getattr(entry, "golden_env", b.golden_env))
-        out.append(b)
-    return out
+    """BENCHED as the DUT table (sim.duts.DUTS) describes them: sources, HDL parameters and
+    testbench settings (which must match the parameters) are those `gradblock verify` uses."""
+    return [rtl_engines.bench_of(DUTS[name]) for name in BENCHED]
 
 
 def hw_dependencies(toplevel: str, hw_dir: Path = HW_DIR) -> list[str]:
@@ -122,8 +109,13 @@ def run(ctx: BenchContext) -> list[Table]:
     with tempfile.TemporaryDirectory(prefix="gradblock-bench-rtl-") as tmp:
         work = Path(tmp)
         vectors, why_no_vectors = ctx.attempt("rtl: datapath vectors", lambda: _vectors(work))
+        benched, why_no_table = ctx.attempt("rtl: the DUT table", benches)
+        if benched is None:
+            cyc.unmeasured(["icarus, verilator", "all"], why_no_table)
+            speed.unmeasured(["icarus, verilator", "all"], why_no_table)
+            benched = []
         for sim in SIMULATORS:
-            for bench in benches():
+            for bench in benched:
                 if bench.needs_vectors and vectors is None:
                     got, cell = None, why_no_vectors
                 else:

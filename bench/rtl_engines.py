@@ -23,7 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
+from gradblock.hw.ecp5 import RUNS as ECP5_RUNS
 from gradblock.refmodel.compress import compress_layer
+from gradblock.sim.duts import DUTS, Dut
 
 from .context import BenchContext, optional_module, require
 from .rtl_runner import SIMULATORS, RtlBench, add_speed_row, run_throughput
@@ -32,10 +34,10 @@ from .tables import Table
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ECP5_JSON = REPO_ROOT / "docs" / "ecp5.json"
 # the build placed and routed on ECP5 (hw/ecp5.py), so the cycles and the Fmax are one design
-COMPRESS_PARAMETERS = {"ADDR_W": 32, "K_MAX": 32, "LMAX_LOG2_MAX": 8}
+COMPRESS_PARAMETERS = dict(next(r.parameters for r in ECP5_RUNS if r.top == "compress_engine"))
 LARGE_MAX_N = 40_000
 SMALL_MIN_N = 2_000
-AGGREGATE_PARAMETERS = {"ADDR_W": 32, "MAX_BURST": 16}      # gradblock verify's build
+AGGREGATE_PARAMETERS = dict(DUTS["aggregate_engine"].parameters)   # gradblock verify's build
 AGGREGATE_WORKERS = 4
 AGGREGATE_DENSE_K = 0.25     # a second exchange with more literals than the bench's k gives
 LINE_RATE_SHARE = 0.02       # the issue's line-rate condition: k_eff * B <= 2 % of n ...
@@ -393,8 +395,7 @@ def _run_compress(ctx: BenchContext, comp: Table, speed: Table, layers: list[Eng
         return
     golden, cell = ctx.attempt("rtl engines: golden directory", lambda: _write_golden(
         work / "layers", "table 4c: compress_engine layers", fitting))
-    bench = RtlBench("compress_engine", "gradblock.sim.tb_compress_engine", True,
-                     parameters=dict(COMPRESS_PARAMETERS),
+    bench = bench_of(DUTS["compress_engine"], parameters=dict(COMPRESS_PARAMETERS),
                      env={"TB_THROUGHPUT_CASES": str(len(fitting)), "TB_TRAFFIC": "0:0"})
     for sim in SIMULATORS:
         got, why = (None, cell) if golden is None else ctx.attempt(
@@ -422,8 +423,8 @@ def _run_aggregate(ctx: BenchContext, agg: Table, speed: Table, layer: EngineLay
     if cases is not None:
         golden, cell = ctx.attempt("rtl engines: exchange golden directory", lambda: _write_golden(
             work / "exchange", "table 4d: aggregate_engine exchanges", [], cases))
-    bench = RtlBench("aggregate_engine", "gradblock.sim.tb_aggregate_engine", True,
-                     parameters=dict(AGGREGATE_PARAMETERS), env={"TB_TRAFFIC": "0:0"})
+    bench = bench_of(DUTS["aggregate_engine"], parameters=dict(AGGREGATE_PARAMETERS),
+                     env={"TB_TRAFFIC": "0:0"})
     for sim in SIMULATORS:
         got, why = (None, cell) if golden is None else ctx.attempt(
             f"rtl {sim} aggregate_engine",
@@ -437,6 +438,16 @@ def _run_aggregate(ctx: BenchContext, agg: Table, speed: Table, layer: EngineLay
         add_speed_row(speed, sim, "aggregate_engine", result,
                       sum(a.n * a.workers for a in runs))
         ctx.log(f"rtl {sim} aggregate_engine: {len(runs)} runs, {result.seconds:.1f} s")
+
+
+def bench_of(dut: Dut, **changes) -> RtlBench:
+    """The benchmark's run of a block of the DUT table (sim/duts.py): its top level, testbench,
+    sources, reference build parameters and testbench settings, with `changes` (parameters=,
+    env=) over them."""
+    return RtlBench(**{"toplevel": dut.toplevel, "test_module": dut.test_module,
+                       "needs_vectors": dut.needs_vectors, "sources": dut.sources,
+                       "parameters": dict(dut.parameters), "env": dict(dut.env),
+                       "golden_env": dut.golden_env, **changes})
 
 
 def _write_golden(out: Path, what: str, cases, exchange=()) -> Path:
