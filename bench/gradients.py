@@ -13,19 +13,13 @@ real ones are.
 """
 from __future__ import annotations
 
-import gzip
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from gradblock.codec.errors import UsageError
 
 from . import workloads as W
-
-FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
-FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530
-
 
 @dataclass
 class Workload:
@@ -43,142 +37,50 @@ class Workload:
         return 4 * self.arch.total
 
 
-def fashion_mnist_images(n: int, root: Path = FASHION_MNIST_DIR) -> np.ndarray:
-    """The first n training images, uint8 (n, 28, 28), read from the IDX file."""
-    with gzip.open(root / "train-images-idx3-ubyte.gz", "rb") as f:
-        header = np.frombuffer(f.read(16), dtype=">u4")
-        if header[0] != 2051:
-            raise ValueError(f"not an IDX image file (magic {header[0]})")
-        rows, cols = int(header[2]), int(header[3])
-        data = np.frombuffer(f.read(n * rows * cols), dtype=np.uint8)
-    return data.reshape(-1, rows, cols)
-
-
-def fashion_mnist_labels(n: int, root: Path = FASHION_MNIST_DIR) -> np.ndarray:
-    with gzip.open(root / "train-labels-idx1-ubyte.gz", "rb") as f:
-        if np.frombuffer(f.read(8), dtype=">u4")[0] != 2049:
-            raise ValueError("not an IDX label file")
-        return np.frombuffer(f.read(n), dtype=np.uint8).astype(np.int64)
-
-
-def _torch_modules():
-    """ResNet modules built from the configuration in bench.workloads (imports torch lazily)."""
+def fashion_mnist_batch(n: int, side: int, channels: int = 3):
+    """The first n Fashion-MNIST training images and labels as torch tensors, normalised the
+    way training normalises them (shim.data), resized to side x side (bilinear) and repeated
+    to `channels` channels."""
     import torch
-    from torch import nn
     import torch.nn.functional as F
-
-    class Bottleneck(nn.Module):
-        def __init__(self, c_in, width, stride, downsample):
-            super().__init__()
-            c_out = width * W.RESNET50_EXPANSION
-            self.conv1 = nn.Conv2d(c_in, width, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(width)
-            self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
-            self.bn2 = nn.BatchNorm2d(width)
-            self.conv3 = nn.Conv2d(width, c_out, 1, bias=False)
-            self.bn3 = nn.BatchNorm2d(c_out)
-            self.downsample = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False),
-                                            nn.BatchNorm2d(c_out)) if downsample else None
-
-        def forward(self, x):
-            out = F.relu(self.bn1(self.conv1(x)))
-            out = F.relu(self.bn2(self.conv2(out)))
-            out = self.bn3(self.conv3(out))
-            return F.relu(out + (self.downsample(x) if self.downsample is not None else x))
-
-    class ResNet50(nn.Module):
-        def __init__(self, in_channels=3, num_classes=W.RESNET50_CLASSES):
-            super().__init__()
-            stem = W.RESNET50_STEM_CHANNELS
-            self.conv1 = nn.Conv2d(in_channels, stem, W.RESNET50_STEM_KERNEL, 2, 3, bias=False)
-            self.bn1 = nn.BatchNorm2d(stem)
-            c_in = stem
-            for s, (width, blocks, stride) in enumerate(W.RESNET50_STAGES, start=1):
-                layers = []
-                for b in range(blocks):
-                    layers.append(Bottleneck(c_in, width, stride if b == 0 else 1, b == 0))
-                    c_in = width * W.RESNET50_EXPANSION
-                setattr(self, f"layer{s}", nn.Sequential(*layers))
-            self.fc = nn.Linear(c_in, num_classes)
-
-        def forward(self, x):
-            x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 3, 2, 1)
-            for s in range(1, len(W.RESNET50_STAGES) + 1):
-                x = getattr(self, f"layer{s}")(x)
-            return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
-
-    class BasicBlock(nn.Module):
-        def __init__(self, c_in, c_out, stride, shortcut):
-            super().__init__()
-            self.conv1 = nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(c_out)
-            self.conv2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
-            self.bn2 = nn.BatchNorm2d(c_out)
-            self.stride, self.pad = stride, c_out - c_in
-            reshape = stride != 1 or c_in != c_out
-            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False),
-                                          nn.BatchNorm2d(c_out)) if reshape and shortcut == "B" else None
-
-        def forward(self, x):
-            out = F.relu(self.bn1(self.conv1(x)))
-            out = self.bn2(self.conv2(out))
-            if self.shortcut is not None:
-                skip = self.shortcut(x)
-            elif self.stride != 1 or self.pad:      # option A: subsample, zero-pad channels
-                skip = F.pad(x[:, :, ::self.stride, ::self.stride],
-                             (0, 0, 0, 0, self.pad // 2, self.pad - self.pad // 2))
-            else:
-                skip = x
-            return F.relu(out + skip)
-
-    class ResNet20(nn.Module):
-        def __init__(self, shortcut="A", in_channels=3, num_classes=W.RESNET20_CLASSES):
-            super().__init__()
-            stem = W.RESNET20_STEM_CHANNELS
-            self.conv1 = nn.Conv2d(in_channels, stem, 3, 1, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(stem)
-            c_in = stem
-            for s, (c_out, blocks, stride) in enumerate(W.RESNET20_STAGES, start=1):
-                layers = []
-                for b in range(blocks):
-                    layers.append(BasicBlock(c_in, c_out, stride if b == 0 else 1, shortcut))
-                    c_in = c_out
-                setattr(self, f"layer{s}", nn.Sequential(*layers))
-            self.fc = nn.Linear(c_in, num_classes)
-
-        def forward(self, x):
-            x = F.relu(self.bn1(self.conv1(x)))
-            for s in range(1, len(W.RESNET20_STAGES) + 1):
-                x = getattr(self, f"layer{s}")(x)
-            return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
-
-    return {"resnet50": ResNet50, "resnet20": ResNet20}
+    from gradblock.shim.data import load_dataset
+    ds = load_dataset("fashion-mnist")
+    x = torch.from_numpy(ds.x_train[:n])
+    x = F.interpolate(x, size=(side, side), mode="bilinear", align_corners=False)
+    return x.expand(-1, channels, -1, -1).contiguous(), torch.from_numpy(ds.y_train[:n])
 
 
-def torch_model(name: str):
-    """The torch module for a workload name; its parameters match bench.workloads exactly."""
-    return _torch_modules()[name]()
+def fashion_mnist_available() -> str:
+    """Why the Fashion-MNIST training set cannot be read here, or "" when it can."""
+    from gradblock.shim.data import FASHION_MNIST_DIR
+    if not (FASHION_MNIST_DIR / "train-images-idx3-ubyte.gz").exists():
+        return f"no Fashion-MNIST at {FASHION_MNIST_DIR}"
+    return ""
+
+
+def torch_model(name: str, seed: int | None = 0):
+    """The torch module for a workload name (shim.models builds it); its parameters match
+    bench.workloads exactly (tests/test_bench.py)."""
+    from gradblock.shim.models import build_model
+    arch = W.architecture(name)
+    in_channels = arch.shapes[0][1]
+    return build_model(name, num_classes=arch.shapes[-1][0], in_shape=(in_channels, 64, 64),
+                       seed=seed)
 
 
 def real_gradients(name: str, batch: int, size: int, seed: int = 0) -> list[np.ndarray]:
     """One forward/backward pass on `batch` Fashion-MNIST images resized to size x size
     (cross-entropy loss)."""
-    import torch
     import torch.nn.functional as F
 
     arch = W.architecture(name)
-    torch.manual_seed(seed)
-    model = torch_model(name)
+    model = torch_model(name, seed)
     shapes = [tuple(p.shape) for p in model.parameters()]
     if shapes != arch.shapes:
         raise AssertionError(f"torch {name} parameter shapes differ from bench.workloads")
-    images = fashion_mnist_images(batch).astype(np.float32) / 255.0
-    x = torch.from_numpy((images - FASHION_MNIST_MEAN) / FASHION_MNIST_STD)
-    x = F.interpolate(x.unsqueeze(1), size=(size, size), mode="bilinear", align_corners=False)
-    x = x.expand(-1, 3, -1, -1).contiguous()
-    y = torch.from_numpy(fashion_mnist_labels(batch) % model.fc.out_features)
+    x, y = fashion_mnist_batch(batch, size)
     model.train()
-    F.cross_entropy(model(x), y).backward()
+    F.cross_entropy(model(x), y % model.fc.out_features).backward()
     return [p.grad.detach().numpy().astype(np.float32, copy=True) for p in model.parameters()]
 
 
@@ -212,8 +114,8 @@ def make_workload(name: str, source: str = "auto", seed: int = 0) -> Workload:
             import torch  # noqa: F401
         except ImportError:
             why_not_real = "torch not installed"
-        if not why_not_real and not (FASHION_MNIST_DIR / "train-images-idx3-ubyte.gz").exists():
-            why_not_real = f"no Fashion-MNIST at {FASHION_MNIST_DIR}"
+        if not why_not_real:
+            why_not_real = fashion_mnist_available()
         if why_not_real and source == "real":
             raise RuntimeError(f"real gradients unavailable: {why_not_real}")
     if source != "synthetic" and not why_not_real:

@@ -13,11 +13,8 @@ from __future__ import annotations
 import statistics
 import time
 
-import numpy as np
-
 from .context import BenchContext, optional_module, require
-from .gradients import FASHION_MNIST_DIR, FASHION_MNIST_MEAN, FASHION_MNIST_STD
-from .gradients import fashion_mnist_images, fashion_mnist_labels
+from .gradients import fashion_mnist_available, fashion_mnist_batch
 from .tables import Table
 from .timing import threads
 
@@ -27,14 +24,8 @@ LINK_GBIT = 10.0          # modelled all-gather link speed
 
 
 def _batches(n_workers: int, batch: int, device: str):
-    import torch
-    import torch.nn.functional as F
-    total = n_workers * batch
-    images = fashion_mnist_images(total).astype(np.float32) / 255.0
-    x = torch.from_numpy((images - FASHION_MNIST_MEAN) / FASHION_MNIST_STD).unsqueeze(1)
-    x = F.interpolate(x, size=(32, 32), mode="bilinear", align_corners=False)
-    x = x.expand(-1, 3, -1, -1).contiguous().to(device)
-    y = torch.from_numpy(fashion_mnist_labels(total)).to(device)
+    x, y = fashion_mnist_batch(n_workers * batch, 32)
+    x, y = x.to(device), y.to(device)
     return [(x[w * batch:(w + 1) * batch], y[w * batch:(w + 1) * batch]) for w in range(n_workers)]
 
 
@@ -93,13 +84,13 @@ def run(ctx: BenchContext) -> Table:
     n_workers = 2 if ctx.quick else 4
     batch = 8 if ctx.quick else 32
     steps = 2 if ctx.quick else max(2, ctx.reps)
-    have_data = (FASHION_MNIST_DIR / "train-images-idx3-ubyte.gz").exists()
+    no_data = fashion_mnist_available()
     n_threads = ctx.thread_counts[-1]
     for device, why in _devices():
         for name in COMPRESSORS:
             labels = ["ResNet-20", device, str(n_threads), str(n_workers), name]
-            if why or not have_data:
-                table.skip(labels, why or f"no Fashion-MNIST at {FASHION_MNIST_DIR}")
+            if why or no_data:
+                table.skip(labels, why or no_data)
                 continue
             def timed(name=name, device=device):
                 with threads(n_threads):

@@ -3,6 +3,8 @@
 * `lenet5`     LeNet-style CNN for 1x28x28 (Fashion-MNIST / MNIST)
 * `digits-cnn` small CNN for the 1x8x8 scikit-learn digits
 * `resnet20`   ResNet-20 (He et al. 2016, option-A shortcuts) for 3x32x32 CIFAR-10
+* `resnet50`   ResNet-50 (He et al. 2016, bottleneck blocks, 1000 classes by default): the
+               benchmarks' large workload (its gradients, not trained here), any input >= 32x32
 * `conv64`     plain 4-conv CNN ending in a 64->64 3x3 conv: real-sized conv layers for the
                golden vectors, any input size
 * `gru`        one-layer GRU (128 units) reading an image row by row (Fashion-MNIST: 28 steps
@@ -16,9 +18,10 @@ import torch.nn.functional as F
 
 from .errors import ConfigError
 
-MODELS = ("lenet5", "digits-cnn", "resnet20", "conv64", "gru")
+MODELS = ("lenet5", "digits-cnn", "resnet20", "resnet50", "conv64", "gru")
 ALIASES = {"lenet": "lenet5", "lenet5": "lenet5", "digits-cnn": "digits-cnn",
            "digits_cnn": "digits-cnn", "resnet20": "resnet20", "resnet-20": "resnet20",
+           "resnet50": "resnet50", "resnet-50": "resnet50",
            "conv64": "conv64", "gru": "gru"}
 DEFAULT_MODEL = {"fashion-mnist": "lenet5", "mnist": "lenet5", "digits": "digits-cnn",
                  "cifar10": "resnet20"}
@@ -141,6 +144,58 @@ class ResNet20(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
+class Bottleneck(nn.Module):
+    """1x1 - 3x3 (stride) - 1x1 conv-BN, 4x expansion; a projection shortcut on the first
+    block of a stage."""
+
+    def __init__(self, c_in: int, width: int, stride: int, project: bool):
+        super().__init__()
+        c_out = width * RESNET50_EXPANSION
+        self.conv1 = nn.Conv2d(c_in, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, c_out, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(c_out)
+        self.downsample = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False),
+                                        nn.BatchNorm2d(c_out)) if project else None
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = F.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return F.relu(out + (self.downsample(x) if self.downsample is not None else x))
+
+
+RESNET50_STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))   # (width, blocks, stride)
+RESNET50_EXPANSION = 4
+
+
+class ResNet50(nn.Module):
+    """ResNet-50: 7x7/2 conv64 - max pool - 4 bottleneck stages - avg - fc (25,557,032
+    parameters at 3 channels, 1000 classes). bench.workloads describes the same shapes."""
+
+    def __init__(self, num_classes: int = 1000, in_shape=(3, 224, 224)):
+        super().__init__()
+        c, _, _ = _check_in_shape(in_shape, 32, "resnet50")
+        self.conv1 = nn.Conv2d(c, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        c_in = 64
+        for s, (width, blocks, stride) in enumerate(RESNET50_STAGES, start=1):
+            stage = []
+            for b in range(blocks):
+                stage.append(Bottleneck(c_in, width, stride if b == 0 else 1, b == 0))
+                c_in = width * RESNET50_EXPANSION
+            setattr(self, f"layer{s}", nn.Sequential(*stage))
+        self.fc = nn.Linear(c_in, num_classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 3, 2, 1)
+        for s in range(1, len(RESNET50_STAGES) + 1):
+            x = getattr(self, f"layer{s}")(x)
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
 class GRUClassifier(nn.Module):
     """Row-sequential GRU: a C x H x W image is read as H steps of C*W values (Fashion-MNIST:
     28 steps of 28 pixels), one GRU layer of `hidden` units, a linear classifier on the last
@@ -163,8 +218,8 @@ class GRUClassifier(nn.Module):
         return self.fc(last[-1])
 
 
-_CLASSES = {"lenet5": LeNet5, "digits-cnn": DigitsCNN, "resnet20": ResNet20, "conv64": Conv64Net,
-            "gru": GRUClassifier}
+_CLASSES = {"lenet5": LeNet5, "digits-cnn": DigitsCNN, "resnet20": ResNet20, "resnet50": ResNet50,
+            "conv64": Conv64Net, "gru": GRUClassifier}
 
 
 def canonical_model_name(name: str) -> str:

@@ -686,3 +686,24 @@ def test_cpu_clock_leaves_out_sleep_and_needs_one_thread():
         timing.set_clock("wall")
     with pytest.raises(UsageError, match="--threads 1"):
         bench_main(["--clock", "cpu", "--threads", "1,2", "--tables", "2", "--no-write"])
+
+
+def test_bench_has_no_model_or_dataset_of_its_own():
+    """The models and data sets live in shim (shim.models, shim.data); bench builds on them
+    rather than keeping copies (a second ResNet or IDX reader drifts from the first)."""
+    import ast
+    from pathlib import Path
+    pytest.importorskip("torch")
+    models = pytest.importorskip("gradblock.shim.models")
+    shim_models = {name for name, obj in vars(models).items()
+                   if isinstance(obj, type) and issubclass(obj, models.nn.Module)}
+    assert {"ResNet20", "ResNet50", "Bottleneck", "BasicBlock"} <= shim_models
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    for path in sorted(bench.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):   # a harness module (netbench's Shaped) is fine
+                assert node.name not in shim_models, (path.name, node.name)
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = {a.name for a in node.names} | {getattr(node, "module", None) or ""}
+                assert "gzip" not in names, f"{path.name} reads files itself: use shim.data"
