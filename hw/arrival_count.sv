@@ -4,6 +4,9 @@
 // one beside its join for each read link (the join's take waits on a flop of its own, by the
 // join, instead of one by the far end of the link), and axis_credit_link one for its ring.
 // A take when nothing is there is the caller's error (it is never asked for).
+`resetall
+`default_nettype none
+
 module arrival_count #(
     parameter int CW = 4            // count bits: up to 2^CW - 1 words
 ) (
@@ -37,3 +40,5 @@ module arrival_count #(
     end
 `endif
 endmodule
+
+`resetall

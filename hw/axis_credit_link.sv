@@ -13,6 +13,9 @@
 // back 5 cycles after it was spent, so AW >= 3 sustains one word per cycle; latency 3 cycles.
 // m_arrived pulses (a register) as each word lands in the ring: a consumer that claims words
 // ahead of taking them (compress_engine's velocity) counts them from it.
+`resetall
+`default_nettype none
+
 module axis_credit_link #(
     parameter int W  = 32,
     parameter int AW = 3
@@ -90,3 +93,5 @@ module axis_credit_link #(
     end
 `endif
 endmodule
+
+`resetall

@@ -2,6 +2,9 @@
 // s_ready is a register (high while the skid entry is empty), so nothing upstream sees a
 // combinational path from m_ready, yet one word per cycle flows when m_ready stays high: when
 // the output register stalls, the word that was already offered lands in the skid entry.
+`resetall
+`default_nettype none
+
 module axis_skid_buffer #(
     parameter int W = 33
 ) (
@@ -59,3 +62,5 @@ module axis_skid_buffer #(
     end
 `endif
 endmodule
+
+`resetall

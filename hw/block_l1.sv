@@ -13,6 +13,9 @@
 // at least one cycle before its first element (the shift s is a register computed from
 // cfg_block_size every cycle).
 // (The module keeps its name: it is the norm stage of compress_top and compress_engine.)
+`resetall
+`default_nettype none
+
 module block_l1 (
     input  logic        clk,
     input  logic        rst,
@@ -133,3 +136,5 @@ module block_l1 (
     end
 `endif
 endmodule
+
+`resetall

@@ -13,6 +13,9 @@
 //              requested and done is low for one cycle, the SEL that finds it)
 //   req_valid  a burst is ready: req_addr, req_len (beats, 1..MAX_BURST), req_elems = elements
 //              already covered by earlier bursts; req_fire takes it
+`resetall
+`default_nettype none
+
 module burst_walker #(
     parameter int ADDR_W = 32,
     parameter int MAX_BURST = 16       // 1..256
@@ -137,3 +140,5 @@ module burst_walker #(
 `endif
 `endif
 endmodule
+
+`resetall

@@ -20,6 +20,9 @@
 //             not a finite float32 > 0; 8 M_BELOW_HALF M < 2^31; codes 1..8 reject the config
 //             (no data is consumed, done pulses right after the check); 9 TLAST_MISPLACED
 //             s_tlast not exactly on beat n-1 (the layer still runs, counted by n)
+`resetall
+`default_nettype none
+
 module compress_top #(
     parameter int N_MAX = 65536,        // layer buffer depth, elements
     parameter int K_MAX = 32,           // most blocks selected per layer
@@ -356,3 +359,5 @@ module compress_top #(
     end
 `endif
 endmodule
+
+`resetall

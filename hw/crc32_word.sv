@@ -15,6 +15,9 @@
 // its row of M selects (12 to 17 of them), so synthesis sees balanced XOR trees rather than a
 // 32-deep chain of conditional XORs, and init/en act last (init replaces M·state by the
 // constant M·SEED): the loop state -> state is about three LUT levels.
+`resetall
+`default_nettype none
+
 module crc32_word (
     input  logic        clk,
     input  logic        rst,
@@ -92,3 +95,5 @@ module crc32_word (
     end
 `endif
 endmodule
+
+`resetall

@@ -4,6 +4,9 @@
 //
 // s_tdata = {residual r, quantised q} (r in bits 63..32, q in bits 31..0), both int32.
 // m_tdata = a (int32); m_tuser = sat, set when |r + q| > QMAX (the element counted in sat_feedback).
+`resetall
+`default_nettype none
+
 module ef_add #(
     parameter bit REG_SUM = 1'b0
 ) (
@@ -63,3 +66,5 @@ module ef_add #(
     end
 `endif
 endmodule
+
+`resetall

@@ -6,6 +6,9 @@
 // `import gradblock_pkg::*`: yosys 0.23 reads neither import form inside a module, and an
 // import at file scope pollutes the compilation unit. hw/deps.py sees the `gradblock_pkg::`
 // references and puts this file ahead of the modules that use it.
+`resetall
+`default_nettype none
+
 package gradblock_pkg;
     // a shared-constants package: no single user needs every name
     /* verilator lint_off UNUSEDPARAM */
@@ -87,3 +90,5 @@ package gradblock_pkg;
 
     /* verilator lint_on UNUSEDPARAM */
 endpackage
+
+`resetall

@@ -13,6 +13,9 @@
 // registered compares say. The next value is taken in that same cycle, so its compare sees
 // the list with the previous value in it. in_ready is a flop; busy is high while a value is
 // still on its way into the list.
+`resetall
+`default_nettype none
+
 module index_sort #(
     parameter int K_MAX = 32
 ) (
@@ -82,3 +85,5 @@ module index_sort #(
     end
 `endif
 endmodule
+
+`resetall

@@ -9,6 +9,9 @@
 //           (it is read combinationally on every accepted beat).
 // Factor masking of u' (0 on the selected blocks) happens after selection, where the residual
 // is masked; this stage only computes u'.
+`resetall
+`default_nettype none
+
 module momentum (
     input  logic        clk,
     input  logic        rst,
@@ -69,3 +72,5 @@ module momentum (
     end
 `endif
 endmodule
+
+`resetall

@@ -10,6 +10,9 @@
 // All stages advance together (one enable: s_tready = !m_tvalid || m_tready), as in the
 // quantiser; the caller puts a register slice in front if the ready must not run on.
 // m_fix must be held constant while a layer streams (it is read in stage 2).
+`resetall
+`default_nettype none
+
 module momentum_pipe (
     input  logic        clk,
     input  logic        rst,
@@ -94,3 +97,5 @@ module momentum_pipe (
     end
 `endif
 endmodule
+
+`resetall

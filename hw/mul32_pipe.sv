@@ -4,6 +4,9 @@
 // little for routing on either side of it), then four 16 x 16 partial products (one
 // MULT18X18D each), then the middle sum beside the outer products (disjoint bits: no add),
 // then the product.
+`resetall
+`default_nettype none
+
 module mul32_pipe (
     input  logic        clk,
     input  logic [31:0] a,
@@ -43,3 +46,5 @@ module mul32_pipe (
     end
 `endif
 endmodule
+
+`resetall

@@ -1,6 +1,9 @@
 // One valid/ready pipeline register (AXI4-Stream style, any payload width).
 // in_ready is high whenever the register is empty or is being emptied this cycle, so a
 // chain of these moves one word per cycle and never drops or duplicates under backpressure.
+`resetall
+`default_nettype none
+
 module pipe_reg #(
     parameter int W = 32
 ) (
@@ -40,3 +43,5 @@ module pipe_reg #(
     end
 `endif
 endmodule
+
+`resetall

@@ -20,6 +20,9 @@
 //        (±Inf included; NaN is not counted, it has its own flag)
 //   nan: the input is a NaN; its code is 0 (the software reference raises instead)
 // s_tuser is carried alongside untouched (the top uses it for the residual).
+`resetall
+`default_nettype none
+
 module quantiser #(
     parameter int UW = 1
 ) (
@@ -213,3 +216,5 @@ module quantiser #(
     end
 `endif
 endmodule
+
+`resetall

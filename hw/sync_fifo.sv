@@ -8,6 +8,9 @@
 // full and empty are kept as flags updated with each push and pop (from "one entry from full /
 // empty", itself a function of the pointers) rather than compared from the pointers each
 // cycle, so callers that decide push or pop from them start from a flop.
+`resetall
+`default_nettype none
+
 module sync_fifo #(
     parameter int W  = 33,
     parameter int AW = 2,
@@ -77,3 +80,5 @@ module sync_fifo #(
     end
 `endif
 endmodule
+
+`resetall

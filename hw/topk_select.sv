@@ -17,6 +17,9 @@
 //   stage 3  the slots take the pair or their upper neighbour as the registered enables say.
 // cfg_k (1..K_MAX) must be held steady during a layer; outside that range cfg_err is raised and
 // k is clamped into it.
+`resetall
+`default_nettype none
+
 module topk_select #(
     parameter int K_MAX = 16
 ) (
@@ -201,3 +204,5 @@ module topk_select #(
     end
 `endif
 endmodule
+
+`resetall

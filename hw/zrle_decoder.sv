@@ -45,6 +45,9 @@
 // marks the beat that holds the n-th value; it travels through the queue with its entry (set
 // by the parse side from registers), so no 32-bit count compare sits on the emit path.
 // RUN_OUT = 0 (default): one beat per value, m_tcount = 1 always.
+`resetall
+`default_nettype none
+
 module zrle_decoder #(
     parameter int QUEUE_AW = 4,         // 2^QUEUE_AW queue entries between parse and emit
     parameter bit RUN_OUT = 1'b0        // 1: a zero run is one beat carrying its length
@@ -558,3 +561,5 @@ module zrle_decoder #(
     end
 `endif
 endmodule
+
+`resetall

@@ -2,6 +2,9 @@
 // words in; out comes the frame word for word as codec.zrle.encode_frame builds it:
 // header (5 words), tokens [z, L, lit_1 .. lit_L], t0 = token count, t1 = CRC-32 (m_tlast).
 // It is zrle_run_encoder taking one word a beat (s_tcount = 1); the design notes are there.
+`resetall
+`default_nettype none
+
 module zrle_encoder #(
     parameter int LMAX_LOG2_MAX  = 8,   // largest runtime lmax_log2
     parameter int TOKEN_QUEUE_AW = 4    // 2^this closed tokens may wait for the output
@@ -60,3 +63,5 @@ module zrle_encoder #(
     end
 `endif
 endmodule
+
+`resetall

@@ -25,6 +25,9 @@
 // h1 carries, so the frame always describes itself correctly. cfg_range_bits is copied to h4 as
 // given (the software encoder refuses a non-finite or non-positive R before it gets here).
 // cfg_ready is high only while the encoder is idle: one idle cycle separates frames.
+`resetall
+`default_nettype none
+
 module zrle_run_encoder #(
     parameter int LMAX_LOG2_MAX  = 8,   // largest runtime lmax_log2
     parameter int TOKEN_QUEUE_AW = 4    // 2^this closed tokens may wait for the output
@@ -474,3 +477,5 @@ module zrle_run_encoder #(
     end
 `endif
 endmodule
+
+`resetall

@@ -1,7 +1,9 @@
 """Static checks of every .sv file in hw/: one module or package per file named like the file,
 `verilator --lint-only -Wall` clean with each module as top (default parameters and the extra
 parameter sets below), and an `iverilog -g2012` elaboration without errors or "sorry"
-(unsupported construct) messages. Each is given exactly the files hw/deps.py resolves for that
+(unsupported construct) messages. Every file turns implicit nets off (`default_nettype none
+after a `resetall, verilog-axis style) and resets the directives at its end, so an undeclared
+net is an error and the setting does not leak into files compiled after it. Each is given exactly the files hw/deps.py resolves for that
 top (packages first), so a missing dependency in the resolver fails here. Packages are linted
 on their own too. (yosys synthesis is checked by tests/test_rtl_synth.py.)
 """
@@ -56,6 +58,49 @@ def test_one_module_per_file(path):
     names = DECL_RE.findall(strip_comments(path.read_text()))
     assert names == [path.stem], (f"{path.name} declares modules/packages {names}, "
                                   f"expected [{path.stem!r}]")
+
+
+@pytest.mark.parametrize("path", [pytest.param(f, id=f.stem) for f in HW_FILES])
+def test_default_nettype_none(path):
+    """`resetall and `default_nettype none ahead of the module or package, `resetall (or
+    `default_nettype wire) after its end: no implicit nets inside, no leak outside."""
+    text = strip_comments(path.read_text())
+    decl = DECL_RE.search(text)
+    assert decl, path.name
+    head, body = text[:decl.start()], text[decl.start():]
+    directives = re.findall(r"`(resetall|default_nettype\s+\w+)", head)
+    assert directives[-2:] == ["resetall", "default_nettype none"], \
+        f"{path.name}: expected `resetall then `default_nettype none before its declaration"
+    end = re.search(r"\bend(?:module|package)\b", body)
+    assert end, path.name
+    tail = re.findall(r"`(resetall|default_nettype\s+\w+)", body[end.end():])
+    assert tail and tail[-1] in ("resetall", "default_nettype wire"), \
+        f"{path.name}: `default_nettype none leaks past its end (add `resetall)"
+    inner = re.findall(r"`default_nettype\s+(\w+)", body[:end.start()])
+    assert not inner, f"{path.name}: `default_nettype changed inside the {decl.group(0).split()[0]}"
+
+
+def test_implicit_net_is_an_error(tmp_path):
+    """The setting bites: under it, an undeclared net fails Icarus and Verilator; a file after
+    one of ours (compiled in the same unit) still gets implicit nets as before."""
+    sync = HW_DIR / "sync_fifo.sv"
+    bad = tmp_path / "bad.sv"
+    bad.write_text("`resetall\n`default_nettype none\nmodule bad (input logic a, output logic y);\n"
+                   "    assign t = a;\n    assign y = t;\nendmodule\n`resetall\n")
+    after = tmp_path / "after.sv"
+    after.write_text("module after (input a, output y);\n    assign y = a;\nendmodule\n")
+    if shutil.which("iverilog"):
+        proc = subprocess.run(["iverilog", "-g2012", "-s", "bad", "-o", str(tmp_path / "b.vvp"),
+                               str(bad)], capture_output=True, text=True, timeout=120)
+        assert proc.returncode != 0, proc.stdout + proc.stderr
+        proc = subprocess.run(["iverilog", "-g2012", "-s", "after", "-o",
+                               str(tmp_path / "a.vvp"), str(sync), str(after)],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    if setup_verilator() is not None or shutil.which("verilator"):
+        proc = subprocess.run(["verilator", "--lint-only", "-Wno-fatal", str(bad)],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode != 0, proc.stdout + proc.stderr
 
 
 def test_resolver_covers_every_module():
