@@ -39,6 +39,9 @@
 //             12 the velocity and residual regions overlap (11 and 12 refuse the config; 11 is
 //             checked first of all, as spec §7.4 checks the velocity before the rest, 12 right
 //             after 1). The names are gradblock_pkg's ENGINE_ERR_*.
+`resetall
+`default_nettype none
+
 module compress_engine #(
     parameter int ADDR_W = 32,          // AXI address width (bytes)
     parameter int K_MAX = 32,           // most blocks selected per layer
@@ -1029,188 +1032,57 @@ module compress_engine #(
 
 `ifndef SYNTHESIS
     // ---- assertions (simulation and hw/formal/; docs/hw.md "Verification")
-    // AXI4 port m_axi_*: AR, AW and W held, unchanged, until taken; INCR bursts of 1..MAX_BURST
-    // beats that stay inside one 4 KiB page; W beats follow the AW bursts in order, WLAST on
-    // each burst's last beat and on no other, never a W beat that no AW announced; the memory
-    // side: no R beat or B response that was not asked for, RLAST on each read burst's last beat
-    logic                  chk_axi_ar_stall, chk_axi_aw_stall, chk_axi_w_stall;
-    logic [ADDR_W+7:0]     chk_axi_ar, chk_axi_aw;
-    logic [32+4:0]          chk_axi_w;
-    logic [8:0]            chk_axi_awq [16];  // beats of announced write bursts, oldest first
-    logic [3:0]            chk_axi_awq_wr, chk_axi_awq_rd;
-    logic [4:0]            chk_axi_awq_n;
-    logic [8:0]            chk_axi_wbeat;     // W beats sent of the oldest announced burst
-    logic [8:0]            chk_axi_arq [16];  // beats of requested read bursts, oldest first
-    logic [3:0]            chk_axi_arq_wr, chk_axi_arq_rd;
-    logic [4:0]            chk_axi_arq_n;
-    logic [8:0]            chk_axi_rbeat;
-    logic [31:0]           chk_axi_b_due;     // write bursts completed and not yet answered
-    logic                  chk_axi_ar_fire, chk_axi_aw_fire, chk_axi_w_fire, chk_axi_r_fire, chk_axi_b_fire;
-    logic [8:0]            chk_axi_wlen, chk_axi_rlen;
-    assign chk_axi_ar_fire = m_axi_arvalid && m_axi_arready;
-    assign chk_axi_aw_fire = m_axi_awvalid && m_axi_awready;
-    assign chk_axi_w_fire  = m_axi_wvalid && m_axi_wready;
-    assign chk_axi_r_fire  = m_axi_rvalid && m_axi_rready;
-    assign chk_axi_b_fire  = m_axi_bvalid && m_axi_bready;
-    assign chk_axi_wlen = chk_axi_awq_n != 5'd0 ? chk_axi_awq[chk_axi_awq_rd] : {1'b0, m_axi_awlen} + 9'd1;
-    assign chk_axi_rlen = chk_axi_arq_n != 5'd0 ? chk_axi_arq[chk_axi_arq_rd] : 9'd0;
-    initial begin
-        chk_axi_ar_stall = 1'b0;
-        chk_axi_aw_stall = 1'b0;
-        chk_axi_w_stall = 1'b0;
-    end
-    always @(posedge clk) begin
-        chk_axi_ar_stall <= !rst && m_axi_arvalid && !m_axi_arready;
-        chk_axi_aw_stall <= !rst && m_axi_awvalid && !m_axi_awready;
-        chk_axi_w_stall  <= !rst && m_axi_wvalid && !m_axi_wready;
-        chk_axi_ar <= {m_axi_araddr, m_axi_arlen};
-        chk_axi_aw <= {m_axi_awaddr, m_axi_awlen};
-        chk_axi_w  <= {m_axi_wdata, m_axi_wstrb, m_axi_wlast};
-        if (rst) begin
-            chk_axi_awq_wr <= '0;
-            chk_axi_awq_rd <= '0;
-            chk_axi_awq_n <= '0;
-            chk_axi_wbeat <= '0;
-            chk_axi_arq_wr <= '0;
-            chk_axi_arq_rd <= '0;
-            chk_axi_arq_n <= '0;
-            chk_axi_rbeat <= '0;
-            chk_axi_b_due <= '0;
-        end else begin
-            if (chk_axi_ar_stall) assert (m_axi_arvalid && {m_axi_araddr, m_axi_arlen} == chk_axi_ar);
-            if (chk_axi_aw_stall) assert (m_axi_awvalid && {m_axi_awaddr, m_axi_awlen} == chk_axi_aw);
-            if (chk_axi_w_stall) assert (m_axi_wvalid && {m_axi_wdata, m_axi_wstrb, m_axi_wlast} == chk_axi_w);
-            if (m_axi_arvalid) begin
-                assert ({1'b0, m_axi_arlen} < 9'(MAX_BURST) && m_axi_arburst == 2'b01 && m_axi_araddr[1:0] == '0);
-                assert (11'(m_axi_araddr[11:2]) + 11'(m_axi_arlen) + 11'd1 <= 11'd1024);
-            end
-            if (m_axi_awvalid) begin
-                assert ({1'b0, m_axi_awlen} < 9'(MAX_BURST) && m_axi_awburst == 2'b01 && m_axi_awaddr[1:0] == '0);
-                assert (11'(m_axi_awaddr[11:2]) + 11'(m_axi_awlen) + 11'd1 <= 11'd1024);
-            end
-            if (chk_axi_w_fire) begin
-                assert (chk_axi_awq_n != 5'd0 || chk_axi_aw_fire);
-                assert (m_axi_wlast == (chk_axi_wbeat + 9'd1 == chk_axi_wlen));
-            end
-            if (chk_axi_r_fire) begin
-                assert (chk_axi_arq_n != 5'd0);
-                assert (m_axi_rlast == (chk_axi_rbeat + 9'd1 == chk_axi_rlen));
-            end
-            if (chk_axi_b_fire) assert (chk_axi_b_due != 32'd0 || (chk_axi_w_fire && m_axi_wlast));
-            assert (!(chk_axi_aw_fire && chk_axi_awq_n == 5'd16) && !(chk_axi_ar_fire && chk_axi_arq_n == 5'd16));
-            // the checker's own queues
-            if (chk_axi_aw_fire) begin
-                chk_axi_awq[chk_axi_awq_wr] <= {1'b0, m_axi_awlen} + 9'd1;
-                chk_axi_awq_wr <= chk_axi_awq_wr + 4'd1;
-            end
-            if (chk_axi_ar_fire) begin
-                chk_axi_arq[chk_axi_arq_wr] <= {1'b0, m_axi_arlen} + 9'd1;
-                chk_axi_arq_wr <= chk_axi_arq_wr + 4'd1;
-            end
-            chk_axi_awq_n <= chk_axi_awq_n + 5'(chk_axi_aw_fire) - 5'(chk_axi_w_fire && m_axi_wlast);
-            chk_axi_arq_n <= chk_axi_arq_n + 5'(chk_axi_ar_fire) - 5'(chk_axi_r_fire && m_axi_rlast);
-            if (chk_axi_w_fire) begin
-                chk_axi_wbeat <= m_axi_wlast ? 9'd0 : chk_axi_wbeat + 9'd1;
-                if (m_axi_wlast) chk_axi_awq_rd <= chk_axi_awq_rd + 4'd1;
-            end
-            if (chk_axi_r_fire) begin
-                chk_axi_rbeat <= m_axi_rlast ? 9'd0 : chk_axi_rbeat + 9'd1;
-                if (m_axi_rlast) chk_axi_arq_rd <= chk_axi_arq_rd + 4'd1;
-            end
-            chk_axi_b_due <= chk_axi_b_due + 32'(chk_axi_w_fire && m_axi_wlast) - 32'(chk_axi_b_fire);
-        end
-    end
-    // AXI4 port m_axi_vel_*: AR, AW and W held, unchanged, until taken; INCR bursts of 1..MAX_BURST
-    // beats that stay inside one 4 KiB page; W beats follow the AW bursts in order, WLAST on
-    // each burst's last beat and on no other, never a W beat that no AW announced; the memory
-    // side: no R beat or B response that was not asked for, RLAST on each read burst's last beat
-    logic                  chk_axi_vel_ar_stall, chk_axi_vel_aw_stall, chk_axi_vel_w_stall;
-    logic [ADDR_W+7:0]     chk_axi_vel_ar, chk_axi_vel_aw;
-    logic [32+4:0]          chk_axi_vel_w;
-    logic [8:0]            chk_axi_vel_awq [16];  // beats of announced write bursts, oldest first
-    logic [3:0]            chk_axi_vel_awq_wr, chk_axi_vel_awq_rd;
-    logic [4:0]            chk_axi_vel_awq_n;
-    logic [8:0]            chk_axi_vel_wbeat;     // W beats sent of the oldest announced burst
-    logic [8:0]            chk_axi_vel_arq [16];  // beats of requested read bursts, oldest first
-    logic [3:0]            chk_axi_vel_arq_wr, chk_axi_vel_arq_rd;
-    logic [4:0]            chk_axi_vel_arq_n;
-    logic [8:0]            chk_axi_vel_rbeat;
-    logic [31:0]           chk_axi_vel_b_due;     // write bursts completed and not yet answered
-    logic                  chk_axi_vel_ar_fire, chk_axi_vel_aw_fire, chk_axi_vel_w_fire, chk_axi_vel_r_fire, chk_axi_vel_b_fire;
-    logic [8:0]            chk_axi_vel_wlen, chk_axi_vel_rlen;
-    assign chk_axi_vel_ar_fire = m_axi_vel_arvalid && m_axi_vel_arready;
-    assign chk_axi_vel_aw_fire = m_axi_vel_awvalid && m_axi_vel_awready;
-    assign chk_axi_vel_w_fire  = m_axi_vel_wvalid && m_axi_vel_wready;
-    assign chk_axi_vel_r_fire  = m_axi_vel_rvalid && m_axi_vel_rready;
-    assign chk_axi_vel_b_fire  = m_axi_vel_bvalid && m_axi_vel_bready;
-    assign chk_axi_vel_wlen = chk_axi_vel_awq_n != 5'd0 ? chk_axi_vel_awq[chk_axi_vel_awq_rd] : {1'b0, m_axi_vel_awlen} + 9'd1;
-    assign chk_axi_vel_rlen = chk_axi_vel_arq_n != 5'd0 ? chk_axi_vel_arq[chk_axi_vel_arq_rd] : 9'd0;
-    initial begin
-        chk_axi_vel_ar_stall = 1'b0;
-        chk_axi_vel_aw_stall = 1'b0;
-        chk_axi_vel_w_stall = 1'b0;
-    end
-    always @(posedge clk) begin
-        chk_axi_vel_ar_stall <= !rst && m_axi_vel_arvalid && !m_axi_vel_arready;
-        chk_axi_vel_aw_stall <= !rst && m_axi_vel_awvalid && !m_axi_vel_awready;
-        chk_axi_vel_w_stall  <= !rst && m_axi_vel_wvalid && !m_axi_vel_wready;
-        chk_axi_vel_ar <= {m_axi_vel_araddr, m_axi_vel_arlen};
-        chk_axi_vel_aw <= {m_axi_vel_awaddr, m_axi_vel_awlen};
-        chk_axi_vel_w  <= {m_axi_vel_wdata, m_axi_vel_wstrb, m_axi_vel_wlast};
-        if (rst) begin
-            chk_axi_vel_awq_wr <= '0;
-            chk_axi_vel_awq_rd <= '0;
-            chk_axi_vel_awq_n <= '0;
-            chk_axi_vel_wbeat <= '0;
-            chk_axi_vel_arq_wr <= '0;
-            chk_axi_vel_arq_rd <= '0;
-            chk_axi_vel_arq_n <= '0;
-            chk_axi_vel_rbeat <= '0;
-            chk_axi_vel_b_due <= '0;
-        end else begin
-            if (chk_axi_vel_ar_stall) assert (m_axi_vel_arvalid && {m_axi_vel_araddr, m_axi_vel_arlen} == chk_axi_vel_ar);
-            if (chk_axi_vel_aw_stall) assert (m_axi_vel_awvalid && {m_axi_vel_awaddr, m_axi_vel_awlen} == chk_axi_vel_aw);
-            if (chk_axi_vel_w_stall) assert (m_axi_vel_wvalid && {m_axi_vel_wdata, m_axi_vel_wstrb, m_axi_vel_wlast} == chk_axi_vel_w);
-            if (m_axi_vel_arvalid) begin
-                assert ({1'b0, m_axi_vel_arlen} < 9'(MAX_BURST) && m_axi_vel_arburst == 2'b01 && m_axi_vel_araddr[1:0] == '0);
-                assert (11'(m_axi_vel_araddr[11:2]) + 11'(m_axi_vel_arlen) + 11'd1 <= 11'd1024);
-            end
-            if (m_axi_vel_awvalid) begin
-                assert ({1'b0, m_axi_vel_awlen} < 9'(MAX_BURST) && m_axi_vel_awburst == 2'b01 && m_axi_vel_awaddr[1:0] == '0);
-                assert (11'(m_axi_vel_awaddr[11:2]) + 11'(m_axi_vel_awlen) + 11'd1 <= 11'd1024);
-            end
-            if (chk_axi_vel_w_fire) begin
-                assert (chk_axi_vel_awq_n != 5'd0 || chk_axi_vel_aw_fire);
-                assert (m_axi_vel_wlast == (chk_axi_vel_wbeat + 9'd1 == chk_axi_vel_wlen));
-            end
-            if (chk_axi_vel_r_fire) begin
-                assert (chk_axi_vel_arq_n != 5'd0);
-                assert (m_axi_vel_rlast == (chk_axi_vel_rbeat + 9'd1 == chk_axi_vel_rlen));
-            end
-            if (chk_axi_vel_b_fire) assert (chk_axi_vel_b_due != 32'd0 || (chk_axi_vel_w_fire && m_axi_vel_wlast));
-            assert (!(chk_axi_vel_aw_fire && chk_axi_vel_awq_n == 5'd16) && !(chk_axi_vel_ar_fire && chk_axi_vel_arq_n == 5'd16));
-            // the checker's own queues
-            if (chk_axi_vel_aw_fire) begin
-                chk_axi_vel_awq[chk_axi_vel_awq_wr] <= {1'b0, m_axi_vel_awlen} + 9'd1;
-                chk_axi_vel_awq_wr <= chk_axi_vel_awq_wr + 4'd1;
-            end
-            if (chk_axi_vel_ar_fire) begin
-                chk_axi_vel_arq[chk_axi_vel_arq_wr] <= {1'b0, m_axi_vel_arlen} + 9'd1;
-                chk_axi_vel_arq_wr <= chk_axi_vel_arq_wr + 4'd1;
-            end
-            chk_axi_vel_awq_n <= chk_axi_vel_awq_n + 5'(chk_axi_vel_aw_fire) - 5'(chk_axi_vel_w_fire && m_axi_vel_wlast);
-            chk_axi_vel_arq_n <= chk_axi_vel_arq_n + 5'(chk_axi_vel_ar_fire) - 5'(chk_axi_vel_r_fire && m_axi_vel_rlast);
-            if (chk_axi_vel_w_fire) begin
-                chk_axi_vel_wbeat <= m_axi_vel_wlast ? 9'd0 : chk_axi_vel_wbeat + 9'd1;
-                if (m_axi_vel_wlast) chk_axi_vel_awq_rd <= chk_axi_vel_awq_rd + 4'd1;
-            end
-            if (chk_axi_vel_r_fire) begin
-                chk_axi_vel_rbeat <= m_axi_vel_rlast ? 9'd0 : chk_axi_vel_rbeat + 9'd1;
-                if (m_axi_vel_rlast) chk_axi_vel_arq_rd <= chk_axi_vel_arq_rd + 4'd1;
-            end
-            chk_axi_vel_b_due <= chk_axi_vel_b_due + 32'(chk_axi_vel_w_fire && m_axi_vel_wlast) - 32'(chk_axi_vel_b_fire);
-        end
-    end
+    // AXI4 master port rules (axi4_master_checker.sv: handshakes held until taken, INCR
+    // bursts of 1..MAX_BURST beats inside one 4 KiB page, WLAST/RLAST on each burst's last
+    // beat, no W beat, R beat or B response that no burst announced)
+    axi4_master_checker #(.ADDR_W(ADDR_W), .DATA_W(32), .MAX_BURST(MAX_BURST)) u_chk_axi (
+        .clk           (clk),
+        .rst           (rst),
+        .m_axi_araddr  (m_axi_araddr),
+        .m_axi_arlen   (m_axi_arlen),
+        .m_axi_arburst (m_axi_arburst),
+        .m_axi_arvalid (m_axi_arvalid),
+        .m_axi_arready (m_axi_arready),
+        .m_axi_rlast   (m_axi_rlast),
+        .m_axi_rvalid  (m_axi_rvalid),
+        .m_axi_rready  (m_axi_rready),
+        .m_axi_awaddr  (m_axi_awaddr),
+        .m_axi_awlen   (m_axi_awlen),
+        .m_axi_awburst (m_axi_awburst),
+        .m_axi_awvalid (m_axi_awvalid),
+        .m_axi_awready (m_axi_awready),
+        .m_axi_wdata   (m_axi_wdata),
+        .m_axi_wstrb   (m_axi_wstrb),
+        .m_axi_wlast   (m_axi_wlast),
+        .m_axi_wvalid  (m_axi_wvalid),
+        .m_axi_wready  (m_axi_wready),
+        .m_axi_bvalid  (m_axi_bvalid),
+        .m_axi_bready  (m_axi_bready)
+    );
+    axi4_master_checker #(.ADDR_W(ADDR_W), .DATA_W(32), .MAX_BURST(MAX_BURST)) u_chk_axi_vel (
+        .clk           (clk),
+        .rst           (rst),
+        .m_axi_araddr  (m_axi_vel_araddr),
+        .m_axi_arlen   (m_axi_vel_arlen),
+        .m_axi_arburst (m_axi_vel_arburst),
+        .m_axi_arvalid (m_axi_vel_arvalid),
+        .m_axi_arready (m_axi_vel_arready),
+        .m_axi_rlast   (m_axi_vel_rlast),
+        .m_axi_rvalid  (m_axi_vel_rvalid),
+        .m_axi_rready  (m_axi_vel_rready),
+        .m_axi_awaddr  (m_axi_vel_awaddr),
+        .m_axi_awlen   (m_axi_vel_awlen),
+        .m_axi_awburst (m_axi_vel_awburst),
+        .m_axi_awvalid (m_axi_vel_awvalid),
+        .m_axi_awready (m_axi_vel_awready),
+        .m_axi_wdata   (m_axi_vel_wdata),
+        .m_axi_wstrb   (m_axi_vel_wstrb),
+        .m_axi_wlast   (m_axi_vel_wlast),
+        .m_axi_wvalid  (m_axi_vel_wvalid),
+        .m_axi_wready  (m_axi_vel_wready),
+        .m_axi_bvalid  (m_axi_vel_bvalid),
+        .m_axi_bready  (m_axi_vel_bready)
+    );
     // m_frame: a word offered stays offered, unchanged, until m_frame_tready takes it
     logic        chk_frame_stall;
     logic [32:0] chk_frame_word;
@@ -1222,3 +1094,5 @@ module compress_engine #(
     end
 `endif
 endmodule
+
+`resetall

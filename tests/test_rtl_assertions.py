@@ -1,7 +1,13 @@
 """The RTL's assertions (docs/hw.md "Verification"): every module carries some under
-`ifndef SYNTHESIS, every Verilator run of the cocotb harness checks them (--assert), and a
-planted handshake bug in a copy of axis_skid_buffer (its output word reloaded while stalled)
-trips them in Icarus and in Verilator while the unmodified copy runs clean."""
+`ifndef SYNTHESIS (its own, or a shared checker module it instantiates there), every Verilator
+run of the cocotb harness checks them (--assert), and a planted handshake bug in a copy of
+axis_skid_buffer (its output word reloaded while stalled) trips them in Icarus and in Verilator
+while the unmodified copy runs clean.
+
+The AXI4 master-port rules live once, in axi4_master_checker.sv: both engines instantiate it
+for each of their ports (no copy of the rules remains in an engine), and a master that asks
+for a burst across a 4 KiB page (forced onto the port of an otherwise idle engine) trips the
+shared checker in each engine and each port, while the idle engine runs clean."""
 from __future__ import annotations
 
 import re
@@ -14,6 +20,12 @@ from gradblock.hw import deps
 from gradblock.sim.harness import HW_DIR, build_args, setup_verilator
 
 MODULES = deps.tops()
+CHECKER = "axi4_master_checker"
+# (engine, AXI4 master port prefix, instance of the checker on that port)
+AXI_PORTS = [("compress_engine", "m_axi", "u_chk_axi"),
+             ("compress_engine", "m_axi_vel", "u_chk_axi_vel"),
+             ("aggregate_engine", "m_axi", "u_chk_axi")]
+_INPUT = re.compile(r"^\s*input\s+logic\s*(?:signed\s*)?(?:\[[^\]]*\]\s*)?(\w+)", re.M)
 STALL_LOAD = "        if (main_free) begin\n            m_data <="
 
 TB = """module tb;
@@ -50,12 +62,88 @@ def _copies(tmp_path):
     return good, bad, tb
 
 
-@pytest.mark.parametrize("module", MODULES)
-def test_every_module_has_assertions(module):
+def _assertion_block(module: str) -> str | None:
     text = (HW_DIR / f"{module}.sv").read_text()
     block = re.search(r"`ifndef SYNTHESIS(.*?)`endif\s*endmodule", text, re.S)
-    assert block and re.search(r"\bassert\s*\(", block.group(1)), \
+    return block.group(1) if block else None
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_every_module_has_assertions(module):
+    block = _assertion_block(module)
+    checkers = [m for m in deps.instantiated(module) if m.endswith("_checker")]
+    assert block and (re.search(r"\bassert\s*\(", block)
+                      or any(re.search(rf"\b{c}\b", block) for c in checkers)), \
         f"{module}.sv has no assertion block (`ifndef SYNTHESIS ... assert (...)) before endmodule"
+    for c in checkers:
+        assert re.search(rf"\b{c}\b", block), f"{module}.sv: {c} outside `ifndef SYNTHESIS"
+        assert re.search(r"\bassert\s*\(", _assertion_block(c) or ""), c
+
+
+@pytest.mark.parametrize("engine", sorted({e for e, _, _ in AXI_PORTS}))
+def test_engines_share_one_axi_checker(engine):
+    """Each AXI4 master port has its checker instance; the rules themselves are not copied."""
+    text = (HW_DIR / f"{engine}.sv").read_text()
+    block = _assertion_block(engine)
+    for e, prefix, inst in AXI_PORTS:
+        if e == engine:
+            assert re.search(rf"{CHECKER}\s*#\([^;]*?\)\s*{inst}\s*\(", block, re.S), (engine, inst)
+            assert re.search(rf"\.m_axi_araddr\s*\(\s*{prefix}_araddr\s*\)", block), (engine, prefix)
+    # the rules' own state and the 4 KiB page compare live only in the checker
+    assert not re.search(r"\bchk_axi\w*_(?:awq|arq|wbeat|b_due)\b", text), engine
+    assert not re.search(r"\bassert\s*\([^;]*_a[rw]addr\b", text), engine
+    assert "11'd1024" not in text and "11'd512" not in text, engine
+    assert CHECKER in deps.names(engine)
+
+
+def _engine_tb(engine: str, prefix: str | None) -> str:
+    """An idle `engine` (every input 0 after reset); with `prefix`, a read burst of two beats
+    from the last word of a 4 KiB page is forced onto that port: a 4 KiB crossing."""
+    inputs = [n for n in _INPUT.findall((HW_DIR / f"{engine}.sv").read_text())
+              if n not in ("clk", "rst")]
+    conns = "".join(f",\n        .{n}('0)" for n in inputs)
+    plant = "" if prefix is None else (
+        f"        force dut.{prefix}_araddr = 'hFF8;\n"
+        f"        force dut.{prefix}_arlen = 8'd1;\n"
+        f"        force dut.{prefix}_arvalid = 1'b1;\n")
+    return f"""module tb;
+    logic clk = 1'b0, rst = 1'b1;
+    {engine} dut (
+        .clk(clk),
+        .rst(rst){conns}
+    );
+    always #5 clk = ~clk;
+    initial begin
+        repeat (3) @(posedge clk);
+        rst <= 1'b0;
+        repeat (4) @(posedge clk);
+{plant}        repeat (4) @(posedge clk);
+        $display("TB DONE");
+        $finish;
+    end
+endmodule
+"""
+
+
+@pytest.mark.parametrize("engine,prefix,inst", AXI_PORTS,
+                         ids=[f"{e}-{p}" for e, p, _ in AXI_PORTS])
+def test_shared_axi_checker_trips_in_each_engine_icarus(engine, prefix, inst, tmp_path):
+    if not shutil.which("iverilog"):
+        pytest.skip("iverilog not installed")
+    logs = {}
+    for name, plant in (("good", None), ("bad", prefix)):
+        tb = tmp_path / f"tb_{name}.sv"
+        tb.write_text(_engine_tb(engine, plant))
+        exe = tmp_path / f"{name}.vvp"
+        proc = subprocess.run(["iverilog", "-g2012", "-s", "tb", "-o", str(exe),
+                               *map(str, deps.sources(engine)), str(tb)],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        logs[name] = subprocess.run(["vvp", "-n", str(exe)], capture_output=True, text=True,
+                                    timeout=120).stdout
+    assert "TB DONE" in logs["good"] and "ERROR" not in logs["good"], logs["good"][-2000:]
+    assert re.search(rf"ERROR: \S*{CHECKER}\.sv:\d+", logs["bad"]), logs["bad"][-2000:]
+    assert f"tb.dut.{inst}" in logs["bad"], logs["bad"][-2000:]
 
 
 def test_verilator_runs_check_assertions():
