@@ -50,9 +50,10 @@ from gradblock import torchstep as tc
 from gradblock.codec import zrle_torch
 from gradblock.codec.zrle import DEFAULT_LMAX_LOG2
 from gradblock.refmodel.momentum import MomentumConfig
-from gradblock.refmodel.quantiser import DEFAULT_RANGE, NonFiniteError, QuantConfig
+from gradblock.refmodel.quantiser import DEFAULT_RANGE, NonFiniteError
 from gradblock.refmodel.selection import block_layout, resolve_k
-from gradblock.refmodel.validation import check_norm
+from gradblock.refmodel.validation import (check_block_size, check_k, check_lmax_log2, check_norm,
+                                             check_range)
 
 from .warmup import Warmup
 
@@ -377,11 +378,9 @@ class _SparseFeedback(Compressor):
                  block_size: int | None = None, dense_below: int = 0, **kw):
         super().__init__(layers, n_workers, dense_below=dense_below, **kw)
         self.density = density
-        self.match_k = match_k
-        self.block_size = block_size
-        if density == "match":
-            resolve_k(match_k, 1)                               # validates match_k
-        else:
+        self.match_k = check_k(match_k)
+        self.block_size = check_block_size(block_size)
+        if density != "match":
             d = float(density)
             if not (0.0 < d <= 1.0):
                 raise ValueError(f"density must be in (0, 1] or 'match', got {density!r}")
@@ -521,12 +520,11 @@ class CoarseCompressor(Compressor):
             raise ValueError("the allreduce exchange (global block selection) sums L1 block "
                              f"norms; norm {self.norm!r} is not supported there")
         self.exchange = exchange
-        self.cfg = QuantConfig.from_range(R)
-        resolve_k(k, 1)                                          # validates k
-        if block_size is not None and int(block_size) < 1:
-            raise ValueError(f"block_size must be >= 1, got {block_size}")
-        from gradblock.codec.zrle import check_lmax_log2
-        self.k, self.block_size, self.lmax_log2 = k, block_size, check_lmax_log2(lmax_log2)
+        # the contract's own checks and named errors (RangeError, KError, BlockSizeError,
+        # LmaxError), the ones every other entry point raises
+        self.cfg = check_range(R)
+        self.k, self.block_size = check_k(k), check_block_size(block_size)
+        self.lmax_log2 = check_lmax_log2(lmax_log2)
         self._plans: dict = {}
 
     def config(self) -> dict:

@@ -417,3 +417,22 @@ def test_compressor_state_is_checked_against_the_spec(name):
     with pytest.raises(CheckpointError, match=r"'compressor.workers.1.layers.2': missing key\(s\) "
                                               r"\['residual'\]"):
         check_compressor_state(comp, LAYERS, saved, [0, 1])
+
+
+@pytest.mark.parametrize("name,kw,error", [
+    ("coarse", dict(k=0), "KError"), ("coarse", dict(k=1.5), "KError"),
+    ("coarse", dict(block_size=0), "BlockSizeError"), ("coarse", dict(block_size=2.5), "BlockSizeError"),
+    ("coarse", dict(lmax_log2=99), "LmaxError"), ("coarse", dict(R=float("nan")), "RangeError"),
+    ("coarse", dict(R=-1.0), "RangeError"), ("topk", dict(density="match", k=-2), "KError"),
+    ("topk", dict(block_size=0), "BlockSizeError"),
+])
+def test_compressor_parameters_raise_the_contracts_named_errors(name, kw, error):
+    """The compressors check k, block size, lmax and range with refmodel.validation, so a bad
+    value raises the class every other entry point (CLI, kernels) raises."""
+    from gradblock.codec import errors as codec_errors
+    from gradblock.refmodel import validation
+    from gradblock.shim.compressors import build_compressor, layers_of
+    cls = getattr(validation, error, None) or getattr(codec_errors, error)
+    model = torch.nn.Linear(4, 3)
+    with pytest.raises(cls):
+        build_compressor(name, layers_of(model), 2, **kw)
