@@ -1,12 +1,12 @@
 """Build an RTL top level once per (top level, simulator, parameters) and run a cocotb test module.
 
-The one entry point is `run_rtl`; `parse_results` reads a cocotb results.xml. Both the codec
-and the datapath testbenches use it:
+The one entry point is `run_rtl`; `parse_results` reads a cocotb results.xml. A block is run
+through its entry of the DUT table (sim/duts.py), whose `run` calls run_rtl with the block's
+top level and testbench:
 
-    from gradblock.sim.harness import run_rtl
-    res = run_rtl("zrle_encoder", None,          # None: sources from hw/deps.py
-                  "gradblock.sim.tb_zrle_encoder", "verilator", parameters={"LMAX_LOG2_MAX": 3},
-                  env={"TB_CASES": "..."})
+    from gradblock.sim.duts import DUTS
+    res = DUTS["zrle_encoder"].run("verilator", parameters={"LMAX_LOG2_MAX": 3},
+                                   env={"TB_CASES": "..."})   # sources from hw/deps.py
     assert res.passed, res.report()
 
 * Build directories live in a cache the user controls, never in the package tree:

@@ -13,8 +13,6 @@ random int64 start values (expected = start + sums).
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 import cocotb
@@ -24,9 +22,8 @@ from cocotbext.axi import AxiStreamFrame
 from gradblock.codec import zrle
 from gradblock.hw.sv_constants import codes
 from gradblock.refmodel.golden_format import load_exchange
-from gradblock.sim import tb_datapath_common as tbc
 from gradblock.sim import tb_util
-from gradblock.sim.tb_engine_common import AxiEngineBench
+from gradblock.sim.tb_util import hdl_parameter as param   # the build's, from the runner
 
 MODULE = "aggregate_engine"
 GUARD_WORDS = 16
@@ -36,19 +33,15 @@ FRAME_CODES = codes("FRAME_ERR_")
 AGG_CODES = codes("AGG_ERR_")
 
 
-def param(name: str) -> int:
-    return tb_util.hdl_parameter(name)
-
-
 def error_code(name: str) -> int:
     """The RTL's err_code for a golden error name (gradblock_pkg)."""
     return FRAME_CODES[name] if name in FRAME_CODES else AGG_CODES[name]
 
 
-def load_cases():
-    wanted = {c for c in os.environ.get("TB_CASES", "").split(",") if c}
-    hi = tb_util.env_int("TB_MAX_N", 2**32)
-    cases = [c for d in tbc.golden_dirs() for c in load_exchange(d)]
+def load_exchange_cases():
+    wanted = tb_util.wanted_cases()
+    hi = tb_util.n_bounds()[1]
+    cases = [c for d in tb_util.golden_dirs() for c in load_exchange(d)]
     unknown = sorted(wanted - {c.name for c in cases})
     if unknown:
         raise ValueError(f"TB_CASES names unknown cases: {unknown}")
@@ -71,10 +64,10 @@ def literals(case) -> int:
                for f in worker_frames(case))
 
 
-class Engine(AxiEngineBench):
+class Engine(tb_util.AxiEngineBench):
     def __init__(self, dut, mem_bytes: int):
         super().__init__(dut, mem_bytes)
-        self.src = tbc.source(dut, "s")
+        self.src = tb_util.source(dut, "s")
         self.inputs.insert(0, self.src)
         self.rng = np.random.default_rng(5)
         self.r_stalls = 0           # cycles with rvalid high and rready low: must stay 0
@@ -102,9 +95,9 @@ class Engine(AxiEngineBench):
 
     def check_guards(self, name: str, base: int, n: int) -> None:
         for where, addr in (("before", base - 8 * GUARD_WORDS), ("after", base + 8 * n)):
-            tbc.check_words(name, f"memory {where} the sums", [GUARD] * GUARD_WORDS,
-                            np.frombuffer(self.ram.read(addr, 8 * GUARD_WORDS), np.uint64),
-                            width=64)
+            tb_util.check_words(name, f"memory {where} the sums", [GUARD] * GUARD_WORDS,
+                                np.frombuffer(self.ram.read(addr, 8 * GUARD_WORDS), np.uint64),
+                                width=64)
 
     # ---- control
     async def configure(self, n: int, workers: int, base: int, clear: bool) -> int:
@@ -134,28 +127,28 @@ class Engine(AxiEngineBench):
     def check(self, case, start_vals, status, clear: bool, base: int = BASE) -> None:
         name, n, err = case.name, case.meta["n"], case.meta["error"]
         self.check_guards(name, base, n)
-        tbc.check_value(name, "cycles the engine held off read data (rready low)", 0,
-                        self.r_stalls)
-        tbc.check_value(name, "frames_done", case.meta["n_workers"], status["frames_done"])
+        tb_util.check_value(name, "cycles the engine held off read data (rready low)", 0,
+                            self.r_stalls)
+        tb_util.check_value(name, "frames_done", case.meta["n_workers"], status["frames_done"])
         if err is None:
-            tbc.check_value(name, "err_code", 0, status["err_code"])
-            tbc.check_words(name, "sums", (start_vals + case.arrays["sums"]).view(np.uint64),
-                            self.sums(base, n).view(np.uint64), width=64)
+            tb_util.check_value(name, "err_code", 0, status["err_code"])
+            tb_util.check_words(name, "sums", (start_vals + case.arrays["sums"]).view(np.uint64),
+                                self.sums(base, n).view(np.uint64), width=64)
             lit = literals(case)
-            tbc.check_value(name, "lit_count", lit, status["lit_count"])
-            tbc.check_value(name, "rd_beats (one per literal)", lit, status["rd_beats"])
-            tbc.check_value(name, "wr_beats (one per literal, one per cleared sum)",
-                            lit + (n if clear else 0), status["wr_beats"])
+            tb_util.check_value(name, "lit_count", lit, status["lit_count"])
+            tb_util.check_value(name, "rd_beats (one per literal)", lit, status["rd_beats"])
+            tb_util.check_value(name, "wr_beats (one per literal, one per cleared sum)",
+                                lit + (n if clear else 0), status["wr_beats"])
             if case.meta["n_workers"]:
-                tbc.check_value(name, "hdr_layer_id", case.meta["layer_id"],
-                                status["hdr_layer_id"])
-                tbc.check_value(name, "hdr_range_bits", case.meta["range_bits"],
-                                status["hdr_range_bits"])
+                tb_util.check_value(name, "hdr_layer_id", case.meta["layer_id"],
+                                    status["hdr_layer_id"])
+                tb_util.check_value(name, "hdr_range_bits", case.meta["range_bits"],
+                                    status["hdr_range_bits"])
         else:
-            tbc.check_value(name, f"err_code ({err['name']})", error_code(err["name"]),
-                            status["err_code"])
-            tbc.check_value(name, "err_worker", err["worker"], status["err_worker"])
-            tbc.check_value(name, "err_word", err["word"], status["err_word"])
+            tb_util.check_value(name, f"err_code ({err['name']})", error_code(err["name"]),
+                                status["err_code"])
+            tb_util.check_value(name, "err_worker", err["worker"], status["err_worker"])
+            tb_util.check_value(name, "err_word", err["word"], status["err_word"])
 
 
 def mem_bytes_for(cases) -> int:
@@ -167,13 +160,13 @@ def good_cases(cases):
     return [c for c in cases if c.meta["error"] is None]
 
 
-@tbc.traffic_test
+@tb_util.traffic_test
 async def golden_cases(dut, traffic):
     """Every exchange case, layer after layer without reset, under this traffic profile; an
     error case is followed by a clean layer (with clear) that must be exact."""
-    cases = load_cases()
+    cases = load_exchange_cases()
     tb = Engine(dut, mem_bytes_for(cases))
-    await tbc.start(dut)
+    await tb_util.start_streams(dut)
     # the smallest valid layer with elements: what must come out exact after an error
     clean = min([c for c in good_cases(cases) if c.meta["n"]] or cases, key=lambda c: c.meta["n"])
     layer = 0
@@ -190,17 +183,17 @@ async def golden_cases(dut, traffic):
             return f"{case.meta['error']['name']} reported, then {clean.name} exact"
         return ""
 
-    await tbc.golden_loop(dut, MODULE, cases, run_case, tb.inputs, [], traffic)
+    await tb_util.golden_loop(dut, MODULE, cases, run_case, tb.inputs, [], traffic)
 
 
 @cocotb.test()
 async def config_errors(dut):
     """A base not 8-aligned, sums past the address space, 0 workers: AGG_ERR_CONFIG, no frame
     word taken, memory untouched; then an exact layer."""
-    cases = good_cases(load_cases())
+    cases = good_cases(load_exchange_cases())
     tb = Engine(dut, mem_bytes_for(cases))
-    await tbc.start(dut)
-    case = tbc.medium_case(cases, 256)
+    await tb_util.start_streams(dut)
+    case = tb_util.medium_case(cases, 256)
     n, workers = case.meta["n"], case.meta["n_workers"]
     for what, base, w in (("base not 8-aligned", BASE + 4, workers),
                           ("sums past the address space", 2 ** param("ADDR_W") - 8, workers),
@@ -211,10 +204,10 @@ async def config_errors(dut):
         await tb.wait_done(before, 10, what)
         await ClockCycles(dut.clk, 2)
         st = tb.status()
-        tbc.check_value(case.name, f"err_code ({what})", AGG_CODES["CONFIG"], st["err_code"])
+        tb_util.check_value(case.name, f"err_code ({what})", AGG_CODES["CONFIG"], st["err_code"])
         assert dut.s_tready.value == 0, f"{what}: frame input taken"
-        tbc.check_words(case.name, f"sums ({what})", start_vals.view(np.uint64),
-                        tb.sums(BASE, n).view(np.uint64), width=64)
+        tb_util.check_words(case.name, f"sums ({what})", start_vals.view(np.uint64),
+                            tb.sums(BASE, n).view(np.uint64), width=64)
     start_vals, status, _ = await tb.run_layer(case, False)
     tb.check(case, start_vals, status, False)
 
@@ -223,13 +216,13 @@ async def config_errors(dut):
 async def reset_mid_layer(dut):
     """Resets in the clear phase and in the middle of the frames with bursts in flight, each
     followed by an exact layer (a layer cut short leaves its sums partly added, by design)."""
-    cases = good_cases(load_cases())
+    cases = good_cases(load_exchange_cases())
     tb = Engine(dut, mem_bytes_for(cases))
-    await tbc.start(dut)
+    await tb_util.start_streams(dut)
     case = max(cases, key=lambda c: sum(c.meta["frame_words"]) if c.meta["n"] <= 2048 else 0)
     n = case.meta["n"]
     for salt, when in enumerate(("clear", "frames")):
-        tbc.set_traffic(tb.inputs, [], 0.3, 0.0, salt + 1)
+        tb_util.set_traffic(tb.inputs, [], 0.3, 0.0, salt + 1)
         tb.load(BASE, n, True)
         await tb.configure(n, case.meta["n_workers"], BASE, True)
 
@@ -246,13 +239,13 @@ async def reset_mid_layer(dut):
                 await RisingEdge(dut.clk)
                 if dut.m_axi_arvalid.value == 1 and dut.m_axi_arready.value == 1:
                     reads += 1
-        await tbc.reset(dut)
+        await tb_util.reset(dut)
         await ClockCycles(dut.clk, 2)
         assert dut.busy.value == 0, f"busy after a reset in {when}"
         assert dut.m_axi_arvalid.value == 0 and dut.m_axi_awvalid.value == 0 \
             and dut.m_axi_wvalid.value == 0, f"AXI requests pending after a reset in {when}"
         await ClockCycles(dut.clk, 20)          # let the feeder see the reset and stop
-        tbc.no_traffic(tb.inputs)
+        tb_util.no_traffic(tb.inputs)
         start_vals, status, _ = await tb.run_layer(case, salt == 0)
         tb.check(case, start_vals, status, salt == 0)
 
@@ -264,10 +257,10 @@ async def throughput(dut):
     Asserted: one R and one W beat per literal, none per zero, the clear one W beat per sum,
     and cycles <= sum over workers of (frame words + 40) + 40 (+ n + 2 n / MAX_BURST + 40 for
     the clear): the decoder gives a zero run as one beat, so a frame costs its words, not n."""
-    cases = good_cases(load_cases())
+    cases = good_cases(load_exchange_cases())
     tb = Engine(dut, mem_bytes_for(cases))
-    await tbc.start(dut)
-    tbc.no_traffic(tb.inputs)
+    await tb_util.start_streams(dut)
+    tb_util.no_traffic(tb.inputs)
     for case in cases:
         n, workers = case.meta["n"], case.meta["n_workers"]
         words = sum(case.meta["frame_words"])
@@ -290,6 +283,6 @@ async def throughput(dut):
                 if lit else None})
             dut._log.info(f"{case.name} clear={clear}: n {n} x {workers} workers, {words} frame "
                           f"words, {lit} literals: {cycles} cycles (budget {budget}), beats {b}")
-            tbc.check_value(case.name, "R beats", lit, b["r"])
-            tbc.check_value(case.name, "W beats", lit + (n if clear else 0), b["w"])
+            tb_util.check_value(case.name, "R beats", lit, b["r"])
+            tb_util.check_value(case.name, "W beats", lit + (n if clear else 0), b["w"])
             assert cycles <= budget, f"case {case.name}: {cycles} cycles, budget {budget}"

@@ -26,10 +26,9 @@ from cocotbext.axi import AxiStreamFrame
 
 from gradblock.hw.sv_constants import codes, package_constants
 from gradblock.refmodel.golden_format import case_norm
-from gradblock.sim import tb_datapath_common as tbc
 from gradblock.sim import tb_util
+from gradblock.sim.tb_util import hdl_parameter as param   # the build's, from the runner
 from gradblock.sim.duts import DUTS
-from gradblock.sim.tb_engine_common import AxiEngineBench
 
 # cfg_norm per norm kind (gradblock_pkg::NORM_L1 / NORM_L2; docs/spec.md §2.3)
 NORM_L1 = package_constants()["NORM_L1"]
@@ -52,10 +51,6 @@ BASE = 0x1000 * 3 - 4 * 5
 VEL_PORT = "m_axi_vel"
 # with momentum off the velocity base is not looked at: an unaligned one must not be refused
 UNUSED_VEL_BASE = 2
-
-
-def param(name: str) -> int:
-    return tb_util.hdl_parameter(name)
 
 
 def is_momentum(case) -> bool:
@@ -136,14 +131,14 @@ def line_rate_case(case) -> bool:
     return 50 * selected_elements(case) <= n and 100 * fixed_cycles(case) <= n
 
 
-class Engine(AxiEngineBench):
+class Engine(tb_util.AxiEngineBench):
     def __init__(self, dut, cases):
         max_n = max(c.meta["n"] for c in cases)
         self.vel_base = vel_base_for(max_n)
         top = self.vel_base + 4 * (max_n + GUARD_WORDS) + 4096
         super().__init__(dut, 1 << max(16, top.bit_length()), {VEL_PORT: None})
-        self.src = tbc.source(dut, "s_grad")
-        self.frame = tbc.sink(dut, "m_frame")
+        self.src = tb_util.source(dut, "s_grad")
+        self.frame = tb_util.sink(dut, "m_frame")
         self.inputs.insert(0, self.src)
         self.outputs = [self.frame]
         self.carried: str | None = None     # the case whose outputs memory holds, exactly
@@ -183,13 +178,13 @@ class Engine(AxiEngineBench):
     def check_carried(self, case, cfg: dict) -> None:
         """Memory left by the previous layer is this step's input (the golden chain)."""
         n = case.meta["n"]
-        tbc.check_words(case.name, f"residual carried from {self.carried}",
-                        case.arrays["residual_in"].view(np.uint32),
-                        self.residual(cfg["res_base"], n))
+        tb_util.check_words(case.name, f"residual carried from {self.carried}",
+                            case.arrays["residual_in"].view(np.uint32),
+                            self.residual(cfg["res_base"], n))
         if cfg["momentum_en"]:
-            tbc.check_words(case.name, f"velocity carried from {self.carried}",
-                            case.arrays["velocity_in"].view(np.uint32),
-                            self.residual(cfg["vel_base"], n))
+            tb_util.check_words(case.name, f"velocity carried from {self.carried}",
+                                case.arrays["velocity_in"].view(np.uint32),
+                                self.residual(cfg["vel_base"], n))
 
     async def run_layer(self, case, cfg: dict | None = None, grad=None, load: bool = True):
         """One layer: residual (and velocity) into memory unless `load` is false, config,
@@ -207,37 +202,37 @@ class Engine(AxiEngineBench):
         if n:
             for part in (grad if grad is not None else [case.arrays["grad_bits"].tolist()]):
                 await self.src.send(AxiStreamFrame(tdata=part))
-        frame = await tbc.recv(self.frame, case.meta["frame_words"] + 2 * n,
-                               f"case {case.name}: frame")
+        frame = await tb_util.recv(self.frame, case.meta["frame_words"] + 2 * n,
+                                   f"case {case.name}: frame")
         await self.wait_done(before, 20 * n + 2000, f"case {case.name}")
         return frame, self.status(), self.done_cycle - start
 
     def check_region(self, case, what: str, expected, base: int, guard: int) -> None:
         n = case.meta["n"]
-        tbc.check_words(case.name, f"{what} memory", np.asarray(expected).view(np.uint32),
-                        self.residual(base, n))
+        tb_util.check_words(case.name, f"{what} memory", np.asarray(expected).view(np.uint32),
+                            self.residual(base, n))
         for where, addr in (("before", base - 4 * GUARD_WORDS), ("after", base + 4 * n)):
-            tbc.check_words(case.name, f"memory {where} the {what}", [guard] * GUARD_WORDS,
-                            self.residual(addr, GUARD_WORDS))
+            tb_util.check_words(case.name, f"memory {where} the {what}", [guard] * GUARD_WORDS,
+                                self.residual(addr, GUARD_WORDS))
 
     def check(self, case, frame, status, err=ERR_OK, cfg: dict | None = None) -> None:
         cfg = cfg or self.config(case)
         a = case.arrays
-        tbc.check_words(case.name, "frame", a["frame"], frame.tdata)
+        tb_util.check_words(case.name, "frame", a["frame"], frame.tdata)
         self.check_region(case, "residual", a["residual_out"], cfg["res_base"], GUARD)
-        tbc.check_value(case.name, "err_code", err, status["err_code"])
-        tbc.check_value(case.name, "sat_quant", case.meta["sat_quant"], status["sat_quant"])
-        tbc.check_value(case.name, "sat_feedback", case.meta["sat_feedback"],
-                        status["sat_feedback"])
-        tbc.check_value(case.name, "nan count", int(a["quant_nan"].sum()), status["nan"])
+        tb_util.check_value(case.name, "err_code", err, status["err_code"])
+        tb_util.check_value(case.name, "sat_quant", case.meta["sat_quant"], status["sat_quant"])
+        tb_util.check_value(case.name, "sat_feedback", case.meta["sat_feedback"],
+                            status["sat_feedback"])
+        tb_util.check_value(case.name, "nan count", int(a["quant_nan"].sum()), status["nan"])
         if cfg["momentum_en"]:
             self.check_region(case, "velocity", a["velocity_out"], cfg["vel_base"], VEL_GUARD)
-            tbc.check_value(case.name, "sat_momentum", case.meta["sat_momentum"],
-                            status["sat_momentum"])
+            tb_util.check_value(case.name, "sat_momentum", case.meta["sat_momentum"],
+                                status["sat_momentum"])
         else:
-            tbc.check_value(case.name, "cycles with a velocity port request (momentum off)", 0,
-                            self.requests[VEL_PORT])
-            tbc.check_value(case.name, "sat_momentum (momentum off)", 0, status["sat_momentum"])
+            tb_util.check_value(case.name, "cycles with a velocity port request (momentum off)", 0,
+                                self.requests[VEL_PORT])
+            tb_util.check_value(case.name, "sat_momentum (momentum off)", 0, status["sat_momentum"])
 
     async def refused(self, case, cfg: dict, err: int, what: str) -> None:
         """A bad configuration: its code, done right away, no input taken, memory untouched
@@ -253,18 +248,18 @@ class Engine(AxiEngineBench):
         await self.configure(cfg)
         await self.wait_done(before, 12, f"case {case.name} ({what})")   # the check: 8 cycles
         await ClockCycles(self.dut.clk, 2)
-        tbc.check_value(case.name, f"err_code ({what})", err, self.status()["err_code"])
+        tb_util.check_value(case.name, f"err_code ({what})", err, self.status()["err_code"])
         assert self.dut.s_grad_tready.value == 0, f"case {case.name} ({what}): input taken"
         assert self.frame.empty(), f"case {case.name} ({what}): frame produced after refusal"
         for port, beats in self.port_beats.items():
             assert not any(beats.values()), f"case {case.name} ({what}): {port} traffic {beats}"
-        tbc.check_words(case.name, f"residual memory ({what})",
-                        case.arrays["residual_in"].view(np.uint32),
-                        self.residual(base, case.meta["n"]))
+        tb_util.check_words(case.name, f"residual memory ({what})",
+                            case.arrays["residual_in"].view(np.uint32),
+                            self.residual(base, case.meta["n"]))
         if loads_vel:
-            tbc.check_words(case.name, f"velocity memory ({what})",
-                            case.arrays["velocity_in"].view(np.uint32),
-                            self.residual(vel, case.meta["n"]))
+            tb_util.check_words(case.name, f"velocity memory ({what})",
+                                case.arrays["velocity_in"].view(np.uint32),
+                                self.residual(vel, case.meta["n"]))
 
 
 def load_engine_cases():
@@ -274,7 +269,7 @@ def load_engine_cases():
     cases, empty = [], []
     for stage in DUTS[MODULE].stages:
         try:
-            cases += tbc.load_cases(MODULE, stage)
+            cases += tb_util.load_cases(MODULE, stage)
         except RuntimeError as e:          # none of this stage in the selection
             empty.append(str(e))
     if not cases:
@@ -288,21 +283,21 @@ def fitting(cases, momentum: bool | None = None):
             == ERR_OK and c.meta["n"] > 0 and momentum in (None, is_momentum(c))]
 
 
-@tbc.traffic_test
+@tb_util.traffic_test
 async def golden_cases(dut, traffic):
     """Every case, layer after layer without reset, under this traffic profile (idle cycles
     on the gradient and on all five memory channels, backpressure on the frame)."""
     cases = load_engine_cases()
     tb = Engine(dut, cases)
-    await tbc.start(dut)
+    await tb_util.start_streams(dut)
 
     async def run_case(case):
         cfg = tb.config(case)
         err = expected_error(cfg)
         if err:
             await tb.refused(case, cfg, err, f"err_code {err}")
-            return tbc.Refused(f"refused as it must be: err_code {err} (k_eff "
-                               f"{case.meta['k_eff']}, lmax_log2 {case.meta['lmax_log2']})")
+            return tb_util.Refused(f"refused as it must be: err_code {err} (k_eff "
+                                   f"{case.meta['k_eff']}, lmax_log2 {case.meta['lmax_log2']})")
         prev, tb.carried = tb.carried, None
         carry = prev is not None and case.meta.get("residual_from") == prev
         frame, status, _ = await tb.run_layer(case, cfg, load=not carry)
@@ -310,7 +305,7 @@ async def golden_cases(dut, traffic):
         tb.carried = case.name
         return f"memory carried from {prev}" if carry else ""
 
-    await tbc.golden_loop(dut, MODULE, cases, run_case, tb.inputs, tb.outputs, traffic)
+    await tb_util.golden_loop(dut, MODULE, cases, run_case, tb.inputs, tb.outputs, traffic)
 
 
 @cocotb.test()
@@ -320,11 +315,11 @@ async def config_errors(dut):
     cases = load_engine_cases()
     plain, mom = fitting(cases, False), fitting(cases, True)
     tb = Engine(dut, cases)
-    await tbc.start(dut)
+    await tb_util.start_streams(dut)
     top = 2 ** param("ADDR_W")
     runs = []
     if plain:
-        case = tbc.medium_case(plain, 256)
+        case = tb_util.medium_case(plain, 256)
         nb = case.meta["n_blocks"]
         runs.append((case, [
             ("base not 4-aligned", {"res_base": BASE + 2}),
@@ -336,7 +331,7 @@ async def config_errors(dut):
             ("lmax_log2 above the build", {"lmax_log2": min(24, param("LMAX_LOG2_MAX")) + 1}),
             ("range Inf", {"range_bits": 0x7F800000}), ("M < 2^31", {"m": 0x7FFFFFFF})]))
     if mom:
-        case = tbc.medium_case(mom, 256)
+        case = tb_util.medium_case(mom, 256)
         n = case.meta["n"]
         runs.append((case, [
             ("velocity base not 4-aligned", {"vel_base": tb.vel_base + 1}),
@@ -362,7 +357,7 @@ async def config_errors(dut):
                 tb.clear_counts()
                 await tb.configure(cfg)
                 await tb.wait_done(before, 12, what)   # the check: 8 cycles
-                tbc.check_value(case.name, f"err_code ({what})", err, tb.status()["err_code"])
+                tb_util.check_value(case.name, f"err_code ({what})", err, tb.status()["err_code"])
                 for port, beats in tb.port_beats.items():
                     assert not any(beats.values()), f"{what}: {port} traffic {beats}"
                 continue
@@ -377,12 +372,12 @@ async def misplaced_tlast(dut):
     off and on)."""
     cases = load_engine_cases()
     tb = Engine(dut, cases)
-    await tbc.start(dut)
+    await tb_util.start_streams(dut)
     for kind in (False, True):
         pool = [c for c in fitting(cases, kind) if c.meta["n"] >= 2]
         if not pool:
             continue
-        case = tbc.medium_case(pool, 256)
+        case = tb_util.medium_case(pool, 256)
         g = case.arrays["grad_bits"].tolist()
         frame, status, _ = await tb.run_layer(case, grad=[g[:-1], g[-1:]])
         tb.check(case, frame, status, err=ERR_TLAST)
@@ -397,8 +392,9 @@ async def reset_mid_layer(dut):
     a momentum layer and a plain one."""
     cases = load_engine_cases()
     tb = Engine(dut, cases)
-    await tbc.start(dut)
-    picks = [tbc.medium_case(pool, 2048) for pool in (fitting(cases, False), fitting(cases, True))
+    await tb_util.start_streams(dut)
+    picks = [tb_util.medium_case(pool, 2048)
+             for pool in (fitting(cases, False), fitting(cases, True))
              if pool]
     salt = 0
     for case in picks:
@@ -406,7 +402,7 @@ async def reset_mid_layer(dut):
         cfg = tb.config(case)
         for when in ("pass 1", "pass 2"):
             salt += 1
-            tbc.set_traffic(tb.inputs, tb.outputs, 0.3, 0.3, salt)
+            tb_util.set_traffic(tb.inputs, tb.outputs, 0.3, 0.3, salt)
             tb.load_residual(case, BASE, cfg)
             await tb.configure(cfg)
             cocotb.start_soon(tb.src.send(AxiStreamFrame(tdata=case.arrays["grad_bits"].tolist())))
@@ -416,15 +412,15 @@ async def reset_mid_layer(dut):
                 while not (dut.m_frame_tvalid.value == 1 and dut.m_frame_tready.value == 1):
                     await RisingEdge(dut.clk)
                 await ClockCycles(dut.clk, 3)
-            await tbc.reset(dut)
+            await tb_util.reset(dut)
             await ClockCycles(dut.clk, 2)
-            tbc.drain(tb.frame)
+            tb_util.drain(tb.frame)
             assert dut.busy.value == 0, f"{case.name}: busy after a reset in {when}"
             for port in ("m_axi", VEL_PORT):
                 assert all(getattr(dut, f"{port}_{ch}valid").value == 0 for ch in
                            ("ar", "aw", "w")), f"{case.name}: {port} requests pending after a " \
                                                f"reset in {when}"
-            tbc.no_traffic(tb.inputs + tb.outputs)
+            tb_util.no_traffic(tb.inputs + tb.outputs)
             frame, status, _ = await tb.run_layer(case)
             tb.check(case, frame, status)
 
@@ -438,12 +434,12 @@ async def memory_errors(dut):
     the next layer, on a healthy memory, is exact."""
     cases = load_engine_cases()
     tb = Engine(dut, cases)
-    await tbc.start(dut)
+    await tb_util.start_streams(dut)
     for momentum in (False, True):
         pool = fitting(cases, momentum)
         if not pool:
             continue
-        case = tbc.medium_case(pool, 256)
+        case = tb_util.medium_case(pool, 256)
         for port in ("m_axi", VEL_PORT) if momentum else ("m_axi",):
             for side in ("_read", "_write"):
                 ram = tb.rams[port]
@@ -463,8 +459,8 @@ async def memory_errors(dut):
                 finally:
                     delattr(iface, side)            # the class's own method again
                 assert hits, f"{case.name}: no {side[1:]} on {port} to fail"
-                tbc.check_value(case.name, f"err_code after a failed {side[1:]} on {port}",
-                                ERR_AXI, status["err_code"])
+                tb_util.check_value(case.name, f"err_code after a failed {side[1:]} on {port}",
+                                    ERR_AXI, status["err_code"])
                 frame, status, _ = await tb.run_layer(case)
                 tb.check(case, frame, status)
 
@@ -478,8 +474,8 @@ async def throughput(dut):
     at most 1 % (line_rate_case); elements per cycle and beats per port recorded."""
     cases = load_engine_cases()
     tb = Engine(dut, cases)
-    await tbc.start(dut)
-    tbc.no_traffic(tb.inputs + tb.outputs)
+    await tb_util.start_streams(dut)
+    tb_util.no_traffic(tb.inputs + tb.outputs)
     count = tb_util.env_int("TB_THROUGHPUT_CASES", 4)
     timed = []
     for kind in (False, True):

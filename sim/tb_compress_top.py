@@ -19,8 +19,8 @@ from cocotbext.axi import AxiStreamFrame
 from gradblock.codec.zrle import encode_frame
 from gradblock.hw.sv_constants import package_constants
 from gradblock.refmodel.golden_format import case_norm
-from gradblock.sim import tb_datapath_common as tbc
 from gradblock.sim import tb_util
+from gradblock.sim.tb_util import hdl_parameter as build_param   # the build's, from the runner
 
 # cfg_norm per norm kind (gradblock_pkg::NORM_L1 / NORM_L2; docs/spec.md §2.3)
 NORM_BIT = {"l1": package_constants()["NORM_L1"], "l2": package_constants()["NORM_L2"]}
@@ -38,11 +38,6 @@ ERR_LMAX = _TOP["TOP_ERR_LMAX_RANGE"]
 ERR_RANGE = _TOP["TOP_ERR_RANGE_INVALID"]
 ERR_M = _TOP["TOP_ERR_M_BELOW_HALF"]
 ERR_TLAST = _TOP["TOP_ERR_TLAST_MISPLACED"]
-
-
-def build_param(name: str) -> int:
-    """N_MAX, K_MAX or LMAX_LOG2_MAX of this build (from the runner, never a hand copy)."""
-    return tb_util.hdl_parameter(name)
 
 
 def config_of(case) -> dict:
@@ -92,9 +87,9 @@ def input_words(case) -> list[int]:
 class Bench:
     def __init__(self, dut):
         self.dut = dut
-        self.src = tbc.source(dut, "s")
-        self.frame = tbc.sink(dut, "m_frame")
-        self.res = tbc.sink(dut, "m_res")
+        self.src = tb_util.source(dut, "s")
+        self.frame = tb_util.sink(dut, "m_frame")
+        self.res = tb_util.sink(dut, "m_res")
         self.endpoints = [self.src, self.frame, self.res]
         dut.cfg_valid.value = 0
         self.done_seen = 0
@@ -150,21 +145,23 @@ class Bench:
             for f in frames:
                 await self.src.send(AxiStreamFrame(tdata=f))
         limit = case.meta["frame_words"]
-        frame = await tbc.recv(self.frame, limit + 2 * n, f"case {case.name}: frame")
-        res = (await tbc.recv(self.res, 2 * n, f"case {case.name}: residual_out")) if n else None
+        frame = await tb_util.recv(self.frame, limit + 2 * n, f"case {case.name}: frame")
+        res = (await tb_util.recv(self.res, 2 * n, f"case {case.name}: residual_out")
+               if n else None)
         await self.wait_done(before, 200, f"case {case.name}")
         return frame, res, self.status()
 
     def check(self, case, frame, res, status, err=ERR_OK) -> None:
         a = case.arrays
-        tbc.check_words(case.name, "frame", a["frame"], frame.tdata)
+        tb_util.check_words(case.name, "frame", a["frame"], frame.tdata)
         if case.meta["n"]:
-            tbc.check_words(case.name, "residual_out", a["residual_out"].view(np.uint32), res.tdata)
-        tbc.check_value(case.name, "err_code", err, status["err_code"])
-        tbc.check_value(case.name, "sat_quant", case.meta["sat_quant"], status["sat_quant"])
-        tbc.check_value(case.name, "sat_feedback", case.meta["sat_feedback"],
-                        status["sat_feedback"])
-        tbc.check_value(case.name, "nan count", int(a["quant_nan"].sum()), status["nan"])
+            tb_util.check_words(case.name, "residual_out", a["residual_out"].view(np.uint32),
+                                res.tdata)
+        tb_util.check_value(case.name, "err_code", err, status["err_code"])
+        tb_util.check_value(case.name, "sat_quant", case.meta["sat_quant"], status["sat_quant"])
+        tb_util.check_value(case.name, "sat_feedback", case.meta["sat_feedback"],
+                            status["sat_feedback"])
+        tb_util.check_value(case.name, "nan count", int(a["quant_nan"].sum()), status["nan"])
 
     async def refused(self, case, cfg: dict, err: int, what: str) -> None:
         """A bad configuration: its error code, done at once, no data taken, nothing out."""
@@ -172,18 +169,18 @@ class Bench:
         await self.configure(cfg)
         await self.wait_done(before, 10, f"case {case.name} ({what})")
         await ClockCycles(self.dut.clk, 2)
-        tbc.check_value(case.name, f"err_code ({what})", err, self.status()["err_code"])
+        tb_util.check_value(case.name, f"err_code ({what})", err, self.status()["err_code"])
         assert self.dut.s_tready.value == 0, f"case {case.name} ({what}): input taken after refusal"
         assert self.frame.empty() and self.res.empty(), \
             f"case {case.name} ({what}): output produced after refusal"
 
 
-@tbc.traffic_test
+@tb_util.traffic_test
 async def golden_cases(dut, traffic):
     """Every case, layer after layer without reset, under this traffic profile on all three
     streams. Cases this build cannot hold must be refused with the right code."""
     tb = Bench(dut)
-    await tbc.start(dut)
+    await tb_util.start_streams(dut)
 
     async def run_case(case):
         cfg = config_of(case)
@@ -191,27 +188,27 @@ async def golden_cases(dut, traffic):
         if err:
             why = refusal_reason(cfg, err)
             await tb.refused(case, cfg, err, why)
-            return tbc.Refused(f"refused as it must be: err_code {err} ({why})")
+            return tb_util.Refused(f"refused as it must be: err_code {err} ({why})")
         tb.check(case, *await tb.run_layer(case, cfg))
         return ""
 
-    await tbc.golden_loop(dut, MODULE, tbc.load_cases(MODULE), run_case, [tb.src],
-                          [tb.frame, tb.res], traffic)
+    await tb_util.golden_loop(dut, MODULE, tb_util.load_cases(MODULE), run_case, [tb.src],
+                              [tb.frame, tb.res], traffic)
 
 
 def small_case(cases):
     fit = [c for c in cases if expected_error(config_of(c)) == ERR_OK and c.meta["n"] > 0]
     if not fit:
         raise RuntimeError("no golden case fits this build: nothing to run the checks on")
-    return tbc.medium_case(fit, 256)
+    return tb_util.medium_case(fit, 256)
 
 
 @cocotb.test()
 async def config_errors(dut):
     """Each configuration check refuses its config; a clean layer runs right after."""
     tb = Bench(dut)
-    await tbc.start(dut)
-    case = small_case(tbc.load_cases(MODULE))
+    await tb_util.start_streams(dut)
+    case = small_case(tb_util.load_cases(MODULE))
     good = config_of(case)
     n, nb = good["n"], good["n_blocks"]
     bad = [
@@ -244,17 +241,17 @@ async def config_errors(dut):
 async def empty_layer(dut):
     """n = 0: a frame of header and trailer only, no residual, done."""
     tb = Bench(dut)
-    await tbc.start(dut)
-    case = small_case(tbc.load_cases(MODULE))
+    await tb_util.start_streams(dut)
+    case = small_case(tb_util.load_cases(MODULE))
     cfg = {**config_of(case), "n": 0, "n_blocks": 0}
     before = tb.done_seen
     await tb.configure(cfg)
-    frame = await tbc.recv(tb.frame, 7, "empty layer frame")
+    frame = await tb_util.recv(tb.frame, 7, "empty layer frame")
     await tb.wait_done(before, 50, "empty layer")
     rng = float(np.uint32(cfg["range_bits"]).view(np.float32))
     want = encode_frame(np.zeros(0, np.int32), cfg["layer_id"], rng, cfg["lmax_log2"])
-    tbc.check_words(case.name + " (n = 0)", "frame", want, frame.tdata)
-    tbc.check_value(case.name + " (n = 0)", "err_code", ERR_OK, tb.status()["err_code"])
+    tb_util.check_words(case.name + " (n = 0)", "frame", want, frame.tdata)
+    tb_util.check_value(case.name + " (n = 0)", "err_code", ERR_OK, tb.status()["err_code"])
     assert tb.res.empty(), "n = 0 produced residual words"
 
 
@@ -262,8 +259,8 @@ async def empty_layer(dut):
 async def misplaced_tlast(dut):
     """tlast one beat early: the layer is still counted by n and exact, err_code 9 reports it."""
     tb = Bench(dut)
-    await tbc.start(dut)
-    case = small_case(tbc.load_cases(MODULE))
+    await tb_util.start_streams(dut)
+    case = small_case(tb_util.load_cases(MODULE))
     if case.meta["n"] < 2:
         raise AssertionError(f"case {case.name} is too short to misplace tlast")
     words = input_words(case)
@@ -276,11 +273,11 @@ async def misplaced_tlast(dut):
 async def reset_mid_stream(dut):
     """Resets in pass 1 and in pass 2 with data everywhere, each followed by an exact layer."""
     tb = Bench(dut)
-    await tbc.start(dut)
-    case = small_case(tbc.load_cases(MODULE))
+    await tb_util.start_streams(dut)
+    case = small_case(tb_util.load_cases(MODULE))
     n = case.meta["n"]
     for when in ("pass 1", "pass 2"):
-        tbc.set_traffic([tb.src], [tb.frame, tb.res], 0.3, 0.3, len(when))
+        tb_util.set_traffic([tb.src], [tb.frame, tb.res], 0.3, 0.3, len(when))
         await tb.configure(config_of(case))
         await tb.src.send(AxiStreamFrame(tdata=input_words(case)))
         if when == "pass 1":
@@ -289,11 +286,11 @@ async def reset_mid_stream(dut):
             while not (dut.m_res_tvalid.value == 1 and dut.m_res_tready.value == 1):
                 await RisingEdge(dut.clk)
             await ClockCycles(dut.clk, max(1, n // 4))
-        await tbc.reset(dut)
+        await tb_util.reset(dut)
         await ClockCycles(dut.clk, 2)
-        tbc.drain(tb.frame, tb.res)     # whatever completed before the reset is legitimate
+        tb_util.drain(tb.frame, tb.res)     # whatever completed before the reset is legitimate
         assert dut.busy.value == 0, f"busy after a reset in {when}"
-        tbc.no_traffic(tb.endpoints)
+        tb_util.no_traffic(tb.endpoints)
         frame, res, status = await tb.run_layer(case)
         tb.check(case, frame, res, status)
 
@@ -304,9 +301,9 @@ async def throughput(dut):
     and cycles per element for the whole layer (config to done), on the largest case and on
     the one with the densest frame (the encoder's output is the limit there)."""
     tb = Bench(dut)
-    mon = tbc.monitor(dut, "s")
-    await tbc.start(dut)
-    cases = [c for c in tbc.load_cases(MODULE)
+    mon = tb_util.monitor(dut, "s")
+    await tb_util.start_streams(dut)
+    cases = [c for c in tb_util.load_cases(MODULE)
              if expected_error(config_of(c)) == ERR_OK and c.meta["n"] > 0]
     largest = max(cases, key=lambda c: c.meta["n"])
     longer = [c for c in cases if c.meta["n"] >= 32] or cases
@@ -316,12 +313,13 @@ async def throughput(dut):
         start = get_sim_time("ns")
         frame, res, status = await tb.run_layer(case)
         end = get_sim_time("ns")
-        tx = await tbc.recv(mon, n, "input monitor")
+        tx = await tb_util.recv(mon, n, "input monitor")
         tb.check(case, frame, res, status)
-        cycles_in = tbc.frame_cycles(tx)
-        tbc.record_metric(MODULE, "in (pass 1)", case.name, n, cycles_in)
-        tbc.record_metric(MODULE, "residual (pass 2)", case.name, n, tbc.frame_cycles(res))
-        tbc.record_metric(MODULE, "frame", case.name, len(frame.tdata), tbc.frame_cycles(frame))
-        tbc.record_metric(MODULE, "layer (config to done)", case.name, n,
-                          round((end - start) / tbc.CLOCK_NS))
+        cycles_in = tb_util.frame_cycles(tx)
+        tb_util.record_metric(MODULE, "in (pass 1)", case.name, n, cycles_in)
+        tb_util.record_metric(MODULE, "residual (pass 2)", case.name, n, tb_util.frame_cycles(res))
+        tb_util.record_metric(MODULE, "frame", case.name, len(frame.tdata),
+                              tb_util.frame_cycles(frame))
+        tb_util.record_metric(MODULE, "layer (config to done)", case.name, n,
+                              round((end - start) / tb_util.CLOCK_NS))
         assert cycles_in == n, f"case {case.name}: input of {n} words took {cycles_in} cycles"

@@ -1,14 +1,14 @@
 """cocotb testbench of hw/ef_add.sv against golden vectors: (residual_in, quantised) ->
 accumulated, feedback_sat; the tests (every traffic profile, a mid-stream reset, full rate) are
-tb_datapath_common.stage_tests."""
+tb_util.stage_tests."""
 from __future__ import annotations
 
 from cocotbext.axi import AxiStreamFrame
 
-from gradblock.sim import tb_datapath_common as tbc
+from gradblock.sim import tb_util
 
 
-class Bench(tbc.StageBench):
+class Bench(tb_util.StageBench):
     module = "ef_add"
 
     def frame(self, case, seed: int) -> AxiStreamFrame:
@@ -18,10 +18,10 @@ class Bench(tbc.StageBench):
 
     def check(self, case, rx, sent) -> None:
         a = case.arrays
-        tuser = tbc.user_words(rx)
-        tbc.check_words(case.name, "accumulated", a["accumulated"].view("uint32"), rx.tdata)
-        tbc.check_words(case.name, "feedback_sat", a["feedback_sat"], tuser, 1)
-        tbc.check_value(case.name, "sat_feedback", case.meta["sat_feedback"], sum(tuser))
+        tuser = tb_util.user_words(rx)
+        tb_util.check_words(case.name, "accumulated", a["accumulated"].view("uint32"), rx.tdata)
+        tb_util.check_words(case.name, "feedback_sat", a["feedback_sat"], tuser, 1)
+        tb_util.check_value(case.name, "sat_feedback", case.meta["sat_feedback"], sum(tuser))
 
 
-globals().update(tbc.stage_tests(Bench, __name__))
+globals().update(tb_util.stage_tests(Bench, __name__))

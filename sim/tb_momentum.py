@@ -17,23 +17,22 @@ from cocotbext.axi import AxiStreamFrame
 
 from gradblock.refmodel.momentum import scale_velocity, velocity_update
 from gradblock.refmodel.quantiser import QMAX
-from gradblock.sim import tb_datapath_common as tbc
 from gradblock.sim import tb_util
 
 MODULE = "momentum"
 M_FIX_VALUES = (0, 1, 32768, 58982, 65535)
 
 
-def _case(name: str, r, u, q, m_fix: int) -> tbc.Case:
+def _case(name: str, r, u, q, m_fix: int) -> tb_util.Case:
     r, u, q = (np.asarray(a, dtype=np.int64).astype(np.int32) for a in (r, u, q))
     u_new, sat = velocity_update(u, q, m_fix)
     flags = (np.abs(scale_velocity(u, m_fix) + q.astype(np.int64)) > QMAX).astype(np.uint8)
     arrays = {"residual_in": r, "velocity_in": u, "quantised": q, "velocity": u_new,
               "momentum_sat": flags}
-    return tbc.Case(name, {"n": int(r.size), "m_fix": m_fix, "sat_momentum": sat}, arrays)
+    return tb_util.Case(name, {"n": int(r.size), "m_fix": m_fix, "sat_momentum": sat}, arrays)
 
 
-def make_cases(seed: int) -> list[tbc.Case]:
+def make_cases(seed: int) -> list[tb_util.Case]:
     rng = np.random.default_rng(seed)
     corner_u = [-2**31, -QMAX, QMAX, 0, 1, -1, 3, -3, 5, -5, 2**30, -2**30, 65535, -65536]
     corner_q = [QMAX, -QMAX, 0, 1, -1, QMAX, -QMAX, 2**31 - 2**15, -(2**31 - 2**15), 7, -7, 0,
@@ -52,55 +51,55 @@ def make_cases(seed: int) -> list[tbc.Case]:
     return cases
 
 
-class Bench(tbc.StageBench):
+class Bench(tb_util.StageBench):
     module = MODULE
 
-    def frame(self, case: tbc.Case, seed: int = 0) -> AxiStreamFrame:
+    def frame(self, case: tb_util.Case, seed: int = 0) -> AxiStreamFrame:
         a = case.arrays
         r, u, q = (a[k].view("uint32").tolist() for k in ("residual_in", "velocity_in",
                                                           "quantised"))
         self.dut.m_fix.value = case.meta["m_fix"]     # the pipeline is empty between cases
         return AxiStreamFrame(tdata=[(ri << 64) | (ui << 32) | qi for ri, ui, qi in zip(r, u, q)])
 
-    def check(self, case: tbc.Case, rx, sent) -> None:
+    def check(self, case: tb_util.Case, rx, sent) -> None:
         a = case.arrays
-        tuser = tbc.user_words(rx)
-        tbc.check_words(case.name, "residual passed through", a["residual_in"].view("uint32"),
-                        [w >> 32 for w in rx.tdata])
-        tbc.check_words(case.name, "velocity", a["velocity"].view("uint32"),
-                        [w & 0xFFFFFFFF for w in rx.tdata])
-        tbc.check_words(case.name, "momentum_sat", a["momentum_sat"], tuser, 1)
-        tbc.check_value(case.name, "sat_momentum", case.meta["sat_momentum"], sum(tuser))
+        tuser = tb_util.user_words(rx)
+        tb_util.check_words(case.name, "residual passed through", a["residual_in"].view("uint32"),
+                            [w >> 32 for w in rx.tdata])
+        tb_util.check_words(case.name, "velocity", a["velocity"].view("uint32"),
+                            [w & 0xFFFFFFFF for w in rx.tdata])
+        tb_util.check_words(case.name, "momentum_sat", a["momentum_sat"], tuser, 1)
+        tb_util.check_value(case.name, "sat_momentum", case.meta["sat_momentum"], sum(tuser))
 
 
-def _cases() -> list[tbc.Case]:
+def _cases() -> list[tb_util.Case]:
     return make_cases(tb_util.env_int("TB_MOMENTUM_SEED", 11))
 
 
 async def vector_cases(dut, traffic):
     """Every case under one traffic profile, layer after layer, m_fix changing between."""
     tb = Bench(dut)
-    await tbc.start(dut)
-    await tbc.golden_loop(dut, MODULE, _cases(), tb.run_case, [tb.src], [tb.snk], traffic)
+    await tb_util.start_streams(dut)
+    await tb_util.golden_loop(dut, MODULE, _cases(), tb.run_case, [tb.src], [tb.snk], traffic)
 
 
-vector_cases = tb_util.traffic_test(vector_cases, tbc.DEFAULT_TRAFFIC)
+vector_cases = tb_util.traffic_test(vector_cases)
 
 
 async def golden_cases(dut, traffic):
     """Every golden case listing the momentum stage (`gradblock golden`; `gradblock verify`),
     layer after layer, m_fix from each case's manifest entry."""
     tb = Bench(dut)
-    await tbc.start(dut)
-    await tbc.golden_loop(dut, MODULE, tbc.load_cases(MODULE), tb.run_case, [tb.src], [tb.snk],
-                          traffic,
-                          skip=lambda c: None if c.meta["n"] else "empty layer: no beat to send")
+    await tb_util.start_streams(dut)
+    await tb_util.golden_loop(dut, MODULE, tb_util.load_cases(MODULE), tb.run_case, [tb.src],
+                              [tb.snk], traffic,
+                              skip=lambda c: None if c.meta["n"] else "empty layer: no beat to send")
 
 
 # only with golden vectors given (gradblock verify sets TB_GOLDEN_DIR); the built-in vectors
 # above need none
 if os.environ.get("TB_GOLDEN_DIR") or os.environ.get("TB_GOLDEN_DIRS"):
-    golden_cases = tb_util.traffic_test(golden_cases, tbc.DEFAULT_TRAFFIC)
+    golden_cases = tb_util.traffic_test(golden_cases)
 else:
     del golden_cases
 
@@ -109,15 +108,15 @@ else:
 async def reset_mid_stream(dut):
     """A reset with elements in flight, then a clean run that must match exactly."""
     tb = Bench(dut)
-    await tbc.start(dut)
+    await tb_util.start_streams(dut)
     case = max(_cases(), key=lambda c: c.meta["n"])
-    tbc.set_traffic([tb.src], [tb.snk], 0.3, 0.3, 7)
+    tb_util.set_traffic([tb.src], [tb.snk], 0.3, 0.3, 7)
     tb.send(case)
     await ClockCycles(dut.clk, max(3, case.meta["n"] // 3))
-    await tbc.reset(dut)
+    await tb_util.reset(dut)
     await ClockCycles(dut.clk, 2)
     assert tb.snk.empty(), "the sink holds a complete frame from before the reset"
-    tbc.no_traffic([tb.src, tb.snk])
+    tb_util.no_traffic([tb.src, tb.snk])
     await tb.run_case(case)
     await ClockCycles(dut.clk, 2)
     assert dut.m_tvalid.value == 0, "a word left in the pipeline after the last one"
@@ -127,9 +126,9 @@ async def reset_mid_stream(dut):
 async def throughput(dut):
     """Unthrottled: one element per cycle in, one per cycle out."""
     tb = Bench(dut)
-    mon = tbc.monitor(dut, "s")
-    await tbc.start(dut)
+    mon = tb_util.monitor(dut, "s")
+    await tb_util.start_streams(dut)
     case = max(_cases(), key=lambda c: c.meta["n"])
     rx = await tb.run_case(case)
-    tx = await tbc.recv(mon, case.meta["n"], "input monitor")
+    tx = await tb_util.recv(mon, case.meta["n"], "input monitor")
     tb.check_rate(case, tx, rx)

@@ -1,16 +1,16 @@
 """cocotb testbench of hw/quantiser.sv against golden vectors: grad_bits -> quantised, quant_sat,
 quant_nan (m_tuser = {passthrough, nan, sat}; the passthrough is random and checked too); the
-tests (every traffic profile, a mid-stream reset, full rate) are tb_datapath_common.stage_tests."""
+tests (every traffic profile, a mid-stream reset, full rate) are tb_util.stage_tests."""
 from __future__ import annotations
 
 import random
 
 from cocotbext.axi import AxiStreamFrame
 
-from gradblock.sim import tb_datapath_common as tbc
+from gradblock.sim import tb_util
 
 
-class Bench(tbc.StageBench):
+class Bench(tb_util.StageBench):
     module = "quantiser"
 
     def __init__(self, dut):
@@ -28,12 +28,13 @@ class Bench(tbc.StageBench):
 
     def check(self, case, rx, sent) -> None:
         a = case.arrays
-        tuser = tbc.user_words(rx)
-        tbc.check_words(case.name, "quantised", a["quantised"].view("uint32"), rx.tdata)
-        tbc.check_words(case.name, "quant_sat", a["quant_sat"], [u & 1 for u in tuser], 1)
-        tbc.check_words(case.name, "quant_nan", a["quant_nan"], [(u >> 1) & 1 for u in tuser], 1)
-        tbc.check_words(case.name, "passthrough", sent.tuser, [u >> 2 for u in tuser],
-                        self.user_bits)
+        tuser = tb_util.user_words(rx)
+        tb_util.check_words(case.name, "quantised", a["quantised"].view("uint32"), rx.tdata)
+        tb_util.check_words(case.name, "quant_sat", a["quant_sat"], [u & 1 for u in tuser], 1)
+        tb_util.check_words(case.name, "quant_nan", a["quant_nan"],
+                            [(u >> 1) & 1 for u in tuser], 1)
+        tb_util.check_words(case.name, "passthrough", sent.tuser, [u >> 2 for u in tuser],
+                            self.user_bits)
 
 
-globals().update(tbc.stage_tests(Bench, __name__))
+globals().update(tb_util.stage_tests(Bench, __name__))

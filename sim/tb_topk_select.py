@@ -17,7 +17,6 @@ from cocotb.triggers import ClockCycles
 from cocotbext.axi import AxiStreamFrame
 
 from gradblock.refmodel.selection import select_blocks
-from gradblock.sim import tb_datapath_common as tbc
 from gradblock.sim import tb_util
 
 MODULE = "topk_select"
@@ -44,7 +43,7 @@ def reference(norms, k: int) -> tuple[np.ndarray, int]:
 class Bench:
     def __init__(self, dut):
         self.dut = dut
-        self.src, self.snk = tbc.source(dut, "s"), tbc.sink(dut, "m")
+        self.src, self.snk = tb_util.source(dut, "s"), tb_util.sink(dut, "m")
 
     def send(self, norms, k: int, order=None) -> None:
         self.dut.cfg_k.value = k
@@ -53,13 +52,13 @@ class Bench:
     async def select(self, name, norms, k: int, order=None, expected=None):
         """Send, receive, compare with `expected` (default: the reference ranking)."""
         self.send(norms, k, order)
-        rx = await tbc.recv(self.snk, len(norms), f"case {name}: selected indices (k {k})")
+        rx = await tb_util.recv(self.snk, len(norms), f"case {name}: selected indices (k {k})")
         want, want_err = reference(norms, k)
         if expected is not None:
             want = expected
-        tbc.check_words(name, f"selected (k {k}, K_MAX {k_max()})", want, rx.tdata, 32)
+        tb_util.check_words(name, f"selected (k {k}, K_MAX {k_max()})", want, rx.tdata, 32)
         # cfg_err is combinational from cfg_k, which has been steady for the whole layer
-        tbc.check_value(name, f"cfg_err (k {k})", want_err, int(self.dut.cfg_err.value))
+        tb_util.check_value(name, f"cfg_err (k {k})", want_err, int(self.dut.cfg_err.value))
         return rx
 
     async def run_case(self, case):
@@ -70,22 +69,23 @@ class Bench:
         return f"k_eff {k} > K_MAX {k_max()}: first {k_max()} checked" if k > k_max() else ""
 
 
-@tbc.traffic_test
+@tb_util.traffic_test
 async def golden_cases(dut, traffic):
     """Every case (pairs in index order) under this traffic profile, one layer after another."""
     tb = Bench(dut)
-    await tbc.start(dut)
-    await tbc.golden_loop(dut, MODULE, tbc.load_cases(MODULE), tb.run_case, [tb.src], [tb.snk],
-                          traffic, skip=lambda c: None if c.meta["n"] else "empty layer: no block")
+    await tb_util.start_streams(dut)
+    await tb_util.golden_loop(dut, MODULE, tb_util.load_cases(MODULE), tb.run_case, [tb.src],
+                              [tb.snk], traffic,
+                              skip=lambda c: None if c.meta["n"] else "empty layer: no block")
 
 
 @cocotb.test()
 async def shuffled_order(dut):
     """Pairs arriving out of index order: ties must still go to the lower index."""
     tb = Bench(dut)
-    await tbc.start(dut)
+    await tb_util.start_streams(dut)
     rng = random.Random(5)
-    for case in tbc.nonempty(tbc.load_cases(MODULE)):
+    for case in tb_util.nonempty(tb_util.load_cases(MODULE)):
         norms = case.arrays["block_norms"]
         order = list(range(len(norms)))
         rng.shuffle(order)
@@ -104,7 +104,7 @@ async def random_ties(dut):
     idle cycles on the input: every pattern of pairs and bubbles in the insert pipeline (a
     pair corrected for zero, one or two pairs still in flight, pairs that take no slot)."""
     tb = Bench(dut)
-    await tbc.start(dut)
+    await tb_util.start_streams(dut)
     rng = random.Random(11)
     kmax = k_max()
     for layer in range(48):
@@ -112,17 +112,17 @@ async def random_ties(dut):
         norms = np.array([rng.choice(TIE_NORMS) for _ in range(n)], dtype=np.uint64)
         order = list(range(n))
         rng.shuffle(order)
-        tbc.set_traffic([tb.src], [tb.snk], rng.choice((0.0, 0.3, 0.7)), 0.3, layer + 1)
+        tb_util.set_traffic([tb.src], [tb.snk], rng.choice((0.0, 0.3, 0.7)), 0.3, layer + 1)
         await tb.select(f"random layer {layer} (n {n})", norms, rng.randint(1, kmax), order)
-    tbc.no_traffic([tb.src, tb.snk])
+    tb_util.no_traffic([tb.src, tb.snk])
 
 
 @cocotb.test()
 async def k_out_of_range(dut):
     """k = 0 and k > K_MAX raise cfg_err and behave as the nearest legal k."""
     tb = Bench(dut)
-    await tbc.start(dut)
-    case = max(tbc.nonempty(tbc.load_cases(MODULE)), key=lambda c: c.meta["n_blocks"])
+    await tb_util.start_streams(dut)
+    case = max(tb_util.nonempty(tb_util.load_cases(MODULE)), key=lambda c: c.meta["n_blocks"])
     for k in (0, k_max(), k_max() + 1, 2**32 - 1):
         await tb.select(case.name, case.arrays["block_norms"], k)
 
@@ -131,21 +131,21 @@ async def k_out_of_range(dut):
 async def reset_mid_stream(dut):
     """Resets while pairs arrive and while indices leave, each followed by a clean run."""
     tb = Bench(dut)
-    await tbc.start(dut)
-    case = max(tbc.nonempty(tbc.load_cases(MODULE)), key=lambda c: c.meta["n_blocks"])
+    await tb_util.start_streams(dut)
+    case = max(tb_util.nonempty(tb_util.load_cases(MODULE)), key=lambda c: c.meta["n_blocks"])
     norms, k = case.arrays["block_norms"], int(case.meta["k_eff"])
     for when in ("input", "output"):
-        tbc.set_traffic([tb.src], [tb.snk], 0.3, 0.5, len(when))
+        tb_util.set_traffic([tb.src], [tb.snk], 0.3, 0.5, len(when))
         tb.send(norms, k)
         if when == "input":
             await ClockCycles(dut.clk, max(1, len(norms) // 2))
         else:     # wait for the first index to leave
             while not (dut.m_tvalid.value == 1 and dut.m_tready.value == 1):
                 await ClockCycles(dut.clk, 1)
-        await tbc.reset(dut)
+        await tb_util.reset(dut)
         await ClockCycles(dut.clk, 2)
-        tbc.drain(tb.snk)
-        tbc.no_traffic([tb.src, tb.snk])
+        tb_util.drain(tb.snk)
+        tb_util.no_traffic([tb.src, tb.snk])
         await tb.select(case.name + f" (after a reset during {when})", norms, k)
 
 
@@ -153,13 +153,13 @@ async def reset_mid_stream(dut):
 async def throughput(dut):
     """Unthrottled: one pair per cycle in, one index per cycle out."""
     tb = Bench(dut)
-    mon = tbc.monitor(dut, "s")
-    await tbc.start(dut)
-    case = max(tbc.nonempty(tbc.load_cases(MODULE)), key=lambda c: c.meta["n_blocks"])
+    mon = tb_util.monitor(dut, "s")
+    await tb_util.start_streams(dut)
+    case = max(tb_util.nonempty(tb_util.load_cases(MODULE)), key=lambda c: c.meta["n_blocks"])
     norms, k = case.arrays["block_norms"], int(case.meta["k_eff"])
     rx = await tb.select(case.name, norms, k)
-    tx = await tbc.recv(mon, len(norms), "input monitor")
+    tx = await tb_util.recv(mon, len(norms), "input monitor")
     for stream, frame, words in (("in", tx, len(norms)), ("out", rx, len(rx.tdata))):
-        cycles = tbc.frame_cycles(frame)
-        tbc.record_metric(MODULE, stream, case.name, words, cycles)
+        cycles = tb_util.frame_cycles(frame)
+        tb_util.record_metric(MODULE, stream, case.name, words, cycles)
         assert cycles == words, f"{stream}: {words} words took {cycles} cycles"
