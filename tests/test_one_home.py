@@ -125,3 +125,128 @@ def test_documented_paths_import(module, name):
             pytest.skip(f"{module} needs the optional package {e.name}, not installed here")
         raise
     assert hasattr(mod, name), f"{module}.{name} is documented and must keep working"
+
+
+# --------------------------------------------------------------- the DUT table (item 7)
+
+DUT_TABLE = ROOT / "sim" / "duts.py"
+TB_LIBRARY = ROOT / "sim" / "tb_util.py"
+# where a block is built or run: the table's readers (tests, verify, bench) and the testbenches
+DUT_READERS = ("sim", "bench", "tests", "gradblock")
+
+
+def _reader_sources():
+    for folder in DUT_READERS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if path != DUT_TABLE:
+                yield path
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """id() of every docstring constant (examples in prose are not build knowledge)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                out.add(id(body[0].value))
+    return out
+
+
+def _literal_dict(node: ast.Dict) -> dict | None:
+    """A dict display of constant keys and values as a dict, else None."""
+    if not node.keys or any(k is None or not isinstance(k, ast.Constant) for k in node.keys):
+        return None
+    if not all(isinstance(v, ast.Constant) for v in node.values):
+        return None
+    return {k.value: v.value for k, v in zip(node.keys, node.values)}
+
+
+def test_the_dut_table_is_the_one_home():
+    """A testbench module's name, a block's reference parameter set and the block -> golden
+    stage map are written in sim/duts.py only; everything else reads DUTS."""
+    from gradblock.sim.duts import DUTS
+    tb_modules = {d.test_module for d in DUTS.values()}
+    param_sets = {d.name: dict(d.parameters) for d in DUTS.values() if len(d.parameters) > 1}
+    stages = {d.name: set(d.stages) for d in DUTS.values() if d.stages}
+    bad = []
+    for path in _reader_sources():
+        rel = path.relative_to(ROOT)
+        tree = ast.parse(path.read_text(), filename=str(path))
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and id(node) not in docs and node.value in tb_modules:
+                bad.append(f"{rel}:{node.lineno} names the testbench {node.value!r}")
+            if isinstance(node, ast.Call) and _calls_name(node) == "run_rtl" and node.args \
+                    and isinstance(node.args[0], ast.Constant):
+                bad.append(f"{rel}:{node.lineno} builds the top level {node.args[0].value!r} "
+                           "by name (use DUTS[...].run)")
+            if isinstance(node, ast.Dict) and (lit := _literal_dict(node)) is not None:
+                for name, params in param_sets.items():
+                    if lit == params:
+                        bad.append(f"{rel}:{node.lineno} copies {name}'s parameters {lit}")
+                mapped = [k for k, v in lit.items() if k in stages and v in stages[k]]
+                if len(mapped) >= 2 and any(lit[k] != k for k in mapped):
+                    bad.append(f"{rel}:{node.lineno} maps blocks to golden stages ({mapped})")
+    assert not bad, "a block's build knowledge belongs in sim/duts.py:\n" + "\n".join(bad)
+
+
+def _calls_name(node: ast.Call) -> str:
+    f = node.func
+    return f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+
+
+def test_verify_and_the_testbenches_read_the_table():
+    from gradblock.sim import duts, verify
+    assert verify.REGISTRY == duts.verified()
+    assert all(verify.REGISTRY[n] is duts.DUTS[n] for n in verify.REGISTRY)
+    assert list(verify.REGISTRY) == [n for n, d in duts.DUTS.items() if d.stage]
+    for name, dut in duts.DUTS.items():
+        assert dut.missing() == [], (name, dut.missing())
+        assert dut.sources[dut.sources.index(dut.toplevel)] == dut.toplevel
+        if dut.stage:
+            assert duts.stage_of(name) == dut.stage
+    with pytest.raises(TypeError):
+        duts.DUTS["compress_top"].parameters["K_MAX"] = 1          # the table is read-only
+
+
+def test_golden_quick_is_defined_once():
+    """The session's `gradblock golden --quick` directory is tests/conftest.py's fixture."""
+    defs = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        defs += [(str(path.relative_to(ROOT)), n.lineno) for n in ast.walk(tree)
+                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and n.name == "golden_quick"]
+    assert [rel for rel, _ in defs] == ["tests/conftest.py"], \
+        "define golden_quick once, in tests/conftest.py: " + ", ".join(f"{r}:{n}" for r, n in defs)
+
+
+def test_one_testbench_library():
+    """sim/tb_util.py is the testbenches' one helper library: every other sim/tb_*.py is a
+    testbench of the DUT table, and no helper is written twice (the same top-level function
+    in two testbenches, or a testbench redefining one of the library's)."""
+    from gradblock.sim.duts import DUTS
+    tb_files = {p.stem for p in (ROOT / "sim").glob("tb_*.py")}
+    testbenches = {d.test_module.rsplit(".", 1)[-1] for d in DUTS.values()}
+    assert tb_files - {TB_LIBRARY.stem} == testbenches, \
+        f"sim/tb_*.py that are neither the library nor a DUT's testbench: " \
+        f"{sorted(tb_files - {TB_LIBRARY.stem} - testbenches)}"
+    lib = ast.parse(TB_LIBRARY.read_text())
+    library = {n.name for n in lib.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                            ast.ClassDef))}
+    seen: dict[str, str] = {}
+    bad = []
+    for stem in sorted(testbenches):
+        path = ROOT / "sim" / f"{stem}.py"
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.decorator_list:
+                continue                      # cocotb tests are decorated: each module's own
+            if node.name in library:
+                bad.append(f"{path.name}:{node.lineno} redefines tb_util.{node.name}")
+            body = ast.dump(ast.Module(body=node.body, type_ignores=[]))
+            key = f"{node.name}:{body}"
+            if key in seen:
+                bad.append(f"{path.name}:{node.lineno} repeats {seen[key]}'s {node.name}")
+            seen.setdefault(key, path.name)
+    assert not bad, "testbench helpers belong in sim/tb_util.py, once:\n" + "\n".join(bad)
