@@ -151,6 +151,9 @@ class Compressor:
     # CPU tensors go through the numba kernels (shim/fastpath.py; bit-identical frames and
     # sums); False keeps the torch ops everywhere (tests compare the two)
     host_fast = True
+    # messages are ZRLE v1 frames (spec §3): whole-message numba decoding and the host view of
+    # a frame apply to them (decode_group, the hook's warm-up)
+    frame_coded = False
 
     def __init__(self, layers: Sequence[LayerInfo], n_workers: int, *, dense_below: int = 0,
                  local_momentum: float = 0.0, momentum_mask: bool = True,
@@ -508,6 +511,7 @@ class CoarseCompressor(Compressor):
     """The gradblock codec: k blocks per layer, one ZRLE v1 frame per layer, int64 sums."""
 
     name = "coarse"
+    frame_coded = True
 
     def __init__(self, layers, n_workers, *, k: int | float = 1, R: float = DEFAULT_RANGE,
                  block_size: int | None = None, lmax_log2: int = DEFAULT_LMAX_LOG2,
@@ -710,7 +714,7 @@ def decode_group(compressor: Compressor, layers: Sequence[LayerInfo],
     ranks = list(range(len(messages))) if ranks is None else list(ranks)
     if len(ranks) != len(messages):
         raise ValueError(f"{len(ranks)} rank labels for {len(messages)} messages")
-    if (compressor.host_fast and compressor.name == "coarse"
+    if (compressor.host_fast and compressor.frame_coded
             and len(messages) == compressor.n_workers and messages):
         devices = {m.device for m in messages}
         if devices == {torch.device("cpu")}:
@@ -726,7 +730,7 @@ def decode_group(compressor: Compressor, layers: Sequence[LayerInfo],
         at = 0
         # CPU: the reference decoder validates; convert each message once, not once per frame.
         # Off the CPU the frames are validated on the device (codec/zrle_torch_decode.py).
-        host = zrle_torch.frame_to_numpy(msg) if compressor.name == "coarse" \
+        host = zrle_torch.frame_to_numpy(msg) if compressor.frame_coded \
             and msg.device.type == "cpu" else None
         for j, layer in enumerate(layers):
             try:

@@ -75,7 +75,7 @@ class GradblockHookState:
         # Fault injection for tests: rewrites this rank's outgoing message.
         self.outgoing_filter = outgoing_filter
         self._lock = threading.Lock()     # callbacks of different buckets may run concurrently
-        if compressor.name == "coarse" and compressor.host_fast and all(
+        if compressor.frame_coded and compressor.host_fast and all(
                 p.device.type == "cpu" for p in trainable):
             compressor.warm_host()            # numba's start-up here, not in the first step
         self.reset_step()

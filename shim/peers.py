@@ -140,6 +140,10 @@ class PeerDdpExchange(DdpExchange):
     def use(self, compressor, states):
         pass                                    # peers never swap (no dense warm-up epochs)
 
+    def close(self) -> None:
+        self.timed_state = None                 # powerSGD's state also holds the group
+        super().close()
+
     def step(self, problem, shards, step_in_epoch, batch_size, optimizer):
         x, y = worker_batch(problem, shards[self.rank], step_in_epoch, batch_size)
         before = self.timed_state.compress_s if self.timed_state else 0.0
