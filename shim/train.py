@@ -14,7 +14,6 @@ stderr and exit status 2, as for the other commands; argparse's own errors exit 
 from __future__ import annotations
 
 import os
-import sys
 
 from .arguments import build_parser, config_from_args, parse_k  # noqa: F401  (re-exported)
 from .config import TrainConfig  # noqa: F401  (re-exported)
@@ -25,15 +24,6 @@ from .trainer import Trainer, run_training  # noqa: F401  (re-exported)
 # what a row of `gradblock validate` records and goes on after (run_matrix); every named error
 # is a GradblockError, so a ValueError.
 USER_ERRORS = (DatasetError, ValueError)
-EXIT_USER_ERROR = 2
-
-
-def report_error(command: str, err: BaseException) -> int:
-    one_line = " ".join(str(err).split())        # a message quoting data stays one line
-    print(f"gradblock {command}: {type(err).__name__}: {one_line}", file=sys.stderr)
-    return EXIT_USER_ERROR
-
-
 def train_main(argv: list[str]) -> int:
     args = build_parser(__doc__.split("\n\n")[0].split(": ", 1)[1]).parse_args(argv)
     cfg = config_from_args(args)

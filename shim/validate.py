@@ -34,12 +34,11 @@ from pathlib import Path
 
 from .arguments import add_common_arguments, parse_k
 from .config import TrainConfig
-from .data import DatasetError
 from .errors import ConfigError
 from .outputs import atomic_write_text, check_output_dir, check_output_file
 from .report import (NO_ROWS, describe_run, format_row_table, format_table, is_own_output,
                      plot_acc_compression, plot_curves, summarise_rows, write_json)
-from .train import USER_ERRORS, report_error
+from .train import USER_ERRORS
 from .trainer import run_training
 
 QUICK = {"epochs": 2, "train_subset": 6000, "test_subset": 2000}
@@ -228,16 +227,14 @@ def validate_main(argv: list[str]) -> int:
     seeds = list(dict.fromkeys(args.seeds)) if args.seeds else [base.seed]
     rows = matrix(base, args.k_large, args.compressors, args.uncorrected, args.peers)
     runs = with_seeds(rows, seeds)
-    try:
-        requirements = [parse_requirement(t, [name for name, _ in rows]) for t in args.require]
-        for _, cfg in runs:
-            cfg.check()
-        check_output_dir(out, "--out")
-        for name in OUTPUTS:
-            check_output_file(out / name, "--out", is_own_output)
-        dataset = load_dataset(base.data, base.data_dir)
-    except (DatasetError, ValueError) as e:
-        return report_error("validate", e)
+    # a named error here becomes one line and exit 2 in gradblock.cli, like every command's
+    requirements = [parse_requirement(t, [name for name, _ in rows]) for t in args.require]
+    for _, cfg in runs:
+        cfg.check()
+    check_output_dir(out, "--out")
+    for name in OUTPUTS:
+        check_output_file(out / name, "--out", is_own_output)
+    dataset = load_dataset(base.data, base.data_dir)
     n_train = min(len(dataset.y_train), base.train_subset or len(dataset.y_train))
     steps = (n_train // base.workers) // base.batch_size * base.epochs
     bar = tqdm(total=steps * len(runs), unit="step", file=sys.stderr, disable=not base.progress)

@@ -359,7 +359,7 @@ def test_validate_refuses_unwritable_out_before_training(tmp_path, monkeypatch, 
     import gradblock.shim.validate as V
     monkeypatch.setattr(V, "run_training", lambda *a, **k: pytest.fail("trained"))
     (tmp_path / "f").write_text("x")
-    assert V.validate_main(["--data", "digits", "--no-progress", "--out", str(tmp_path / "f")]) == 2
+    assert cli.main(["validate", "--data", "digits", "--no-progress", "--out", str(tmp_path / "f")]) == 2
     _one_line_error(capsys, "OutputPathError")
 
 
@@ -407,7 +407,7 @@ def test_validate_replaces_only_its_own_outputs(tmp_path, monkeypatch, capsys):
     assert V.validate_main(args) == 0                     # its own files: replaced
     capsys.readouterr()
     (out / "validate.png").write_bytes(b"\x89PNG\r\n\x1a\n a user's picture")
-    assert V.validate_main(args) == 2
+    assert cli.main(["validate", *args]) == 2
     _one_line_error(capsys, "OutputPathError", "validate.png", "not written by gradblock")
     assert (out / "validate.png").read_bytes().endswith(b"a user's picture")
 
