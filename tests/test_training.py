@@ -486,8 +486,8 @@ def test_malformed_require_is_a_named_error_before_training(tmp_path, monkeypatc
                                                             bad, needle):
     import gradblock.shim.validate as V
     monkeypatch.setattr(V, "run_training", lambda *a, **k: pytest.fail("trained"))
-    assert V.validate_main(["--data", "digits", "--no-progress", "--compressors", "dense",
-                            "coarse1", "--out", str(tmp_path / "v"), "--require", bad]) == 2
+    assert cli.main(["validate", "--data", "digits", "--no-progress", "--compressors", "dense",
+                     "coarse1", "--out", str(tmp_path / "v"), "--require", bad]) == 2
     _one_line_error(capsys, "RequirementError", needle)
 
 
