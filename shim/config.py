@@ -8,9 +8,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from gradblock.codec.zrle import LMAX_LOG2_MAX, LMAX_LOG2_MIN
 from gradblock.refmodel.momentum import MomentumConfig, check_momentum_pair
-from gradblock.refmodel.selection import resolve_k
+from gradblock.refmodel.validation import (check_block_size, check_k, check_lmax_log2, check_norm,
+                                             check_range)
 
 from .errors import ConfigError
 
@@ -113,10 +113,13 @@ class TrainConfig:
         need(self.compressor in COMPRESSORS + PEERS, "compressor",
              "one of " + ", ".join(COMPRESSORS + PEERS))
         check_peer_config(self)
-        try:
-            resolve_k(self.k, 1)
-        except (TypeError, ValueError):
-            need(False, "k", "an integer >= 1 or a fraction in (0, 1)")
+        # the contract's parameters: refmodel.validation's checks and named errors (KError,
+        # BlockSizeError, LmaxError, RangeError, NormError), as every entry point raises them
+        check_k(self.k)
+        check_block_size(self.block_size)
+        check_lmax_log2(self.lmax_log2)
+        check_range(self.range)
+        check_norm(self.norm)
         if self.density != "match":
             need(isinstance(self.density, (int, float)) and 0 < self.density <= 1,
                  "density", "in (0, 1] or 'match'")
@@ -125,14 +128,11 @@ class TrainConfig:
         for name in ("dense_below", "warmup_epochs", "threads", "eval_every", "checkpoint_every",
                      "check_every"):
             need(is_int(getattr(self, name)) and getattr(self, name) >= 0, name, "an integer >= 0")
-        for name in ("workers", "block_size", "train_subset", "test_subset", "max_steps"):
+        for name in ("workers", "train_subset", "test_subset", "max_steps"):
             v = getattr(self, name)
             need(v is None or (is_int(v) and v >= 1), name, "None or an integer >= 1")
         need(is_int(self.seed), "seed", "an integer")
-        need(self.norm in ("l1", "l2"), "norm", "l1 or l2")
-        need(is_int(self.lmax_log2) and LMAX_LOG2_MIN <= self.lmax_log2 <= LMAX_LOG2_MAX,
-             "lmax_log2", f"an integer in {LMAX_LOG2_MIN}..{LMAX_LOG2_MAX}")
-        for name in ("lr", "range"):
+        for name in ("lr",):
             v = getattr(self, name)
             need(isinstance(v, (int, float)) and math.isfinite(v) and v > 0, name,
                  "a finite number > 0")

@@ -214,8 +214,11 @@ def test_checkpoint_under_a_file_fails_before_training(tmp_path, monkeypatch, ca
 
 
 def test_library_settings_are_checked_by_name():
-    with pytest.raises(ConfigError, match="k must be"):
+    from gradblock.refmodel.validation import BlockSizeError, KError
+    with pytest.raises(KError, match="k must be"):
         run_training(TrainConfig(**dict(BASE, k=0)))
+    with pytest.raises(BlockSizeError, match="block_size"):
+        run_training(TrainConfig(**dict(BASE, block_size=0)))
     with pytest.raises(ConfigError, match="momentum must be"):
         run_training(TrainConfig(**dict(BASE, momentum=1.0)))
     with pytest.raises(ConfigError, match="device 'tpu'"):
