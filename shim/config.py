@@ -59,7 +59,7 @@ class TrainConfig:
     timeout: float = 300.0              # seconds a collective may wait under --ddp
     check_every: int = 0                # cross-rank checksum every this many steps (--ddp)
     progress: bool = True
-    merge_plan: str | None = None       # none | greedy | exact | a plan file (shim/merge_apply.py)
+    merge_plan: str | None = None       # none | greedy | exact | a plan file (shim/systems/merge_apply.py)
     exchange: str = "allgather"         # allreduce: global block selection (shim/global_exchange.py)
     powersgd_rank: int = 1              # --compressor powersgd: matrix approximation rank (shim/peers.py)
     # the worker's gradient before compression (DGC), and the learning-rate schedule

@@ -54,8 +54,8 @@ class Exchange:
 
     def bind(self, model: torch.nn.Module, layers: Sequence[LayerInfo], compressor: Compressor,
              states: dict[int, WorkerState], groups: list[list[int]] | None = None) -> None:
-        """`groups`: a merge plan (shim/merge_apply.py), layer indices per group, each group
-        compressed in one call and exchanged in one collective; None: the mode's default."""
+        """`groups`: a merge plan (shim/systems/merge_apply.py), layer indices per group, each
+        group compressed in one call and exchanged in one collective; None: the mode's default."""
         raise NotImplementedError
 
     def use(self, compressor: Compressor, states: dict[int, WorkerState]) -> None:
@@ -150,7 +150,6 @@ class DdpExchange(Exchange):
 
     def bind(self, model, layers, compressor, states, groups=None):
         from .hook import register
-        from .merge_hook import register_merged
         # with a merge plan the plan decides what travels together: the smallest buckets let
         # DDP hand each gradient over as soon as it is ready, so a group starts during backward
         bucketing = {} if groups is None else {"bucket_cap_mb": MERGE_BUCKET_CAP_MB}
@@ -161,6 +160,8 @@ class DdpExchange(Exchange):
             self.hook = register(self.ddp_model, compressor, worker_state=states[self.rank],
                                  timed=self.timed)
         else:
+            # the one way into the papers' systems from the exchange (shim/systems/__init__.py)
+            from .systems.merge_hook import register_merged
             self.hook = register_merged(self.ddp_model, compressor, groups,
                                         worker_state=states[self.rank], timed=self.timed)
 

@@ -158,8 +158,9 @@ class Trainer:
         ex.bind(model, self.layers, self.compressor, self.states, self.merge_groups)
 
     def _merge_groups(self) -> list[list[int]]:
-        """The `--merge-plan` groups (shim/merge_apply.py), planned on this run's first batch."""
-        from .merge_apply import plan_for_run
+        """The `--merge-plan` groups (shim/systems/merge_apply.py), planned on this run's first
+        batch."""
+        from .systems.merge_apply import plan_for_run
         p = self.problem
         shard = epoch_shards(len(p.y_train), self.n, self.cfg.seed, 0)[self.exchange.worker_ids[0]]
         x, y = worker_batch(p, shard, 0, self.cfg.batch_size)

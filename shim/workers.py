@@ -61,7 +61,7 @@ class SimulatedCluster:
             w: compressor.new_worker_state() for w in range(self.n_workers)}
         if sorted(self.workers) != list(range(self.n_workers)):
             raise ValueError(f"need states for workers 0..{self.n_workers - 1}, got {sorted(self.workers)}")
-        # a merge plan (shim/merge_apply.py): per worker one encode call per group, one
+        # a merge plan (shim/systems/merge_apply.py): per worker one encode call per group, one
         # exchange (decode of every worker's message) per group; None: the whole model at once
         self.groups = [list(range(len(self.layers)))] if groups is None else [list(g) for g in groups]
         if groups is not None and (not all(self.groups) or sorted(
