@@ -76,7 +76,7 @@ torch = pytest.importorskip("torch", reason="the training driver needs torch")
 
 
 def _run(tmp_path, *extra):
-    from gradblock.shim.coded import coded_main
+    from gradblock.shim.systems.coded import coded_main
     out = tmp_path / "coded.json"
     rc = coded_main(["--workers", "3", "--redundancy", "2", "--steps", "2", "--dataset", "digits",
                      "--model", "digits_cnn", "--block-samples", "4", "--json", str(out), *extra])

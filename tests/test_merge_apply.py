@@ -1,5 +1,5 @@
-"""DLGS merge plans applied (shim/merge_apply.py, shim/merge_hook.py, the simulated cluster):
-merging changes the call structure only, never the bits."""
+"""DLGS merge plans applied (shim/systems/merge_apply.py, shim/systems/merge_hook.py, the
+simulated cluster): merging changes the call structure only, never the bits."""
 from __future__ import annotations
 
 import json
@@ -14,10 +14,10 @@ import torch.nn.functional as F  # noqa: E402
 
 from gradblock.shim.compressors import build_compressor, layers_of  # noqa: E402
 from gradblock.shim.ddp_check import batches, compressor_for, make_model  # noqa: E402
-from gradblock.shim.merge_apply import (MergePlanError, backward_order, check_groups,  # noqa: E402
-                                        groups_from_names, read_plan_file)
-from gradblock.shim.merge_plan import PLANNERS, LayerTimes  # noqa: E402
 from gradblock.shim.optim import GlobalMomentumSGD  # noqa: E402
+from gradblock.shim.systems.merge_apply import (MergePlanError, backward_order,  # noqa: E402
+                                                check_groups, groups_from_names, read_plan_file)
+from gradblock.shim.systems.merge_plan import PLANNERS, LayerTimes  # noqa: E402
 from gradblock.shim.workers import SimulatedCluster  # noqa: E402
 
 from cli_helpers import run  # noqa: E402
@@ -223,7 +223,7 @@ def test_merged_hook_in_a_one_rank_group(case):
 
 def _ddp_run(groups, seeds, cap=0.001, name="coarse", state_in=None, filt=None):
     from gradblock.shim.hook import register
-    from gradblock.shim.merge_hook import register_merged
+    from gradblock.shim.systems.merge_hook import register_merged
     model = make_model("cpu")
     ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cap)
     comp = build_compressor(name, layers_of(model), 1, k=2)
@@ -296,7 +296,7 @@ def test_plans_over_gloo_equal_no_plan_and_simulation():
     also equals)."""
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("torch.distributed with gloo is not available")
-    from gradblock.shim.merge_check import check_merged
+    from gradblock.shim.systems.merge_check import check_merged
     model = make_model("cpu")
     plans = {"greedy": _planned("dlgs_greedy", model), "exact": _planned("exact", model),
              "random": _random_groups(8, 7)}
@@ -340,7 +340,7 @@ def test_train_ddp_with_measured_plan_equals_simulation(tmp_path):
 def test_merge_plan_executes_through_the_ddp_hook(tmp_path):
     """`gradblock merge-plan --execute ddp`: every plan measured through DDP and the merged hook,
     beside the modelled times (the model's inputs from the torch codec's compressor)."""
-    from gradblock.shim.merge_measure import merge_plan_main
+    from gradblock.shim.systems.merge_measure import merge_plan_main
     out = tmp_path / "m.json"
     assert merge_plan_main(["--model", "digits-cnn", "--repeats", "1", "--execute", "ddp",
                             "--json", str(out)]) == 0

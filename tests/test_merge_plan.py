@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gradblock.shim.merge_plan import (LayerTimes, brute_force, exact, greedy, groups_from_cuts,
-                                       iteration_time, no_merge)
+from gradblock.shim.systems.merge_plan import (LayerTimes, brute_force, exact, greedy,
+                                               groups_from_cuts, iteration_time, no_merge)
 
 ms = st.floats(0, 5, allow_nan=False)
 
@@ -54,7 +54,7 @@ pytest.importorskip("torch", reason="gradblock merge-plan measures with torch")
 
 
 def test_cli_from_times_file(tmp_path, capsys):
-    from gradblock.shim.merge_measure import merge_plan_main
+    from gradblock.shim.systems.merge_measure import merge_plan_main
     times = {"names": ["fc2", "fc1", "conv"], "sizes": [850, 48000, 2400], "backward_ms": [0.1, 0.9, 2.0],
              "forward_ms": 3.0, "sparsify_a_ms": 0.05, "sparsify_b_ms": 1e-6, "comm_alpha_ms": 0.8,
              "comm_beta_ms": 2e-6, "wire_bytes": [200, 900, 300]}
@@ -79,7 +79,7 @@ def test_cli_bad_times_file(tmp_path, capsys):
 
 def test_measured_plan_for_lenet5(tmp_path):
     """Measures backward hooks, the numba step and gloo all_gather on this machine."""
-    from gradblock.shim.merge_measure import merge_plan_main
+    from gradblock.shim.systems.merge_measure import merge_plan_main
     out = tmp_path / "plan.json"
     assert merge_plan_main(["--model", "lenet5", "--repeats", "2", "--json", str(out)]) == 0
     rep = json.loads(out.read_text())
@@ -89,7 +89,7 @@ def test_measured_plan_for_lenet5(tmp_path):
 @pytest.mark.slow
 def test_plans_execute_over_gloo(tmp_path):
     """Each plan runs for real (grouped compress + one all_gather per group, overlapping backward)."""
-    from gradblock.shim.merge_measure import merge_plan_main
+    from gradblock.shim.systems.merge_measure import merge_plan_main
     out = tmp_path / "plan.json"
     assert merge_plan_main(["--model", "lenet5", "--repeats", "1", "--execute", "--json", str(out)]) == 0
     rep = json.loads(out.read_text())
