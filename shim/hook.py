@@ -118,7 +118,7 @@ class GradblockHookState:
         if self.outgoing_filter is not None:
             message = self.outgoing_filter(message, layers, self.rank)
         if self.timed:
-            _sync(message)
+            sync_device(message)
         t_sent = time.perf_counter()
         if bound is None:
             fut, gathered, lengths, width = all_gather_varlen_async(message, self.group)
@@ -147,7 +147,8 @@ class GradblockHookState:
         self.worker_state = restored[self.rank]
 
 
-def _sync(t: torch.Tensor) -> None:
+def sync_device(t: torch.Tensor) -> None:
+    """Wait for the device work on `t` (CUDA); nothing on the CPU."""
     if t.device.type == "cuda":
         torch.cuda.synchronize(t.device)
 
@@ -247,7 +248,7 @@ def gradblock_hook(state: GradblockHookState, bucket: dist.GradBucket
                     state.error = e
             raise
         if state.timed:
-            _sync(buffer)
+            sync_device(buffer)
             with state._lock:
                 state.times.exchange_s += time.perf_counter() - t1
         return buffer

@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from ..compressors import Compressor, WorkerState, decode_group
-from ..hook import GradblockHookState, _sync, write_averages
+from ..hook import GradblockHookState, sync_device, write_averages
 from .merge_apply import Groups, check_groups
 
 
@@ -129,7 +129,7 @@ class MergedHookState(GradblockHookState):
                 self._fail(buckets, e)
                 raise
             if self.timed:
-                _sync(buckets[0].buffer)
+                sync_device(buckets[0].buffer)
             finished = []
             with self._lock:
                 if self.timed:
