@@ -3,7 +3,9 @@
 Every .py of every package is parsed (ast, nothing imported), every import -- top level or
 inside a function, absolute or relative -- is resolved to its gradblock.* name and checked against
 what its package may import; and no package's modules import each other in a cycle (function-level
-imports included: a cycle hidden in a function is still a cycle)."""
+imports included: a cycle hidden in a function is still a cycle). Inside shim/, the training side
+reaches the papers' systems (shim/systems/) only through the allow-listed seam (SEAM below), and
+the old module names of the systems are aliases of the moved modules."""
 from __future__ import annotations
 
 import ast
@@ -51,8 +53,9 @@ def _layer_of(name: str) -> str | None:
     for ns in SUBPACKAGES:
         if name == ns or name.startswith(ns + "."):
             return ns
-    if name in SHARED:
-        return name
+    for shared in SHARED:                        # gradblock.fileio.write_text: a name in it
+        if name == shared or name.startswith(shared + "."):
+            return shared
     return CLI
 
 
@@ -80,8 +83,8 @@ def _imports(path: Path, package: str):
                     yield node.lineno, f"gradblock.{alias.name}"
                 continue
             yield node.lineno, mod
-            if node.level and not node.module:   # `from . import x`: x is a module of base
-                for alias in node.names:
+            for alias in node.names:             # `from p import x`: x may be a module of p
+                if alias.name != "*":            # (callers reduce it to the module it names)
                     yield node.lineno, f"{mod}.{alias.name}"
 
 
@@ -172,7 +175,157 @@ def test_no_import_cycles_inside_a_package(folder):
 def test_the_cycle_finder_finds_cycles():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
-    assert "gradblock.shim.merge_apply" in _package_graph("shim")["gradblock.shim.merge_hook"]
+    graph = _package_graph("shim")
+    assert "gradblock.shim.systems.merge_apply" in graph["gradblock.shim.systems.merge_hook"]
+    # `from .systems import merge_hook` is an edge to the module, not only to the package
+    assert "gradblock.shim.systems.merge_hook" in graph["gradblock.shim.merge_hook"]
+
+
+# ------------------------------------------- shim/: the training shim apart from the papers' systems
+
+SYSTEMS = "gradblock.shim.systems"
+# the old homes of the modules that moved to shim/systems (issue 20 item 6): each is a one-line
+# alias of its new module, so what users code against keeps importing
+ALIASES = {f"gradblock.shim.{m}": f"{SYSTEMS}.{m}" for m in
+           ("merge_plan", "merge_measure", "merge_apply", "merge_hook", "merge_check", "coded")}
+# The one-way seam (shim/systems/__init__.py): the only imports of shim/systems by the training
+# side, importer -> {systems module: the names it may import}. Each sits inside the function that
+# needs it, so importing the training shim loads none of the systems.
+SEAM = {
+    # DdpExchange.bind: the merged DDP hook, when a merge plan is given
+    "gradblock.shim.exchange": {f"{SYSTEMS}.merge_hook": {"register_merged"}},
+    # Trainer._merge_groups: the planner behind --merge-plan
+    "gradblock.shim.trainer": {f"{SYSTEMS}.merge_apply": {"plan_for_run"}},
+}
+
+
+def _shim_modules():
+    """name -> path of every module of shim/ (systems included)."""
+    return {_module_name(p): p for p in _modules("shim")}
+
+
+def _is_systems(name: str) -> bool:
+    return name == SYSTEMS or name.startswith(SYSTEMS + ".")
+
+
+def _import_nodes(path: Path):
+    """(node, in a function, [(target module, imported name or None)]) of every import in
+    `path`: the target reduced to a module of shim/ (or left as it is outside shim/)."""
+    here = _module_name(path)
+    known = set(_shim_modules())
+    tree = ast.parse(path.read_text(), filename=str(path))
+    nested = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+              for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, ast.Import):
+            targets = [(a.name, None) for a in node.names]
+        else:
+            targets = []
+            if node.level:
+                parts = here.split(".")
+                base = parts[:len(parts) - node.level + (1 if path.name == "__init__.py" else 0)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            for a in node.names:
+                sub = f"{mod}.{a.name}"
+                targets.append((sub, None) if sub in known else (mod, a.name))
+        yield node, id(node) in nested, targets
+
+
+def _training_side():
+    return {n: p for n, p in _shim_modules().items() if not _is_systems(n) and n not in ALIASES}
+
+
+def test_the_training_side_reaches_the_systems_only_through_the_seam():
+    """Nothing in shim/ outside systems/ imports shim/systems (or an old name aliasing it) but
+    the allow-listed seam: the named modules and names, inside a function."""
+    bad = []
+    for me, path in _training_side().items():
+        for node, in_function, targets in _import_nodes(path):
+            for target, name in targets:
+                target = ALIASES.get(target, target)
+                if not _is_systems(target):
+                    continue
+                allowed = SEAM.get(me, {}).get(target, set())
+                where = f"{_relative(path)}:{node.lineno} imports {target}" + \
+                    (f".{name}" if name else "")
+                if name not in allowed:
+                    bad.append(f"{where} (not in the seam)")
+                elif not in_function:
+                    bad.append(f"{where} at module level (the seam imports inside a function)")
+    assert not bad, "the training shim may use shim/systems only through the seam " \
+        f"(tests/test_layering.py SEAM, shim/systems/__init__.py):\n" + "\n".join(bad)
+
+
+def test_the_seam_allow_list_is_in_use():
+    """Every allow-listed import of the seam exists (a stale entry would allow a new one)."""
+    found = set()
+    for me, path in _training_side().items():
+        for _, _, targets in _import_nodes(path):
+            found |= {(me, t, n) for t, n in targets}
+    missing = [(me, t, n) for me, mods in SEAM.items() for t, names in mods.items() for n in names
+               if (me, t, n) not in found]
+    assert not missing, f"SEAM lists imports nobody makes: {missing}"
+
+
+def test_old_names_are_aliases_only():
+    """shim/<old name>.py holds nothing but the alias of its moved module."""
+    modules = _shim_modules()
+    for old, new in ALIASES.items():
+        path = modules[old]
+        targets = {t for _, _, ts in _import_nodes(path) for t, _ in ts}
+        assert targets == {"sys", new}, (old, targets)
+        assert "sys.modules[__name__]" in path.read_text(), old
+
+
+def test_the_systems_use_no_private_name_of_the_training_side():
+    """merge_apply once used merge_measure's private _fit; the systems import public names only."""
+    training = set(_training_side())
+    bad = []
+    for me, path in _shim_modules().items():
+        if not _is_systems(me):
+            continue
+        for node, _, targets in _import_nodes(path):
+            bad += [f"{_relative(path)}:{node.lineno} imports {t}.{n}" for t, n in targets
+                    if t in training and n and n.startswith("_")]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_systems_subpackage_is_checked_for_cycles():
+    """shim/'s graph holds systems/ too, so a cycle inside systems/ or through the seam fails
+    test_no_import_cycles_inside_a_package[shim]."""
+    graph = _package_graph("shim")
+    systems = {m for m in graph if _is_systems(m)}
+    assert {f"{SYSTEMS}.{m}" for m in ("merge_plan", "merge_measure", "merge_apply", "merge_hook",
+                                       "merge_check", "coded")} <= systems
+    assert "gradblock.shim.compressors" in graph[f"{SYSTEMS}.merge_hook"]       # systems -> training
+    assert f"{SYSTEMS}.merge_hook" in graph["gradblock.shim.exchange"]          # the seam
+    assert not _cycles({m: graph[m] & systems for m in systems})
+    assert not _cycles(graph)
+
+
+@pytest.mark.parametrize("old", sorted(ALIASES))
+def test_old_import_paths_are_the_moved_modules(old):
+    import importlib
+    pytest.importorskip("torch")
+    mod, new = importlib.import_module(old), importlib.import_module(ALIASES[old])
+    assert mod is new and mod.__name__ == ALIASES[old]
+    public = [n for n in dir(new) if not n.startswith("_")]
+    assert public and all(hasattr(mod, n) for n in public)
+
+
+def test_the_training_shim_loads_none_of_the_systems(tmp_path):
+    """Importing every training module of shim/ imports nothing of shim/systems."""
+    pytest.importorskip("torch")
+    names = sorted(_training_side())
+    code = ("import importlib, sys\n"
+            f"for n in {names!r}: importlib.import_module(n)\n"
+            "print(sorted(m for m in sys.modules if m.startswith('gradblock.shim.systems')))")
+    r = _python_outside_checkout(code, tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", (r.stdout, r.stderr[-2000:])
 
 
 @pytest.mark.parametrize("module", sorted(SHARED))
