@@ -230,7 +230,6 @@ def test_shim_coarse_compressor_carries_the_norm():
     torch = pytest.importorskip("torch", reason="the shim is torch")
     from gradblock.shim.compressors import LayerInfo, WorkerState, build_compressor
     from gradblock.shim.config import TrainConfig
-    from gradblock.shim.errors import ConfigError
     layers = [LayerInfo(0, "w", (2, 6))]
     g = np.zeros((2, 6), np.float32)
     g[0] = 1.0
@@ -250,5 +249,5 @@ def test_shim_coarse_compressor_carries_the_norm():
         build_compressor("coarse", layers, 1, norm="l3")
     assert "norm" not in TrainConfig().run_config()
     assert TrainConfig(norm="l2").run_config()["norm"] == "l2"
-    with pytest.raises(ConfigError, match="norm"):
+    with pytest.raises(NormError, match="norm"):        # the contract's check, as everywhere
         TrainConfig(norm="L2").check()
