@@ -155,11 +155,22 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"gradblock: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return EXIT_USAGE
+    had_dist = "torch.distributed" in sys.modules
     status = run_guarded(name, _dispatch, name, rest)
-    if "torch.distributed" in sys.modules:      # join gloo's threads before Python finalises
+    if _started_collectives(had_dist):         # join gloo's threads before Python finalises
         from gradblock.shim.process_group import end_process_group
         end_process_group()
     return status
+
+
+def _started_collectives(had_dist: bool) -> bool:
+    """Whether this command may have left a process group (or its last holders) behind: it
+    brought torch.distributed in, or a group is still up. Not every in-process call (a
+    collection costs tens of ms with torch loaded; the CLI fuzz tests make thousands)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return False
+    return not had_dist or (dist.is_available() and dist.is_initialized())
 
 
 if __name__ == "__main__":

@@ -399,3 +399,19 @@ def test_one_parser_for_k():
     for bad in ("0", "-1", "1.5", "nan", "inf", "abc", "1e400"):
         with pytest.raises(validation.KError):
             parse_k(bad)
+
+
+def test_process_group_cleanup_runs_only_after_a_command_that_may_have_left_one(monkeypatch):
+    """The CLI collects (to join gloo's threads) only when the command brought torch.distributed
+    in or left a group up, not after every in-process call (a collection with torch loaded
+    costs tens of ms; the CLI fuzz tests make thousands of calls)."""
+    import sys
+    pytest.importorskip("torch")
+    import torch.distributed as dist
+    assert not dist.is_initialized()
+    assert cli._started_collectives(had_dist=False)           # brought in by this command
+    assert not cli._started_collectives(had_dist=True)        # already there, no group up
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    assert cli._started_collectives(had_dist=True)            # a group left up
+    monkeypatch.delitem(sys.modules, "torch.distributed")
+    assert not cli._started_collectives(had_dist=False)       # no torch.distributed at all
