@@ -3,7 +3,7 @@ engines' tables (4c, 4d) come from bench.rtl_engines.
 
 Each testbench's `throughput` cocotb test (unthrottled streams) is run through sim.harness on
 Icarus Verilog and on Verilator; the testbench writes its cycle counts to TB_METRICS. The
-datapath testbenches read vectors written here by sim.datapath_vectors. Builds are cached
+datapath testbenches read vectors written here by golden.datapath. Builds are cached
 in the user cache by the harness (sim/harness.py: --build-dir / $GRADBLOCK_SIM_BUILD / ~/.cache/gradblock); the first run of each simulator compiles (minutes), so the
 table is optional (--rtl, on by default in the full run, off with --quick).
 """
@@ -88,9 +88,9 @@ def _words_through(records: list[dict]) -> int:
 
 
 def _vectors(work: Path) -> Path:
-    """The datapath testbenches' corner-case vectors (sim.datapath_vectors' default kind:
+    """The datapath testbenches' corner-case vectors (golden.datapath' default kind:
     small, so a cocotb run takes seconds)."""
-    write_cases = require(optional_module("gradblock.sim.datapath_vectors"), "write_cases")
+    write_cases = require(optional_module("gradblock.golden.datapath"), "write_cases")
     out = work / "vectors"
     write_cases(out)
     return out

@@ -149,7 +149,7 @@ def engine_layers(workloads) -> list[EngineLayer]:
 def engine_case(layer: EngineLayer, R: float, k):
     """(manifest entry, arrays) of one layer at the bench's R and k: step 2 of training, the
     residual entering it from step 1 on the same gradient (as bench.context.Prepared)."""
-    make_case = require(optional_module("gradblock.sim.datapath_vectors"), "make_case")
+    make_case = require(optional_module("gradblock.golden.datapath"), "make_case")
     residual = compress_layer(layer.grad, None, R=R, k=k, layer_id=layer.layer_id).residual_out
     return make_case(layer.name, layer.grad, residual, R=R, k=k, layer_id=layer.layer_id,
                      description=f"conv layer {tuple(layer.grad.shape)} of a bench workload, "
@@ -159,9 +159,9 @@ def engine_case(layer: EngineLayer, R: float, k):
 def engine_momentum_case(layer: EngineLayer, R: float, k, m: float = MOMENTUM_M):
     """(manifest entry, arrays) of the layer's momentum-corrected step 2 (spec §7, factor
     masking on): residual and velocity as step 1 on the same gradient leaves them."""
-    CaseSpec, stages = require(optional_module("gradblock.golden_cases"), "CaseSpec",
+    CaseSpec, stages = require(optional_module("gradblock.golden.cases"), "CaseSpec",
                                "MOMENTUM_STAGES")
-    compute_case = require(optional_module("gradblock.golden_compute"), "compute_case")
+    compute_case = require(optional_module("gradblock.golden.compute"), "compute_case")
     MomentumConfig, momentum_layer = require(optional_module("gradblock.refmodel.momentum"),
                                              "MomentumConfig", "momentum_layer")
     cfg = MomentumConfig.from_float(m)
@@ -247,12 +247,12 @@ def add_compress_rows(table: Table, sim: str, runs: list[EngineRun], fmax: Fmax 
 
 # ------------------------------------------------------------------- aggregate_engine
 def exchange_case(layer: EngineLayer, R: float, k, workers: int, name: str):
-    """(manifest entry, arrays) of one exchange (gradblock.golden_exchange): `workers` frames
+    """(manifest entry, arrays) of one exchange (gradblock.golden.exchange): `workers` frames
     of `layer`, each the compress step of its own gradient with its own step-1 residual. The
     workers' gradients are the layer's times a per-filter factor (log-normal, sigma 0.5,
     seeded by the worker; worker 0 unchanged), so that, as in data-parallel training, they
     pick different blocks."""
-    ExchangeSpec, compute_exchange = require(optional_module("gradblock.golden_exchange"),
+    ExchangeSpec, compute_exchange = require(optional_module("gradblock.golden.exchange"),
                                              "ExchangeSpec", "compute_exchange")
     frames = []
     for w in range(workers):
@@ -451,7 +451,7 @@ def bench_of(dut: Dut, **changes) -> RtlBench:
 
 
 def _write_golden(out: Path, what: str, cases, exchange=()) -> Path:
-    write_golden = require(optional_module("gradblock.refmodel.golden_format"), "write_golden")
+    write_golden = require(optional_module("gradblock.golden.format"), "write_golden")
     write_golden(out, {"generator": f"gradblock bench ({what})"}, cases, exchange)
     return out
 

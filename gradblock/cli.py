@@ -35,7 +35,7 @@ COMMANDS = {
     "step": ("gradblock.commands", "step_main", "quantise + feedback + select + encode one layer"),
     "inspect": ("gradblock.commands", "inspect_main", "readable dump of every frame in a message"),
     "golden": ("gradblock.golden_cli", "golden_main", "write golden vectors for the RTL"),
-    "verify": ("gradblock.sim.verify", "verify_main", "run the RTL against a golden vector directory"),
+    "verify": ("gradblock.golden_cli", "verify_main", "run the RTL against a golden vector directory"),
     "mutate": ("gradblock.sim.mutation", "mutation_main", "mutation score of the golden set on the datapath RTL"),
     "formal": ("gradblock.hw.formal", "formal_main", "SymbiYosys proofs and covers of the RTL (hw/formal/)"),
     "synth": ("gradblock.hw.ecp5", "synth_main", "ECP5 place-and-route figures (or the generic yosys table)"),

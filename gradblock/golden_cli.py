@@ -5,10 +5,32 @@ from __future__ import annotations
 import argparse
 
 from gradblock.codec.errors import UsageError
-from gradblock.refmodel.golden_format import GoldenCase, GoldenError, load_exchange, load_golden
+from gradblock.golden.check import CheckResult, check_golden
+from gradblock.golden.compute import generate_golden
+from gradblock.golden.format import GoldenCase, GoldenError, load_exchange, load_golden
 
-from .golden_check import CheckResult, check_golden
-from .golden_compute import generate_golden
+
+def generate(out_dir, *, quick: bool = False, real_source: str = "digits", seed: int = 0,
+             data_dir: str | None = None, progress: bool = True,
+             backend_choice: str | None = None) -> dict:
+    """The whole golden set: the golden package's cases computed with the backend registry's
+    host kernel, plus the real-gradient cases, which need the trained models of this layer."""
+    from .commands import backend          # the one registry's host backend (gradblock.backends)
+    from .realgrads import real_specs
+
+    be = backend(backend_choice)
+    return generate_golden(
+        out_dir, quick=quick, seed=seed, progress=progress, compress_layer=be.compress_layer,
+        kernel_name=be.name,
+        real_cases=lambda kernel: real_specs(real_source, seed, quick, kernel, data_dir))
+
+
+def verify_main(argv: list[str]) -> int:
+    """`gradblock verify`: sim.verify with the full quick golden set (real gradients included)
+    as its default vectors."""
+    from gradblock.sim.verify import verify_main as run_verify
+
+    return run_verify(argv, make_golden=lambda out: generate(out, quick=True, progress=False))
 
 
 def summary_table(cases: list[GoldenCase] | list[dict], results: list[CheckResult] | None = None
@@ -81,9 +103,8 @@ def golden_main(argv: list[str]) -> int:
             cases = load_golden(args.out_dir)
             exchange = [c.meta for c in load_exchange(args.out_dir)]
         else:
-            manifest = generate_golden(args.out_dir, quick=args.quick,
-                                       real_source=args.real_source, seed=args.seed,
-                                       data_dir=args.data_dir)
+            manifest = generate(args.out_dir, quick=args.quick, real_source=args.real_source,
+                                seed=args.seed, data_dir=args.data_dir)
             cases = manifest["cases"]
             exchange = manifest.get("exchange", [])
             print(f"wrote {len(cases)} cases to {args.out_dir} ({manifest['generator']})")

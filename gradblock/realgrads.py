@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gradblock.golden.cases import CaseSpec
 from gradblock.refmodel.quantiser import QuantConfig, average
 
 REAL_SOURCES = ("digits", "fashion-mnist")
@@ -117,3 +118,38 @@ def capture_real_gradients(cfg: RealGradConfig, compress_layer) -> RealGradients
                 w = p.detach().numpy()
                 p.copy_(torch.from_numpy(w - lr32 * v))
     return RealGradients(cfg, REAL_MODEL, ds.name, captured, losses, torch.__version__)
+
+
+def real_specs(source: str, seed: int, quick: bool, compress_layer,
+               data_dir: str | None = None) -> tuple[list[CaseSpec], dict]:
+    """The real-gradient golden cases: each captured (gradient, residual) of a short training
+    run, chained step to step, plus the last step's layers ranked by the L2 norm."""
+    cfg = RealGradConfig.for_golden(source, seed, quick, data_dir)
+    rg = capture_real_gradients(cfg, compress_layer)
+    specs, names = [], set()
+    l2 = []
+    for cap in rg.steps:
+        stem = "real_" + cap.param.replace(".", "_")
+        name = f"{stem}_s{cap.step}"
+        prev = f"{stem}_s{cap.step - 1}"
+        specs.append(CaseSpec(
+            name, f"{rg.model} {cap.param} {tuple(cap.grad.shape)} gradient at training step "
+            f"{cap.step} on {rg.dataset}, error-feedback residual carried from training",
+            cap.grad, cap.residual_in, R=cfg.R, k=cfg.k, layer_id=cap.layer_id, kind="real",
+            residual_from=prev if prev in names else None,
+            source={"dataset": rg.dataset, "model": rg.model, "param": cap.param,
+                    "step": cap.step, "seed": seed}))
+        names.add(name)
+        if cap.step == rg.steps[-1].step:
+            # the last step's gradients ranked by the L2 norm; the residual is an input here
+            # (it came from the L1 run), so the case stands alone
+            l2.append(CaseSpec(
+                f"{name}_l2", f"{specs[-1].description}; blocks ranked by the L2 norm",
+                cap.grad, cap.residual_in, R=cfg.R, k=cfg.k, layer_id=cap.layer_id, kind="real",
+                source=dict(specs[-1].source), norm="l2"))
+    specs += l2
+    info = {"source": source, "dataset": rg.dataset, "model": rg.model, "torch": rg.torch_version,
+            "losses": [round(v, 6) for v in rg.losses]}
+    return specs, info
+
+

@@ -50,7 +50,7 @@ def _zero_runs(payload: np.ndarray) -> list[int]:
 
 
 def stimulus_bins(golden: Path, passed: dict[str, set[str]]) -> dict[str, bool]:
-    from gradblock.refmodel.golden_format import load_exchange, load_golden
+    from gradblock.golden.format import load_exchange, load_golden
     hit = {name: False for name in (
         "quantiser.saturate_pos", "quantiser.saturate_neg", "quantiser.nan_input",
         "ef_add.saturate_pos", "ef_add.saturate_neg",

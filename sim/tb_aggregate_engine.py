@@ -7,7 +7,7 @@ configuration; resets mid-layer with bursts in flight; cycles and memory beats p
 rready never low while rvalid is high (the read FIFO has room for every burst it asks for).
 
 Cases: the "exchange" list of every golden directory in TB_GOLDEN_DIR / TB_GOLDEN_DIRS
-(gradblock.refmodel.golden_format.load_exchange), narrowed by TB_CASES and TB_MAX_N.
+(gradblock.golden.format.load_exchange), narrowed by TB_CASES and TB_MAX_N.
 Layers alternate between cfg_clear = 1 (the memory holds garbage first) and adding onto
 random int64 start values (expected = start + sums).
 """
@@ -21,7 +21,7 @@ from cocotbext.axi import AxiStreamFrame
 
 from gradblock.codec import zrle
 from gradblock.hw.sv_constants import codes
-from gradblock.refmodel.golden_format import load_exchange
+from gradblock.golden.format import load_exchange
 from gradblock.sim import tb_util
 from gradblock.sim.tb_util import hdl_parameter as param   # the build's, from the runner
 

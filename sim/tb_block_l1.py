@@ -7,7 +7,7 @@ from __future__ import annotations
 from cocotbext.axi import AxiStreamFrame
 
 from gradblock.hw.sv_constants import package_constants
-from gradblock.refmodel.golden_format import case_norm
+from gradblock.golden.format import case_norm
 from gradblock.sim import tb_util
 
 # cfg_norm per norm kind (gradblock_pkg::NORM_L1 / NORM_L2; docs/spec.md §2.3)

@@ -25,7 +25,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiStreamFrame
 
 from gradblock.hw.sv_constants import codes, package_constants
-from gradblock.refmodel.golden_format import case_norm
+from gradblock.golden.format import case_norm
 from gradblock.sim import tb_util
 from gradblock.sim.tb_util import hdl_parameter as param   # the build's, from the runner
 from gradblock.sim.duts import DUTS

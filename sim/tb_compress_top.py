@@ -18,7 +18,7 @@ from cocotbext.axi import AxiStreamFrame
 
 from gradblock.codec.zrle import encode_frame
 from gradblock.hw.sv_constants import package_constants
-from gradblock.refmodel.golden_format import case_norm
+from gradblock.golden.format import case_norm
 from gradblock.sim import tb_util
 from gradblock.sim.tb_util import hdl_parameter as build_param   # the build's, from the runner
 

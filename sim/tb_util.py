@@ -42,7 +42,7 @@ from cocotbext.axi import (AxiBus, AxiRam, AxiStreamBus, AxiStreamFrame, AxiStre
                            AxiStreamSink, AxiStreamSource)
 
 from gradblock.codec import zrle
-from gradblock.refmodel.golden_format import load_npz, read_manifest
+from gradblock.golden.format import load_npz, read_manifest
 from gradblock.sim.duts import stage_of
 
 CLOCK_NS = 10
@@ -290,7 +290,7 @@ def long_cases(seed: int = 3) -> list[CodecCase]:
 
 def codec_golden_cases(directory: str | Path, stage: str) -> list[CodecCase]:
     """The cases of a `gradblock golden` directory that include `stage` ("encode"/"decode")."""
-    from gradblock.refmodel.golden_format import load_golden
+    from gradblock.golden.format import load_golden
     out = []
     for gc in load_golden(directory):
         arrays, meta = gc.arrays, gc.meta

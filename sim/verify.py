@@ -19,8 +19,11 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from gradblock.codec.errors import UsageError
+from gradblock.golden.compute import generate_golden
+from gradblock.golden.format import load_exchange, load_golden
 
 from .duts import Dut, verified
 from .harness import SIMULATORS, run_rtl, simulator_available
@@ -104,18 +107,10 @@ def format_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def make_quick_golden(out: Path) -> None:
-    """`gradblock golden OUT --quick` in a child process: generating needs the CLI package
-    (real gradients, backend choice), which sim/ may not import."""
-    import subprocess
-    proc = subprocess.run([sys.executable, "-m", "gradblock.cli", "golden", str(out), "--quick",
-                           "--no-check"], capture_output=True, text=True)
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
-        raise RuntimeError(f"gradblock golden --quick exited {proc.returncode}: {last}")
-
-
-def verify_main(argv: list[str]) -> int:
+def verify_main(argv: list[str], make_golden: Callable[[Path], object] | None = None) -> int:
+    """`make_golden(out)` writes the default vectors when no --vectors is given: the CLI passes
+    the whole quick set (real gradients need the trained models, above sim/); standalone, the
+    golden package's own cases (synthetic, momentum, L2, exchange) are generated here."""
     p = argparse.ArgumentParser(
         prog="gradblock verify",
         description="run the RTL against a golden vector directory (gradblock golden) and print "
@@ -151,7 +146,6 @@ def verify_main(argv: list[str]) -> int:
     reason = simulator_available(args.sim)
     if reason:
         raise UsageError(f"{args.sim} unavailable: {reason}")
-    from gradblock.refmodel.golden_format import load_exchange, load_golden
 
     with tempfile.TemporaryDirectory(prefix="gradblock-verify-") as tmp:
         work = Path(tmp)
@@ -160,11 +154,10 @@ def verify_main(argv: list[str]) -> int:
         else:
             golden = work / "golden-quick"
             print(f"no --vectors: generating the quick golden set in {golden}")
-            try:
-                make_quick_golden(golden)
-            except RuntimeError as e:        # the generator's process failed: no vectors to run
-                raise UsageError(f"could not generate the quick golden set ({e}); pass "
-                                 f"--vectors DIR") from None
+            if make_golden is None:
+                generate_golden(golden, quick=True, progress=False)
+            else:
+                make_golden(golden)
         cases = load_golden(golden) + load_exchange(golden)     # GoldenError: one line, exit 2
         if args.cases:
             missing = sorted(set(args.cases) - {c.name for c in cases})

@@ -410,7 +410,7 @@ def test_aggregate_rows_agree_with_their_counts(tmp_path):
 
 
 def test_exchange_case_holds_workers_frames_of_a_real_layer():
-    from gradblock.golden_exchange import check_exchange, split_frames
+    from gradblock.golden.exchange import check_exchange, split_frames
     w20 = make_workload("resnet20", "synthetic")
     small = min(rtl_engines.engine_layers([w20]), key=lambda e: e.grad.size)
     meta, arrays = rtl_engines.exchange_case(small, 10.0, 0.25, 4, "x_4workers")

@@ -455,10 +455,10 @@ GOLDEN_CASES = ("one_element", "tie_all_equal", "nan_quantiser_only", "short_las
 @pytest.fixture(scope="module")
 def small_golden(tmp_path_factory):
     """A real golden directory of four small synthetic cases (gradblock's own writer)."""
-    from gradblock.golden_cases import synthetic_specs
-    from gradblock.golden_compute import compute_case
+    from gradblock.golden.cases import synthetic_specs
+    from gradblock.golden.compute import compute_case
     from gradblock.refmodel.compress import compress_layer
-    from gradblock.refmodel.golden_format import GENERATOR_PREFIX, write_golden
+    from gradblock.golden.format import GENERATOR_PREFIX, write_golden
     specs = [s for s in synthetic_specs(0) if s.name in GOLDEN_CASES]
     assert len(specs) == len(GOLDEN_CASES)
     out = tmp_path_factory.mktemp("golden") / "g"
@@ -518,7 +518,7 @@ def mutate_manifest(rng: np.random.Generator, manifest: dict) -> str:
 
 
 def manifest_reads(d) -> bool:
-    from gradblock.refmodel.golden_format import GoldenError, read_manifest
+    from gradblock.golden.format import GoldenError, read_manifest
     try:
         read_manifest(d)
     except GoldenError:

@@ -11,8 +11,11 @@ import pytest
 
 from gradblock.codec import zrle
 from gradblock import cli
-from gradblock import golden_cases, golden_check, golden_compute
-from gradblock.refmodel import golden_format as GF
+from gradblock.golden import cases as golden_cases
+from gradblock.golden import check as golden_check
+from gradblock.golden import compute as golden_compute
+from gradblock import golden_cli
+from gradblock.golden import format as GF
 from gradblock.refmodel.quantiser import QMAX
 
 
@@ -323,7 +326,7 @@ def test_regenerating_replaces_only_its_own_files(quick_dir, tmp_path):
     (d / "stale_edited.npz").write_bytes(b"the user's own bytes")
     (d / "stale_edited" / "notes.txt").write_text("keep me too")
     (d / "unrelated.txt").write_text("keep me")
-    golden_compute.generate_golden(d, quick=True, progress=False)
+    golden_cli.generate(d, quick=True, progress=False)
     assert not (d / "stale_ours.npz").exists() and not (d / "stale_ours").exists()
     assert (d / "stale_edited.npz").read_bytes() == b"the user's own bytes"
     assert (d / "stale_edited" / "notes.txt").read_text() == "keep me too"
@@ -334,7 +337,7 @@ def test_regenerating_replaces_only_its_own_files(quick_dir, tmp_path):
 
 @pytest.mark.slow
 def test_full_set_has_real_sized_layers(tmp_path):
-    manifest = golden_compute.generate_golden(tmp_path, quick=False, progress=False)
+    manifest = golden_cli.generate(tmp_path, quick=False, progress=False)
     real = [c for c in manifest["cases"] if c["kind"] == "real"]
     shapes = {tuple(c["shape"]) for c in real}
     assert (64, 64, 3, 3) in shapes and (16, 8, 3, 3) in shapes and (10, 64) in shapes
@@ -347,7 +350,8 @@ def test_fashion_mnist_real_source():
     if not FASHION_MNIST_DIR.is_dir():
         pytest.skip(f"Fashion-MNIST not installed at {FASHION_MNIST_DIR}")
     from gradblock.refmodel.compress import compress_layer
-    specs, info = golden_cases.real_specs("fashion-mnist", 0, True, compress_layer)
+    from gradblock.realgrads import real_specs
+    specs, info = real_specs("fashion-mnist", 0, True, compress_layer)
     # four captured layer steps, and the last step's layers again ranked by the L2 norm
     assert info["dataset"] == "fashion-mnist" and len(specs) == 6
     assert [s.norm for s in specs].count("l2") == 2
@@ -383,7 +387,7 @@ VERIFY_SIM = _verify_sim()
 
 @pytest.fixture
 def edge_dir(tmp_path):
-    from gradblock.sim.datapath_vectors import write_cases
+    from gradblock.golden.datapath import write_cases
     d = tmp_path / "g"
     write_cases(d, "edge")
     return d
@@ -525,7 +529,7 @@ def test_npz_member_with_pickled_objects_is_refused(edge_dir, capsys):
 # ------------------------------------------------------------------------------ regeneration
 
 def test_regeneration_refuses_to_overwrite_a_user_file(tmp_path):
-    from gradblock.sim.datapath_vectors import write_cases
+    from gradblock.golden.datapath import write_cases
     d = tmp_path / "g"
     d.mkdir()
     (d / "dp_single.npz").write_bytes(b"mine")
@@ -539,7 +543,7 @@ def test_regeneration_refuses_to_overwrite_a_user_file(tmp_path):
 
 
 def test_regeneration_refuses_a_foreign_manifest(edge_dir):
-    from gradblock.sim.datapath_vectors import write_cases
+    from gradblock.golden.datapath import write_cases
     _edit_manifest(edge_dir, lambda m: m.update(generator="someone else's tool"))
     before = {p: p.read_bytes() for p in edge_dir.rglob("*") if p.is_file()}
     with pytest.raises(GF.GoldenError, match="exists and was not written by gradblock"):
@@ -548,7 +552,7 @@ def test_regeneration_refuses_a_foreign_manifest(edge_dir):
 
 
 def test_regeneration_keeps_user_files_and_drops_its_own_stale_cases(edge_dir):
-    from gradblock.sim.datapath_vectors import write_cases
+    from gradblock.golden.datapath import write_cases
     (edge_dir / "notes.txt").write_text("mine")
     (edge_dir / "dp_nan" / "mine.txt").write_text("mine")
     names = write_cases(edge_dir, "sweep")       # another kind: every old case is stale
@@ -573,7 +577,7 @@ def test_golden_cli_refusal_is_one_line_exit_2(tmp_path, capsys):
 
 
 def test_datapath_vectors_pass_check_golden(tmp_path):
-    from gradblock.sim.datapath_vectors import write_cases
+    from gradblock.golden.datapath import write_cases
     for kind in ("edge", "sweep"):
         names = write_cases(tmp_path / kind, kind)
         results = golden_check.check_golden(tmp_path / kind)
@@ -642,7 +646,7 @@ def test_fuzzed_manifests_give_named_errors_or_check_results(tmp_path, capsys):
     """300 one-field mutations of a valid manifest: load_golden raises only GoldenError, and
     check_golden / `golden --check` end in a result or a one-line named error, never a
     traceback (the CLI's catch-all would print 'internal error')."""
-    from gradblock.sim.datapath_vectors import write_cases
+    from gradblock.golden.datapath import write_cases
     d = tmp_path / "g"
     write_cases(d, "edge")
     full = json.loads((d / GF.MANIFEST).read_text())

@@ -19,7 +19,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 # folder -> namespace (pyproject.toml [tool.setuptools.package-dir])
-PACKAGES = {"codec": "gradblock.codec", "refmodel": "gradblock.refmodel", "hw": "gradblock.hw",
+PACKAGES = {"codec": "gradblock.codec", "refmodel": "gradblock.refmodel",
+            "golden": "gradblock.golden", "hw": "gradblock.hw",
             "sim": "gradblock.sim", "shim": "gradblock.shim", "bench": "gradblock.bench",
             "torchstep": "gradblock.torchstep", "gradblock": "gradblock"}
 SUBPACKAGES = {ns for ns in PACKAGES.values() if ns != "gradblock"}
@@ -28,16 +29,19 @@ CLI = "gradblock (the CLI package)"
 # them, so they may import only the wire-format layer (checked below). gradblock.fileio only
 # re-exports gradblock.codec.fileio, the atomic writer's home.
 SHARED = {"gradblock.fileio": "gradblock/fileio.py"}
-BELOW_SHIM = {"gradblock.codec", "gradblock.refmodel", "gradblock.torchstep", "gradblock.hw",
-              "gradblock.sim"}
+BELOW_SHIM = {"gradblock.codec", "gradblock.refmodel", "gradblock.golden", "gradblock.torchstep",
+              "gradblock.hw", "gradblock.sim"}
 
 # what each layered package may import of the project (besides itself)
 ALLOWED = {
     "codec": set(),
     "refmodel": {"gradblock.codec"},
     "torchstep": {"gradblock.codec", "gradblock.refmodel"},
+    # golden vectors: their file format, cases, computation and check (not the real-gradient
+    # cases, which need the trained models: gradblock/realgrads.py injects those)
+    "golden": {"gradblock.codec", "gradblock.refmodel"},
     "hw": {"gradblock.codec", "gradblock.refmodel"},
-    "sim": {"gradblock.codec", "gradblock.refmodel", "gradblock.hw"},
+    "sim": {"gradblock.codec", "gradblock.refmodel", "gradblock.golden", "gradblock.hw"},
     "shim": BELOW_SHIM,
     "bench": BELOW_SHIM | {"gradblock.shim"},      # the models and data sets live in shim
     "gradblock": BELOW_SHIM | {"gradblock.shim", "gradblock.bench", CLI},   # the CLI: everything

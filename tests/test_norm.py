@@ -180,10 +180,10 @@ def test_bad_norm_is_a_named_error_everywhere(bad):
 def test_golden_cases_carry_the_norm_and_old_ones_read_as_l1(tmp_path):
     """A case entry's "norm" is validated; one without it (an older directory) is an L1 case,
     so it loads and the reference check recomputes it with L1."""
-    from gradblock.golden_cases import l2_specs
-    from gradblock.golden_check import check_golden
-    from gradblock.golden_compute import compute_case
-    from gradblock.refmodel.golden_format import GoldenError, load_golden, write_golden
+    from gradblock.golden.cases import l2_specs
+    from gradblock.golden.check import check_golden
+    from gradblock.golden.compute import compute_case
+    from gradblock.golden.format import GoldenError, load_golden, write_golden
     specs = [s for s in l2_specs(0) if s.name in ("l2_differs_from_l1", "l2_tie_break_k4")]
     l1 = specs[0].__class__(**{**specs[0].__dict__, "name": "as_l1", "norm": "l1",
                                "expect_selected": ()})

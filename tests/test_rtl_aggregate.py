@@ -1,6 +1,6 @@
 """aggregate_engine (hw/aggregate_engine.sv): N workers' ZRLE frames -> exact int64 sums in a
 cocotbext-axi AxiRam, on Icarus and Verilator, against the golden exchange cases (computed by
-refmodel.exchange.sum_messages; gradblock/golden_exchange.py), and those cases' format.
+refmodel.exchange.sum_messages; golden/exchange.py), and those cases' format.
 
 Quick (`-m "not slow"`): the exchange golden format (schema, check, tamper detection); Icarus,
 the quick set's cases up to 300 elements, two traffic profiles, every testbench test; the
@@ -18,10 +18,10 @@ import sys
 import numpy as np
 import pytest
 
-from gradblock.golden_check import check_golden
-from gradblock.golden_exchange import compute_exchange, exchange_specs
+from gradblock.golden.check import check_golden
+from gradblock.golden.exchange import compute_exchange, exchange_specs
 from gradblock.hw import deps, synth
-from gradblock.refmodel.golden_format import (GoldenError, load_exchange, read_manifest,
+from gradblock.golden.format import (GoldenError, load_exchange, read_manifest,
                                               write_golden)
 from gradblock.sim.duts import DUTS
 from gradblock.sim.harness import REPO_ROOT, setup_verilator, simulator_available

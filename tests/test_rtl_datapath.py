@@ -1,6 +1,6 @@
 """RTL of the compress datapath (hw/quantiser.sv, ef_add.sv, block_l1.sv, topk_select.sv,
 compress_top.sv) in cocotb on Icarus Verilog and Verilator, against golden vectors: the shared
-`gradblock golden --quick` set plus the datapath corner cases of sim/datapath_vectors.py, both
+`gradblock golden --quick` set plus the datapath corner cases of golden/datapath.py, both
 computed with the numpy reference.
 
 Quick subset (`-m "not slow"`): Icarus, one parameter set per block, cases up to 300 elements,
@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-from gradblock.sim.datapath_vectors import write_cases
+from gradblock.golden.datapath import write_cases
 from gradblock.sim.duts import DUTS, stage_of
 from gradblock.sim.harness import simulator_available
 from gradblock.sim.verify import merge_case_records

@@ -1,6 +1,6 @@
 """compress_engine (hw/compress_engine.sv): the external-memory compress step, in cocotb with a
 cocotbext-axi AxiRam as the residual memory, on Icarus and Verilator, against golden vectors
-(the `gradblock golden --quick` set and sim/datapath_vectors.py's corner cases, all computed
+(the `gradblock golden --quick` set and golden/datapath.py's corner cases, all computed
 with the numpy reference). The residual memory is compared word for word with residual_out
 after every layer and the words around it must stay untouched. Momentum cases (golden stage
 "momentum") run with the velocity behind the second AXI port, checked the same way against
@@ -23,12 +23,12 @@ import sys
 import numpy as np
 import pytest
 
-from gradblock.golden_cases import MOMENTUM_STAGES, CaseSpec
-from gradblock.golden_compute import compute_case
+from gradblock.golden.cases import MOMENTUM_STAGES, CaseSpec
+from gradblock.golden.compute import compute_case
 from gradblock.hw import deps
 from gradblock.hw.sv_constants import codes
-from gradblock.refmodel.golden_format import write_golden
-from gradblock.sim.datapath_vectors import make_case, write_cases
+from gradblock.golden.format import write_golden
+from gradblock.golden.datapath import make_case, write_cases
 from gradblock.sim.duts import DUTS
 from gradblock.sim.harness import REPO_ROOT, setup_verilator, simulator_available
 

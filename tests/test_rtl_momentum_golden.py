@@ -1,14 +1,14 @@
-"""hw/momentum.sv against the golden momentum cases (gradblock.golden_cases.momentum_specs:
+"""hw/momentum.sv against the golden momentum cases (gradblock.golden.cases.momentum_specs:
 carried steps, saturation, ties, masking off, a whole layer, m = 0) through `gradblock verify`'s
 registry entry, on Icarus (quick) and Verilator (slow)."""
 from __future__ import annotations
 
 import pytest
 
-from gradblock.golden_cases import momentum_specs
-from gradblock.golden_compute import compute_case
+from gradblock.golden.cases import momentum_specs
+from gradblock.golden.compute import compute_case
 from gradblock.refmodel.compress import compress_layer
-from gradblock.refmodel.golden_format import write_golden
+from gradblock.golden.format import write_golden
 from gradblock.sim.harness import simulator_available
 from gradblock.sim.duts import DUTS
 from gradblock.sim.verify import run_module

@@ -1,18 +1,19 @@
 """Computing golden cases: a CaseSpec -> (manifest entry, arrays) with a bit-exact backend, and
-the whole golden directory written through gradblock.refmodel.golden_format."""
+the whole golden directory written through gradblock.golden.format."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from gradblock.refmodel import momentum as ref_momentum
-from gradblock.refmodel.golden_format import ARRAY_DTYPES, QUANTISER_ONLY, write_golden
+from gradblock.golden.format import ARRAY_DTYPES, QUANTISER_ONLY, write_golden
 from gradblock.refmodel.quantiser import QMAX, QuantConfig, quantise
 from gradblock.refmodel.selection import block_layout
 
-from .golden_cases import CaseSpec, l2_specs, momentum_specs, real_specs, synthetic_specs
-from .golden_exchange import compute_exchange, exchange_specs
+from .cases import CaseSpec, l2_specs, momentum_specs, synthetic_specs
+from .exchange import compute_exchange, exchange_specs
 
 
 def derive_flags(grad_bits: np.ndarray, range_bits: int):
@@ -129,19 +130,27 @@ def compute_case(spec: CaseSpec, compress_layer, residual_override: np.ndarray |
 
 
 
-def generate_golden(out_dir: str | Path, *, quick: bool = False, real_source: str = "digits",
-                    seed: int = 0, data_dir: str | None = None, progress: bool = True,
-                    backend_choice: str | None = None) -> dict:
-    """Compute every case and write the golden directory (golden_format.write_golden: into a
-    temporary directory beside out_dir, then swapped in). Returns the manifest."""
+def generate_golden(out_dir: str | Path, *, quick: bool = False, seed: int = 0,
+                    progress: bool = True, compress_layer: Callable | None = None,
+                    kernel_name: str = "numpy reference",
+                    real_cases: Callable | None = None) -> dict:
+    """Compute every case and write the golden directory (format.write_golden: into a
+    temporary directory beside out_dir, then swapped in). Returns the manifest.
+
+    `compress_layer` is the bit-exact kernel that computes the cases (default: the numpy
+    reference; the CLI passes the backend registry's choice, named by `kernel_name`).
+    `real_cases(compress_layer) -> (specs, info)` adds the cases that need trained models
+    (gradblock.realgrads, above this package); without it the set is the synthetic,
+    momentum, L2 and exchange cases only."""
     from tqdm import tqdm
 
-    from .commands import backend          # the one registry's host backend (gradblock.backends)
-
-    be = backend(backend_choice)
+    if compress_layer is None:
+        from gradblock.refmodel.compress import compress_layer
     specs = synthetic_specs(seed) + momentum_specs(seed) + l2_specs(seed)
-    r_specs, real_info = real_specs(real_source, seed, quick, be.compress_layer, data_dir)
-    specs += r_specs
+    real_info = None
+    if real_cases is not None:
+        r_specs, real_info = real_cases(compress_layer)
+        specs += r_specs
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise AssertionError("duplicate golden case names")
@@ -158,16 +167,19 @@ def generate_golden(out_dir: str | Path, *, quick: bool = False, real_source: st
                                          f"{spec.residual_from}'s residual_out")
                 override = prev
                 v_override = velocities.get(spec.residual_from)
-            meta, arrays = compute_case(spec, be.compress_layer, override, v_override)
+            meta, arrays = compute_case(spec, compress_layer, override, v_override)
             if "residual_out" in arrays:
                 outputs[spec.name] = arrays["residual_out"]
             if "velocity_out" in arrays:
                 velocities[spec.name] = arrays["velocity_out"]
             yield meta, arrays
 
-    fields = {"generator": f"gradblock golden ({be.name}; numpy {np.__version__}; "
-                           f"torch {real_info['torch']})",
-              "seed": seed, "quick": quick, "real_source": real_source,
-              "real_training": real_info}
+    torch_note = f"; torch {real_info['torch']}" if real_info else "; no real-gradient cases"
+    fields = {"generator": f"gradblock golden ({kernel_name}; numpy {np.__version__}"
+                           f"{torch_note})",
+              "seed": seed, "quick": quick,
+              "real_source": real_info.get("source") if real_info else None,
+              "real_training": {k: v for k, v in real_info.items() if k != "source"}
+              if real_info else None}
     exchange = (compute_exchange(spec) for spec in exchange_specs(seed, quick))
     return write_golden(out_dir, fields, computed(), exchange)

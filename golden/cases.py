@@ -2,8 +2,10 @@
 
 Synthetic cases are built from a seed (ties, saturation, LMAX splits, special floats, ranges, a
 NaN quantiser-only case, multi-step residuals); real cases are layers of a small CNN captured
-during a few training steps (gradblock.realgrads). Each is a CaseSpec; gradblock.golden_compute
-turns specs into arrays and gradblock.refmodel.golden_format writes them.
+during a few training steps: they need the trained models, so gradblock.realgrads (above the
+golden package) builds them as CaseSpecs and hands them to the generator. Each case is a
+CaseSpec; gradblock.golden.compute turns specs into arrays and gradblock.golden.format writes
+them.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gradblock.codec import zrle
-from gradblock.refmodel.golden_format import ALL_STAGES, MOMENTUM_STAGE, QUANTISER_ONLY
+from gradblock.golden.format import ALL_STAGES, MOMENTUM_STAGE, QUANTISER_ONLY
 from gradblock.refmodel.momentum import MomentumConfig
 from gradblock.refmodel.quantiser import QMAX
 
@@ -312,38 +314,3 @@ def l2_specs(seed: int) -> list[CaseSpec]:
                           velocity=rng.integers(-2**26, 2**26, (24, 8)).astype(np.int32),
                           norm="l2"))
     return specs
-
-
-def real_specs(source: str, seed: int, quick: bool, compress_layer,
-               data_dir: str | None = None) -> tuple[list[CaseSpec], dict]:
-    from .realgrads import RealGradConfig, capture_real_gradients
-
-    cfg = RealGradConfig.for_golden(source, seed, quick, data_dir)
-    rg = capture_real_gradients(cfg, compress_layer)
-    specs, names = [], set()
-    l2 = []
-    for cap in rg.steps:
-        stem = "real_" + cap.param.replace(".", "_")
-        name = f"{stem}_s{cap.step}"
-        prev = f"{stem}_s{cap.step - 1}"
-        specs.append(CaseSpec(
-            name, f"{rg.model} {cap.param} {tuple(cap.grad.shape)} gradient at training step "
-            f"{cap.step} on {rg.dataset}, error-feedback residual carried from training",
-            cap.grad, cap.residual_in, R=cfg.R, k=cfg.k, layer_id=cap.layer_id, kind="real",
-            residual_from=prev if prev in names else None,
-            source={"dataset": rg.dataset, "model": rg.model, "param": cap.param,
-                    "step": cap.step, "seed": seed}))
-        names.add(name)
-        if cap.step == rg.steps[-1].step:
-            # the last step's gradients ranked by the L2 norm; the residual is an input here
-            # (it came from the L1 run), so the case stands alone
-            l2.append(CaseSpec(
-                f"{name}_l2", f"{specs[-1].description}; blocks ranked by the L2 norm",
-                cap.grad, cap.residual_in, R=cfg.R, k=cfg.k, layer_id=cap.layer_id, kind="real",
-                source=dict(specs[-1].source), norm="l2"))
-    specs += l2
-    info = {"dataset": rg.dataset, "model": rg.model, "torch": rg.torch_version,
-            "losses": [round(v, 6) for v in rg.losses]}
-    return specs, info
-
-

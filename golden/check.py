@@ -12,16 +12,16 @@ from gradblock.codec import errors as frame_errors
 from gradblock.codec import zrle
 from gradblock.refmodel import compress as ref_compress
 from gradblock.refmodel import momentum as ref_momentum
-from gradblock.refmodel.golden_format import case_norm
-from gradblock.refmodel.golden_format import (ARRAY_DTYPES, HEX_DIGITS, MAX_FILE_BYTES,
+from gradblock.golden.format import case_norm
+from gradblock.golden.format import (ARRAY_DTYPES, HEX_DIGITS, MAX_FILE_BYTES,
                                               MOMENTUM_STAGE, QUANTISER_ONLY, GoldenCase,
                                               GoldenError, arrays_for, hex_text, load_exchange,
                                               load_golden, read_case_file)
 from gradblock.refmodel.quantiser import NonFiniteError, QuantConfig, quantise
 from gradblock.refmodel.selection import block_layout, resolve_k
 
-from .golden_compute import derive_flags, feedback_flags, momentum_flags
-from .golden_exchange import check_exchange
+from .compute import derive_flags, feedback_flags, momentum_flags
+from .exchange import check_exchange
 
 
 @dataclass

@@ -18,7 +18,7 @@ from gradblock.codec import errors as E
 from gradblock.codec import zrle
 from gradblock.refmodel.compress import compress_layer
 from gradblock.refmodel.exchange import sum_messages
-from gradblock.refmodel.golden_format import EXCHANGE_ARRAY_DTYPES, EXCHANGE_STAGE
+from gradblock.golden.format import EXCHANGE_ARRAY_DTYPES, EXCHANGE_STAGE
 
 
 @dataclass

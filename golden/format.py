@@ -2,7 +2,7 @@
 
 A golden directory holds `manifest.json` plus, per case, `<case>.npz` and `<case>/<array>.hex`
 ($readmemh-ready: one lowercase hex word per line, 8 digits; 16 for block_norms). Every writer
-(`gradblock golden`, sim/datapath_vectors.py) and every reader (`golden --check`, `verify`,
+(`gradblock golden`, golden/datapath.py) and every reader (`golden --check`, `verify`,
 the cocotb testbenches) goes through here, so a directory is checked against one schema before
 any case file is opened.
 

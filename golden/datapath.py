@@ -5,9 +5,9 @@ reference (refmodel/, codec/zrle.py).
 needs beyond it: every float32 class through the quantiser (NaN included, which the software
 refuses), unusual ranges R (so k is large, small or negative), residuals at the int32 limits,
 blocks that do not divide n, norm ties, k above the block count, and LMAX splits. They are
-written through the same format module as the shared set (gradblock.refmodel.golden_format:
+written through the same format module as the shared set (gradblock.golden.format:
 npz, hex files, checksummed manifest), so they pass `gradblock golden --check` like any other,
-and the cocotb testbenches read either directory the same way (golden_format.load_golden).
+and the cocotb testbenches read either directory the same way (format.load_golden).
 
     write_cases(directory, "edge")   # small corner cases, seconds on any simulator
     write_cases(directory, "layer")  # a real conv layer size (36864 elements)
@@ -18,12 +18,12 @@ from __future__ import annotations
 import numpy as np
 
 from gradblock.codec.zrle import encode_frame
-from gradblock.refmodel.golden_format import QUANTISER_ARRAYS, QUANTISER_ONLY, write_golden
+from gradblock.golden.format import QUANTISER_ARRAYS, QUANTISER_ONLY, write_golden
 from gradblock.refmodel.quantiser import QMAX, QuantConfig, quantise
 from gradblock.refmodel.selection import (apply_selection, block_layout, block_norms, error_feedback,
                                 resolve_k, select_blocks)
 
-GENERATOR = "gradblock.sim.datapath_vectors"
+GENERATOR = "gradblock.golden.datapath"
 ALL_STAGES = ["quantiser", "feedback", "norms", "select", "encode", "top"]
 
 
@@ -189,7 +189,7 @@ KINDS = {"edge": edge_cases, "layer": layer_cases, "sweep": sweep_cases}
 
 
 def write_cases(directory, kind: str = "edge", seed: int = 12345) -> list[str]:
-    """Write one kind of case as a golden directory (golden_format.write_golden: staged beside
+    """Write one kind of case as a golden directory (format.write_golden: staged beside
     `directory`, then swapped in); return the case names."""
     if kind not in KINDS:
         raise ValueError(f"case kind must be one of {sorted(KINDS)}, got {kind!r}")
