@@ -75,6 +75,7 @@ class GradblockHookState:
         # Fault injection for tests: rewrites this rank's outgoing message.
         self.outgoing_filter = outgoing_filter
         self._lock = threading.Lock()     # callbacks of different buckets may run concurrently
+        self._pending: list[torch.futures.Future] = []   # this step's collectives and decodes
         if compressor.frame_coded and compressor.host_fast and all(
                 p.device.type == "cpu" for p in trainable):
             compressor.warm_host()            # numba's start-up here, not in the first step
@@ -95,13 +96,38 @@ class GradblockHookState:
 
     def backward(self, loss: torch.Tensor) -> None:
         """`loss.backward()`, re-raising a peer's decode error under its own class (DDP wraps
-        an error raised in the hook's callback in a RuntimeError)."""
+        an error raised in the hook's callback in a RuntimeError). Before the error leaves,
+        the step's other collectives are drained (see `drain`)."""
         try:
             loss.backward()
         except RuntimeError as wrapped:
+            self.drain()
             if self.error is not None:
                 raise self.error from wrapped
             raise
+
+    def track(self, fut: torch.futures.Future) -> torch.futures.Future:
+        """Remember a collective or decode future of this step (finished ones are dropped)."""
+        with self._lock:
+            self._pending = [f for f in self._pending if not f.done()]
+            self._pending.append(fut)
+        return fut
+
+    def drain(self, timeout_s: float = 60.0) -> bool:
+        """Wait, at most `timeout_s`, until every collective and decode this step started has
+        finished. A failed bucket ends DDP's backward while other collectives can still be on
+        gloo's worker threads, holding their tensors; a process that then exits with them in
+        flight can abort in Python's finalisation instead of returning its status. Errors of
+        the drained futures are the step's error, already kept; True when all finished."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        deadline = time.monotonic() + timeout_s
+        for fut in pending:
+            while not fut.done():
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.001)
+        return True
 
     # -- PowerSGD's pattern: what a checkpoint needs to continue this rank bit for bit
     def send(self, layers: list[LayerInfo], grads: list[torch.Tensor]):
@@ -127,6 +153,7 @@ class GradblockHookState:
                 return [g[:n].cpu() for g, n in zip(gathered, lengths)]
         else:
             fut, messages, width = all_gather_slots_async(message, bound, self.group)
+        self.track(fut)
         with self._lock:
             self.stats.add(stats)
             self.padded_bytes += 4 * width
@@ -253,7 +280,7 @@ def gradblock_hook(state: GradblockHookState, bucket: dist.GradBucket
                 state.times.exchange_s += time.perf_counter() - t1
         return buffer
 
-    return fut.then(decode)
+    return state.track(fut.then(decode))
 
 
 def register(ddp_model: torch.nn.parallel.DistributedDataParallel, compressor: Compressor,

@@ -95,7 +95,7 @@ def test_ddp_flag_outside_torchrun_is_a_clear_error(monkeypatch, capsys):
 # gloo's threads must not outlive it inside the pytest worker.
 
 IN_ONE_PROCESS = ["future_decodes", "times_itself_only_when_asked", "state_dict_resumes",
-                  "decode_error_keeps_its_class"]
+                  "decode_error_keeps_its_class", "drain_waits_for_the_steps_work"]
 
 
 @pytest.mark.parametrize("case", IN_ONE_PROCESS)
@@ -219,6 +219,26 @@ def case_decode_error_keeps_its_class():
         model, ddp, state = _hooked(outgoing_filter=flip_last_crc)
         with pytest.raises(E.CrcMismatchError, match="peer rank 0, layer"):
             _train(model, ddp, state, [1])
+
+
+def case_drain_waits_for_the_steps_work():
+    """drain() returns once every tracked future is done (a future finished late by another
+    thread, as gloo's do), and gives up after its timeout on one that never finishes."""
+    import threading
+    import time
+    with one_rank_gloo_group():
+        _, _, state = _hooked()
+        late = torch.futures.Future()
+        state.track(late)
+        threading.Timer(0.3, lambda: late.set_result(1)).start()
+        t0 = time.monotonic()
+        assert state.drain() and late.done() and time.monotonic() - t0 >= 0.25
+        never = torch.futures.Future()
+        state.track(never)
+        t0 = time.monotonic()
+        assert not state.drain(timeout_s=0.2) and 0.15 <= time.monotonic() - t0 < 5
+        assert state.drain(timeout_s=0)            # the list went with the first drain
+        never.set_result(0)
 
 
 @pytest.mark.slow

@@ -282,11 +282,30 @@ def case_merged_state_dict_resumes():
 
 
 def case_merged_decode_error_keeps_its_class():
+    """The first group's CRC error fails DDP's backward while the second group's collective
+    can still be on gloo's thread: the error leaves backward() with its own class, and every
+    collective and decode the step started has finished by then (drained: the race itself is
+    too short to show here; tests/test_ddp_hook.py tests drain() directly)."""
     with one_rank_gloo_group():
         from gradblock.codec import errors as E
+        from gradblock.shim.hook import GradblockHookState
         from test_ddp_hook import flip_last_crc
-        with pytest.raises(E.CrcMismatchError, match="peer rank 0, layer"):
-            _ddp_run([[7, 6, 5], [4, 3, 2, 1, 0]], [1], filt=flip_last_crc)
+        started = []
+        track = GradblockHookState.track
+
+        def recording(self, fut):
+            started.append(fut)
+            return track(self, fut)
+
+        GradblockHookState.track = recording
+        try:
+            with pytest.raises(E.CrcMismatchError, match="peer rank 0, layer"):
+                _ddp_run([[7, 6, 5], [4, 3, 2, 1, 0]], [1], filt=flip_last_crc)
+        finally:
+            GradblockHookState.track = track
+        # two groups: two collectives and two decodes
+        assert len(started) == 4 and all(f.done() for f in started), \
+            [f.done() for f in started]
 
 
 def test_plans_over_gloo_equal_no_plan_and_simulation():

@@ -141,7 +141,7 @@ class MergedHookState(GradblockHookState):
             for rec in finished:
                 rec.future.set_result(rec.buffer)
 
-        fut.then(decode)
+        self.track(fut.then(decode))
 
     def _fail(self, buckets: list[_Bucket], err: Exception) -> None:
         """Keep the first error (backward() re-raises it) and fail the waiting buckets, so
