@@ -215,6 +215,15 @@ def synthetic_specs(seed: int) -> list[CaseSpec]:
                           "k = 8", rng.normal(0, 2, (64, 3, 3, 3)).astype(np.float32),
                           rng.integers(-2**28, 2**28, (64, 3, 3, 3)).astype(np.int32), k=8,
                           layer_id=1))
+
+    # --- zero runs of LMAX - 1, LMAX and LMAX + 1 between literal runs of the same lengths, and a
+    # frame that ends on a zero run of exactly LMAX (functional bins zrle.zero_run_at_lmax,
+    # zrle.run_at_lmax; sim/functional_bins.py)
+    # (last, so the random draws of the cases above stay what they were)
+    g = _runs_payload(48, [(0, 2), (6, 3), (12, 4), (21, 5), (30, 14)], rng)
+    specs.append(CaseSpec("lmax2_zero_runs_at_lmax", "lmax_log2 = 2: zero runs of 4, 3, 5, 4 "
+                          "and a final 4 (LMAX = 4) between literal runs of 2, 3, 4, 5, 14",
+                          g.reshape(-1, 16), k=3, lmax_log2=2))
     return specs
 
 

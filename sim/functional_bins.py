@@ -11,13 +11,22 @@ Two sources, both measured, neither assumed:
   is a 1->0 toggle of the ready the engine receives (AR, AW, W) or of the valid it receives
   mid-stream (R, B: the memory paused), on the engine's own port.
 
-`bins(golden_dir, passed, points)` returns {bin name: hit}. Bins the verify flow cannot reach
-by construction (decoder error codes that no golden case carries, reset in every state,
-ERR_MEMORY) are listed and left unhit; docs/hw.md ("Coverage") says which other test reaches
-each of them.
+* testbench bins (`DEDICATED` below): what a cocotb test provoked and observed, written by
+  the testbench itself with `record(...)` into the JSON-lines file named by TB_BINS, and only
+  after the check that the DUT answered as it must (e.g. `decode_errors` records
+  `decoder.err.CRC_MISMATCH` for a corrupted frame whose status carried exactly that code and
+  word). `gradblock verify --coverage` runs the blocks' dedicated tests (sim/verify.py,
+  DEDICATED_TESTS) under the same coverage build with TB_BINS set; a test that fails records
+  nothing after its failing check and fails verify.
+
+`bins(golden_dir, passed, points, recorded)` returns {bin name: hit}; every bin is listed
+whether hit or not, so a bin that nothing reaches any more shows as missed.
 """
 from __future__ import annotations
 
+import json
+import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +53,7 @@ def _ran(passed: dict[str, set[str]], blocks, case: str) -> bool:
 
 
 def _zero_runs(payload: np.ndarray) -> list[int]:
+    """Lengths of the runs of zeros (of `payload == 0`, i.e. of nonzero runs, given a mask)."""
     z = np.concatenate([[0], (payload == 0).astype(np.int8), [0]])
     d = np.diff(z)
     return list((np.flatnonzero(d == -1) - np.flatnonzero(d == 1)).tolist())
@@ -57,7 +67,8 @@ def stimulus_bins(golden: Path, passed: dict[str, set[str]]) -> dict[str, bool]:
         "momentum.saturate_pos", "momentum.saturate_neg", "momentum.on", "momentum.off_masked",
         "momentum.m_fix_zero", "momentum.m_fix_max", "momentum.m_fix_mid",
         "topk.tie_at_k_cut", "topk.k_equals_1", "topk.k_equals_n_blocks",
-        "zrle.run_at_lmax", "zrle.run_over_lmax", "zrle.lmax_min_build", "zrle.frame_ends_on_run",
+        "zrle.run_at_lmax", "zrle.run_over_lmax", "zrle.zero_run_at_lmax", "zrle.lmax_min_build",
+        "zrle.frame_ends_on_run",
         "zrle.empty_layer")}
     for e in FRAME_ERRORS:
         hit[f"decoder.err.{e}"] = False
@@ -103,9 +114,11 @@ def stimulus_bins(golden: Path, passed: dict[str, set[str]]) -> dict[str, bool]:
             hit["topk.k_equals_n_blocks"] |= k == len(norms) and k > 1
         if "payload" in a and _ran(passed, ENCODE, name) and _ran(passed, DECODE, name):
             lmax = 1 << int(meta.get("lmax_log2", 8))
-            runs = _zero_runs(a["payload"])
-            hit["zrle.run_at_lmax"] |= lmax in runs
-            hit["zrle.run_over_lmax"] |= any(r > lmax for r in runs)
+            lits = _zero_runs(a["payload"] == 0)     # nonzero runs: what LMAX bounds (L)
+            zeros = _zero_runs(a["payload"])
+            hit["zrle.run_at_lmax"] |= lmax in lits
+            hit["zrle.run_over_lmax"] |= any(r > lmax for r in lits)
+            hit["zrle.zero_run_at_lmax"] |= lmax in zeros
             hit["zrle.lmax_min_build"] |= int(meta.get("lmax_log2", 8)) <= 2
             hit["zrle.frame_ends_on_run"] |= bool(len(a["payload"]) and a["payload"][-1] == 0)
             hit["zrle.empty_layer"] |= int(meta.get("n", 1)) == 0
@@ -144,13 +157,113 @@ def axi_bins(points) -> dict[str, bool]:
     return out
 
 
-# reached by other tests, not by the golden set that `verify` runs (docs/hw.md, Coverage)
-NOT_IN_VERIFY = ("engine.err.ERR_MEMORY", "reset.in_every_state")
+# ------------------------------------------------------------------ testbench bins
+BINS_ENV = "TB_BINS"           # the JSON-lines file a testbench appends its observed bins to
+HW_DIR = Path(__file__).resolve().parent.parent / "hw"
+# blocks whose main FSM (`typedef enum ... state_t`) must see a reset in every state: their
+# `reset_in_every_state` cocotb test records reset.<block>.<STATE>
+RESET_FSMS = ("compress_top", "compress_engine", "aggregate_engine")
 
 
-def bins(golden: Path, passed: dict[str, set[str]], points) -> dict[str, bool]:
+def record(*names: str, path: str | None = None) -> None:
+    """Called by a testbench after it has checked what it observed: append these bins to the
+    file named by TB_BINS (nothing when it is unset, e.g. under pytest's own runs)."""
+    path = path or os.environ.get(BINS_ENV, "")
+    if not path or not names:
+        return
+    with open(path, "a") as fh:
+        for n in names:
+            fh.write(json.dumps({"bin": n}) + "\n")
+
+
+def read_recorded(paths) -> set[str]:
+    """The bins recorded in these TB_BINS files (missing files: none)."""
+    out: set[str] = set()
+    for p in paths:
+        p = Path(p)
+        if not p.is_file():
+            continue
+        for line in p.read_text().splitlines():
+            line = line.strip()
+            if line:
+                out.add(json.loads(line)["bin"])
+    return out
+
+
+def fsm_states(block: str, hw_dir: Path = HW_DIR) -> list[str]:
+    """The states of hw/<block>.sv's `typedef enum ... {...} state_t`, in declaration order."""
+    text = re.sub(r"//[^\n]*", "", (Path(hw_dir) / f"{block}.sv").read_text())
+    m = re.search(r"typedef\s+enum\b[^{]*\{([^}]*)\}\s*state_t\s*;", text)
+    if not m:
+        raise ValueError(f"hw/{block}.sv declares no `typedef enum ... state_t`")
+    return [re.split(r"\s*=", s.strip())[0] for s in m.group(1).split(",") if s.strip()]
+
+
+async def reset_in_every_state(dut, block: str, start, recover, limit: int, flush=None,
+                               signal: str = "state") -> list[str]:
+    """The cocotb driver of a `reset_in_every_state` test: for each state S of hw/<block>.sv's
+    state_t, `start()` (a coroutine function) begins a layer in the background (not for the
+    first state, IDLE: nothing runs), the FSM register `signal` is watched on every falling
+    edge for up to `limit` cycles, and rst is raised as soon as it holds S, so that the rising
+    edge that samples rst finds the FSM in S. While rst is high, `flush()` drops what the
+    testbench's sources still hold (a cocotbext-axi source resumes its queue after a reset).
+    Then `recover()` must run an exact layer (it
+    raises otherwise); only after that is reset.<block>.<S> recorded. A state not reached
+    within `limit` is reset anyway, recovered from and left unrecorded (the bin shows missed).
+    Returns the states reached."""
+    from cocotb import start_soon
+    from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
+    states = fsm_states(block)
+    fsm = getattr(dut, signal)
+    reached = []
+    for want, name in enumerate(states):
+        task = start_soon(start()) if want else None
+        hit = False
+        for _ in range(limit):
+            await FallingEdge(dut.clk)
+            if int(fsm.value) == want:
+                hit = True
+                break
+        dut.rst.value = 1
+        await ClockCycles(dut.clk, 3)
+        if task is not None and not task.done():
+            task.cancel()
+        if flush is not None:
+            flush()
+        dut.cfg_valid.value = 0
+        dut.rst.value = 0
+        await RisingEdge(dut.clk)
+        await recover()
+        if hit:
+            record(f"reset.{block}.{name}")
+            reached.append(name)
+        dut._log.info("reset in %s: %s", name, "reached, exact layer after" if hit
+                      else "never reached in this layer")
+    return reached
+
+
+def _codes(prefix: str) -> list[str]:
+    from gradblock.hw.sv_constants import codes
+    return list(codes(prefix))
+
+
+def dedicated_bins(recorded: set[str]) -> dict[str, bool]:
+    """The bins only dedicated cocotb tests reach, each hit when a testbench recorded it:
+    every frame error on the decoder (decode_errors), every compress_engine and compress_top
+    error code (config_errors, misplaced_tlast, memory_errors), aggregate_engine's
+    configuration and memory errors, and a reset in every state of each RESET_FSMS block."""
+    names = [f"decoder.err.{e}" for e in FRAME_ERRORS]
+    names += [f"engine.err.{e}" for e in _codes("ENGINE_ERR_")]
+    names += [f"top.err.{e}" for e in _codes("TOP_ERR_")]
+    names += [f"aggregate.err.{e}" for e in _codes("AGG_ERR_") if e not in EXCHANGE_ERRORS]
+    names += [f"reset.{b}.{s}" for b in RESET_FSMS for s in fsm_states(b)]
+    return {n: n in recorded for n in names}
+
+
+def bins(golden: Path, passed: dict[str, set[str]], points,
+         recorded: set[str] | None = None) -> dict[str, bool]:
     out = stimulus_bins(Path(golden), passed)
     out.update(axi_bins(points))
-    for name in NOT_IN_VERIFY:
-        out[name] = False
+    for name, hit in dedicated_bins(set(recorded or ())).items():
+        out[name] = out.get(name, False) or hit
     return out

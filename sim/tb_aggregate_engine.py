@@ -24,6 +24,8 @@ from gradblock.hw.sv_constants import codes
 from gradblock.golden.format import load_exchange
 from gradblock.sim import tb_util
 from gradblock.sim.tb_util import hdl_parameter as param   # the build's, from the runner
+from gradblock.sim import functional_bins
+from gradblock.sim.functional_bins import record as record_bins
 
 MODULE = "aggregate_engine"
 GUARD_WORDS = 16
@@ -208,6 +210,7 @@ async def config_errors(dut):
         assert dut.s_tready.value == 0, f"{what}: frame input taken"
         tb_util.check_words(case.name, f"sums ({what})", start_vals.view(np.uint64),
                             tb.sums(BASE, n).view(np.uint64), width=64)
+        record_bins("aggregate.err.CONFIG")
     start_vals, status, _ = await tb.run_layer(case, False)
     tb.check(case, start_vals, status, False)
 
@@ -248,6 +251,75 @@ async def reset_mid_layer(dut):
         tb_util.no_traffic(tb.inputs)
         start_vals, status, _ = await tb.run_layer(case, salt == 0)
         tb.check(case, start_vals, status, salt == 0)
+
+
+@cocotb.test()
+async def memory_errors(dut):
+    """AGG_ERR_MEMORY: the memory answers one read, then (next layer) one write, with SLVERR
+    (cocotbext-axi's AxiRam answers SLVERR when its backing store raises; DECERR sets the same
+    bit 1 of rresp/bresp the engine reads). The layer still ends (done, every frame taken)
+    with err_code MEMORY, and the next layer, on a healthy memory, is exact."""
+    cases = good_cases(load_exchange_cases())
+    tb = Engine(dut, mem_bytes_for(cases))
+    await tb_util.start_streams(dut)
+    pool = [c for c in cases if literals(c)]
+    case = tb_util.medium_case(pool, 256)
+    for side in ("_read", "_write"):
+        iface = tb.ram.read_if if side == "_read" else tb.ram.write_if
+        healthy = getattr(iface, side)
+        hits = []
+
+        async def failing(address, *rest, healthy=healthy, hits=hits):
+            hits.append(address)
+            if len(hits) == 1:
+                raise RuntimeError("injected memory error")
+            return await healthy(address, *rest)
+
+        setattr(iface, side, failing)
+        try:
+            _, status, _ = await tb.run_layer(case, False)
+        finally:
+            delattr(iface, side)            # the class's own method again
+        assert hits, f"{case.name}: no {side[1:]} to fail"
+        tb_util.check_value(case.name, f"err_code after a failed {side[1:]}",
+                            AGG_CODES["MEMORY"], status["err_code"])
+        tb_util.check_value(case.name, f"frames_done after a failed {side[1:]}",
+                            case.meta["n_workers"], status["frames_done"])
+        record_bins("aggregate.err.MEMORY")
+        start_vals, status, _ = await tb.run_layer(case, False)
+        tb.check(case, start_vals, status, False)
+
+
+@cocotb.test()
+async def reset_in_every_state(dut):
+    """A reset in every state of aggregate_engine's FSM (state_t: the configuration checks,
+    the clear phase, the frames), bursts in flight, each followed by an exact layer: records
+    reset.aggregate_engine.<STATE> (sim/functional_bins.py)."""
+    cases = good_cases(load_exchange_cases())
+    tb = Engine(dut, mem_bytes_for(cases))
+    await tb_util.start_streams(dut)
+    case = tb_util.medium_case([c for c in cases if literals(c)], 256)
+    n, workers = case.meta["n"], case.meta["n_workers"]
+
+    async def start():
+        tb_util.set_traffic(tb.inputs, [], 0.3, 0.0, 3)
+        tb.load(BASE, n, True)
+        await tb.configure(n, workers, BASE, True)
+        for f in worker_frames(case):
+            await tb.src.send(AxiStreamFrame(tdata=f))
+
+    async def recover():
+        await ClockCycles(dut.clk, 2)
+        assert dut.busy.value == 0, "busy after a reset"
+        tb_util.no_traffic(tb.inputs)
+        start_vals, status, _ = await tb.run_layer(case, True)
+        tb.check(case, start_vals, status, True)
+
+    words = sum(len(f) for f in worker_frames(case))
+    reached = await functional_bins.reset_in_every_state(
+        dut, MODULE, start, recover, flush=tb.src.clear,
+        limit=60 * (words + workers * n) + 5000)
+    assert reached, "no state reached"
 
 
 @cocotb.test()

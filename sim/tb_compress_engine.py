@@ -29,6 +29,8 @@ from gradblock.golden.format import case_norm
 from gradblock.sim import tb_util
 from gradblock.sim.tb_util import hdl_parameter as param   # the build's, from the runner
 from gradblock.sim.duts import DUTS
+from gradblock.sim import functional_bins
+from gradblock.sim.functional_bins import record as record_bins
 
 # cfg_norm per norm kind (gradblock_pkg::NORM_L1 / NORM_L2; docs/spec.md §2.3)
 NORM_L1 = package_constants()["NORM_L1"]
@@ -43,6 +45,7 @@ ERR_ADDR, ERR_BLOCK_SIZE, ERR_N_BLOCKS, ERR_K, ERR_K_MAX, ERR_LMAX, ERR_RANGE, E
         "RES_ADDR", "BLOCK_SIZE_ZERO", "N_BLOCKS_MISMATCH", "K_ZERO", "K_OVER_K_MAX",
         "LMAX_RANGE", "RANGE_INVALID", "M_BELOW_HALF", "TLAST_MISPLACED", "MEMORY", "VEL_ADDR",
         "VEL_OVERLAP"))
+ERR_NAME = {v: k for k, v in _ERR.items()}
 GUARD_WORDS = 16                    # checked-untouched words before and after each region
 GUARD = 0xA5C3_5A3C
 VEL_GUARD = 0x3C5A_C3A5
@@ -260,6 +263,7 @@ class Engine(tb_util.AxiEngineBench):
             tb_util.check_words(case.name, f"velocity memory ({what})",
                                 case.arrays["velocity_in"].view(np.uint32),
                                 self.residual(vel, case.meta["n"]))
+        record_bins(f"engine.err.{ERR_NAME[err]}")     # seen, and refused as it must be
 
 
 def load_engine_cases():
@@ -381,6 +385,7 @@ async def misplaced_tlast(dut):
         g = case.arrays["grad_bits"].tolist()
         frame, status, _ = await tb.run_layer(case, grad=[g[:-1], g[-1:]])
         tb.check(case, frame, status, err=ERR_TLAST)
+        record_bins("engine.err.TLAST_MISPLACED")
         frame, status, _ = await tb.run_layer(case)
         tb.check(case, frame, status)
 
@@ -461,8 +466,42 @@ async def memory_errors(dut):
                 assert hits, f"{case.name}: no {side[1:]} on {port} to fail"
                 tb_util.check_value(case.name, f"err_code after a failed {side[1:]} on {port}",
                                     ERR_AXI, status["err_code"])
+                record_bins("engine.err.MEMORY")
                 frame, status, _ = await tb.run_layer(case)
                 tb.check(case, frame, status)
+
+
+@cocotb.test()
+async def reset_in_every_state(dut):
+    """A reset in every state of the engine's FSM (state_t: the configuration checks, both
+    passes and the steps between them), a momentum layer under traffic in flight on both
+    ports (a plain one without momentum cases), each followed by an exact layer: records
+    reset.compress_engine.<STATE> (sim/functional_bins.py)."""
+    cases = load_engine_cases()
+    tb = Engine(dut, cases)
+    await tb_util.start_streams(dut)
+    pool = fitting(cases, True) or fitting(cases, False)
+    case = tb_util.medium_case(pool, 256)
+    cfg = tb.config(case)
+    n = case.meta["n"]
+
+    async def start():
+        tb_util.set_traffic(tb.inputs, tb.outputs, 0.3, 0.3, 5)
+        tb.load_residual(case, BASE, cfg)
+        await tb.configure(cfg)
+        await tb.src.send(AxiStreamFrame(tdata=case.arrays["grad_bits"].tolist()))
+
+    async def recover():
+        await ClockCycles(dut.clk, 2)
+        tb_util.drain(tb.frame)
+        assert dut.busy.value == 0, f"{case.name}: busy after a reset"
+        tb_util.no_traffic(tb.inputs + tb.outputs)
+        frame, status, _ = await tb.run_layer(case)
+        tb.check(case, frame, status)
+
+    reached = await functional_bins.reset_in_every_state(
+        dut, MODULE, start, recover, flush=tb.src.clear, limit=20 * n + 2000)
+    assert reached, "no state reached"
 
 
 @cocotb.test()

@@ -21,6 +21,8 @@ from gradblock.hw.sv_constants import package_constants
 from gradblock.golden.format import case_norm
 from gradblock.sim import tb_util
 from gradblock.sim.tb_util import hdl_parameter as build_param   # the build's, from the runner
+from gradblock.sim import functional_bins
+from gradblock.sim.functional_bins import record as record_bins
 
 # cfg_norm per norm kind (gradblock_pkg::NORM_L1 / NORM_L2; docs/spec.md §2.3)
 NORM_BIT = {"l1": package_constants()["NORM_L1"], "l2": package_constants()["NORM_L2"]}
@@ -38,6 +40,7 @@ ERR_LMAX = _TOP["TOP_ERR_LMAX_RANGE"]
 ERR_RANGE = _TOP["TOP_ERR_RANGE_INVALID"]
 ERR_M = _TOP["TOP_ERR_M_BELOW_HALF"]
 ERR_TLAST = _TOP["TOP_ERR_TLAST_MISPLACED"]
+ERR_NAME = {v: k[len("TOP_ERR_"):] for k, v in _TOP.items() if k.startswith("TOP_ERR_")}
 
 
 def config_of(case) -> dict:
@@ -173,6 +176,7 @@ class Bench:
         assert self.dut.s_tready.value == 0, f"case {case.name} ({what}): input taken after refusal"
         assert self.frame.empty() and self.res.empty(), \
             f"case {case.name} ({what}): output produced after refusal"
+        record_bins(f"top.err.{ERR_NAME[err]}")        # seen, and refused as it must be
 
 
 @tb_util.traffic_test
@@ -229,6 +233,9 @@ async def config_errors(dut):
         bad.append(("n_blocks > n", {"block_size": 1, "n_blocks": n + 1}))
     if nb > build_param("K_MAX"):
         bad.append(("k > K_MAX", {"k": build_param("K_MAX") + 1}))
+    elif n > build_param("K_MAX"):      # one-element blocks: more blocks than K_MAX
+        bad.append(("k > K_MAX (block_size 1)", {"k": build_param("K_MAX") + 1,
+                                                 "block_size": 1, "n_blocks": n}))
     for what, change in bad:
         cfg = {**good, **change}
         err = expected_error(cfg)
@@ -266,6 +273,7 @@ async def misplaced_tlast(dut):
     words = input_words(case)
     frame, res, status = await tb.run_layer(case, words=[words[:-1], words[-1:]])
     tb.check(case, frame, res, status, err=ERR_TLAST)
+    record_bins("top.err.TLAST_MISPLACED")
     tb.check(case, *await tb.run_layer(case))
 
 
@@ -293,6 +301,33 @@ async def reset_mid_stream(dut):
         tb_util.no_traffic(tb.endpoints)
         frame, res, status = await tb.run_layer(case)
         tb.check(case, frame, res, status)
+
+
+@cocotb.test()
+async def reset_in_every_state(dut):
+    """A reset in every state of compress_top's FSM (state_t), traffic on all three streams,
+    each followed by an exact layer: records reset.compress_top.<STATE>
+    (sim/functional_bins.py)."""
+    tb = Bench(dut)
+    await tb_util.start_streams(dut)
+    case = small_case(tb_util.load_cases(MODULE))
+    n = case.meta["n"]
+
+    async def start():
+        tb_util.set_traffic([tb.src], [tb.frame, tb.res], 0.3, 0.3, 9)
+        await tb.configure(config_of(case))
+        await tb.src.send(AxiStreamFrame(tdata=input_words(case)))
+
+    async def recover():
+        await ClockCycles(dut.clk, 2)
+        tb_util.drain(tb.frame, tb.res)
+        assert dut.busy.value == 0, "busy after a reset"
+        tb_util.no_traffic(tb.endpoints)
+        tb.check(case, *await tb.run_layer(case))
+
+    reached = await functional_bins.reset_in_every_state(
+        dut, MODULE, start, recover, flush=tb.src.clear, limit=20 * n + 2000)
+    assert reached, "no state reached"
 
 
 @cocotb.test()

@@ -30,6 +30,7 @@ from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStream
 from gradblock.codec import errors as E
 from gradblock.codec import zrle
 from gradblock.sim import tb_util as tb
+from gradblock.sim.functional_bins import record as record_bins
 
 MASK = 0xFFFFFFFF
 MAX_DESCRIBED = 4096          # fuzz frames may describe at most this many values
@@ -404,20 +405,26 @@ async def decode_errors(dut):
     rng = random.Random(5)
     cases = targeted_error_cases() + fuzz_cases(tb.env_int("TB_FUZZ", 200), tb.env_int("TB_SEED", 7))
     seen = set()
+    observed = set()      # codes the decoder reported exactly as expected (functional bins)
     problems = []
     for i, (name, words, expected_n) in enumerate(cases):
         # alternate traffic so errors meet stalls on both sides
         p_in, p_out = ((0.0, 0.0), (0.4, 0.0), (0.0, 0.6), (0.5, 0.5))[i % 4]
         env.traffic(p_in, p_out, rng)
-        problems += await run_one(env, dut, name, words, expected_n,
-                                  slack=10.0 / ((1 - p_in) * (1 - p_out)))
-        seen.add(expected_status(words, expected_n)[0])
+        mine = await run_one(env, dut, name, words, expected_n,
+                             slack=10.0 / ((1 - p_in) * (1 - p_out)))
+        problems += mine
+        code = expected_status(words, expected_n)[0]
+        seen.add(code)
+        if not mine and code:
+            observed.add(code)
         if len(problems) > 20:
             break
     missing = sorted(set(E.ERROR_NAMES) - seen)
     if missing:
         problems.append(f"error codes never provoked: {[E.ERROR_NAMES[c] for c in missing]}")
     assert not problems, "\n".join(problems[:20])
+    record_bins(*(f"decoder.err.{E.ERROR_NAMES[c]}" for c in sorted(observed)))
     dut._log.info("%d corrupted/edge frames agree with codec.zrle", len(cases))
 
 

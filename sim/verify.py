@@ -40,6 +40,41 @@ COVERAGE_TRAFFIC = "0:0,0.3:0,0:0.5,0.4:0.4,0.6:0.7"
 _SEVERITY = {"pass": 0, "skip": 1, "fail": 2, "error": 3}
 
 
+@dataclass(frozen=True)
+class Dedicated:
+    """One run of a block's dedicated cocotb tests (the non-golden ones tests/test_rtl_*.py
+    run), which `verify --coverage` makes under the same coverage build after the golden
+    cases. vectors: "golden": the golden directory (the tests pick their layers there);
+    "edge": golden/datapath.py's edge cases only (golden_cases then runs those corner cases,
+    not the golden set again); None: the testbench makes its own cases (codec, momentum)."""
+    tests: str                      # comma-separated cocotb test names
+    vectors: str | None = "golden"
+    env: tuple[tuple[str, str], ...] = ()
+
+
+_EDGE = Dedicated("golden_cases", "edge")
+# sim/functional_bins.py's testbench bins (decoder errors, every engine error code, a reset
+# in every FSM state) are reached here; throughput tests are left out (their traffic profile,
+# none, is one of the golden runs')
+DEDICATED_TESTS: dict[str, tuple[Dedicated, ...]] = {
+    "zrle_encoder": (Dedicated("encode_cases,reset_mid_frame,config_clamp,ready_paths", None),),
+    "zrle_decoder": (Dedicated("decode_cases,decode_errors,reset_mid_frame,ready_paths", None,
+                               (("TB_FUZZ", "200"),)),),
+    "quantiser": (_EDGE, Dedicated("reset_mid_stream")),
+    "ef_add": (_EDGE, Dedicated("reset_mid_stream")),
+    "momentum": (Dedicated("vector_cases,reset_mid_stream", None),),
+    "block_l1": (_EDGE, Dedicated("reset_mid_stream")),
+    "topk_select": (_EDGE, Dedicated("shuffled_order,random_ties,k_out_of_range,"
+                                     "reset_mid_stream")),
+    "compress_top": (_EDGE, Dedicated("config_errors,empty_layer,misplaced_tlast,"
+                                      "reset_mid_stream,reset_in_every_state")),
+    "compress_engine": (_EDGE, Dedicated("config_errors,misplaced_tlast,reset_mid_layer,"
+                                         "memory_errors,reset_in_every_state")),
+    "aggregate_engine": (Dedicated("config_errors,reset_mid_layer,memory_errors,"
+                                   "reset_in_every_state"),),
+}
+
+
 def merge_case_records(records: list[dict]) -> dict[str, dict]:
     """One verdict per case from the records of several cocotb tests (one per traffic
     profile): the worst status wins (error > fail > skip > pass), its detail kept."""
@@ -72,6 +107,8 @@ def run_module(mod: Dut, sim: str, golden: Path, traffic: str, waves: bool,
     results = work / f"{mod.name}-{sim}-cases.json"
     results.unlink(missing_ok=True)
     env = {**mod.env, mod.golden_env: golden, "TB_TRAFFIC": traffic, "TB_CASE_RESULTS": results}
+    if coverage_dir is not None:      # the testbench bins it observed (sim/functional_bins.py)
+        env["TB_BINS"] = coverage_dir / f"{mod.name}.bins"
     if cases:
         env["TB_CASES"] = ",".join(cases)
     res = run_rtl(mod.toplevel, sources, mod.test_module, sim,
@@ -93,6 +130,38 @@ def run_module(mod: Dut, sim: str, golden: Path, traffic: str, waves: bool,
         rows.append(Row(mod.name, "(all)", "error", first.splitlines()[0] if first else "failed"))
     elif res.passed and not rows:
         rows.append(Row(mod.name, "(all)", "pass", "testbench gives no per-case results"))
+    return rows, res.report()
+
+
+def run_dedicated(mod: Dut, ded: Dedicated, tag: str, golden: Path, edge: Path | None,
+                  work: Path, coverage_dir: Path,
+                  build_root: Path | None = None) -> tuple[list[Row], str]:
+    """One run of `mod`'s DEDICATED_TESTS on Verilator under the coverage build of its golden
+    run; its coverage.dat goes to coverage_dir/<name>-<tag>.dat and the bins its testbench
+    observed to coverage_dir/<name>-<tag>.bins. One row per cocotb test, case "[test]"."""
+    results = work / f"{mod.name}-{tag}-cases.json"
+    results.unlink(missing_ok=True)
+    coverage_dir.mkdir(parents=True, exist_ok=True)
+    env = {**mod.env, **dict(ded.env), "TB_TRAFFIC": COVERAGE_TRAFFIC,
+           "TB_CASE_RESULTS": results, "TB_BINS": coverage_dir / f"{mod.name}-{tag}.bins"}
+    if ded.vectors is not None:
+        env["TB_GOLDEN_DIRS"] = str(edge if ded.vectors == "edge" else golden)
+    res = run_rtl(mod.toplevel, None, mod.test_module, "verilator", parameters=mod.parameters,
+                  env=env, testcase=ded.tests, run_name=f"verify-{tag}-{mod.name}",
+                  build_root=build_root, coverage=True)
+    dat = res.run_dir / "coverage.dat"
+    if dat.is_file():
+        shutil.copyfile(dat, coverage_dir / f"{mod.name}-{tag}.dat")
+    label = "edge " if ded.vectors == "edge" else ""
+    rows = [Row(mod.name, f"[{label}{t.name}]", "pass" if t.passed else "fail",
+                "" if t.passed else (t.message.splitlines() or ["failed"])[0])
+            for t in res.tests]
+    wanted = {t.strip() for t in ded.tests.split(",")}
+    ran = {t.name.split("/")[0] for t in res.tests}
+    for name in sorted(wanted - ran):
+        rows.append(Row(mod.name, f"[{label}{name}]", "error",
+                        (res.error.splitlines() or ["did not run"])[0] if res.error
+                        else "did not run"))
     return rows, res.report()
 
 
@@ -166,6 +235,7 @@ def verify_main(argv: list[str], make_golden: Callable[[Path], object] | None = 
 
         rows: list[Row] = []
         failures: list[str] = []
+        edge: Path | None = None        # golden/datapath.py's edge cases, for dedicated runs
         for name in args.modules or list(REGISTRY):
             mod = REGISTRY[name]
             missing = mod.missing()
@@ -187,6 +257,22 @@ def verify_main(argv: list[str], make_golden: Callable[[Path], object] | None = 
             rows += mod_rows
             if any(r.status in ("fail", "error") for r in mod_rows):
                 failures.append(report)
+            # the block's dedicated tests, under the same coverage build (not with --cases:
+            # that asks for named golden cases only)
+            for i, ded in enumerate(DEDICATED_TESTS.get(name, ()) if cov_dir and not args.cases
+                                    else ()):
+                print(f"{name}: dedicated tests {ded.tests}"
+                      + (" on the datapath edge cases" if ded.vectors == "edge" else "") + " ...",
+                      flush=True)
+                if ded.vectors == "edge" and edge is None:
+                    from gradblock.golden.datapath import write_cases
+                    edge = work / "edge"
+                    write_cases(edge, "edge")
+                ded_rows, report = run_dedicated(mod, ded, f"dedicated{i}", golden, edge, work,
+                                                 work / "coverage", build_root=build_root)
+                rows += ded_rows
+                if any(r.status in ("fail", "error") for r in ded_rows):
+                    failures.append(report)
         if cov_dir is not None and rows:
             coverage_report = write_coverage(work / "coverage", cov_dir, golden, rows)
 
@@ -218,5 +304,6 @@ def write_coverage(dat_dir: Path, out: Path, golden: Path, rows: list[Row]) -> d
     for r in rows:
         if r.status == "pass":
             passed.setdefault(r.module, set()).add(r.case)
-    bins = functional_bins.bins(golden, passed, points)
+    recorded = functional_bins.read_recorded(sorted(dat_dir.glob("*.bins")))
+    bins = functional_bins.bins(golden, passed, points, recorded)
     return coverage.write_report(dats, out, bins, runs=[d.stem for d in dats], points=points)
