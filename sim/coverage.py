@@ -5,8 +5,10 @@
 set under every traffic profile, and hands the runs' coverage.dat files to `write_report`:
 
     DIR/coverage.json      {"modules": {NAME: {"line": pct, "branch": pct, "toggle": pct,
-                            "points": {...}, "uncovered": [...]}}, "bins_total": n,
-                            "bins_hit": n, "bins_missed": [...], "bins": {...}, "runs": [...]}
+                            "line_waived": pct, "branch_waived": pct, "points": {...},
+                            "uncovered": [...], "waived": [{"point", "reason"}]}},
+                            "waivers_unused": [...], "bins_total": n, "bins_hit": n,
+                            "bins_missed": [...], "bins": {...}, "runs": [...]}
     DIR/coverage.info      lcov tracefile (DA and BRDA records), what `verilator_coverage
                            --write-info` writes; genhtml or an editor plug-in reads it
     DIR/annotated/<file>   every source line prefixed with its hit count, `%000000` where a
@@ -85,35 +87,144 @@ def merge(paths) -> dict[Point, int]:
     return dict(total)
 
 
+# ------------------------------------------------------------------ waivers
+@dataclass(frozen=True)
+class Waiver:
+    """A line or branch point that no stimulus can reach, with the reason. It matches the
+    never-hit points of `module` whose source line lies inside `function` (a SystemVerilog
+    function's body) and/or whose source line matches the regular expression `text`, and,
+    when `comment` is given, whose Verilator comment is that ("if", "else", "cond_then", ...).
+    Matching the source text, not line numbers, keeps a waiver on its line while the file
+    around it changes; a waiver that matches nothing is reported (`waivers_unused`)."""
+    module: str
+    reason: str
+    function: str | None = None
+    text: str | None = None
+    comment: str | None = None
+    kinds: tuple[str, ...] = ("line", "branch")
+
+
+# The one table of waivers (docs/hw.md, "Coverage", says the same). Only points never hit are
+# waived; the raw figures are reported next to the figures after waivers.
+WAIVERS: tuple[Waiver, ...] = (
+    Waiver("crc32_word", "constant function, evaluated at elaboration only (it computes the "
+           "localparam matrix); no statement of it runs in simulation", function="steps32"),
+    Waiver("crc32_word", "constant function, evaluated at elaboration only (it computes the "
+           "localparam matrix); no statement of it runs in simulation", function="row_mask"),
+    Waiver("momentum_pipe", "m_tready is tied to 1'b1 at the block's only instance "
+           "(compress_engine u_momentum: the stages between the join and ef_add never stall), "
+           "so the output register never holds a word: en is always 1 and the stall arms "
+           "cannot be reached in any build", text=r"\bif\s*\(rst\)|\bif\s*\(en\)|chk_m_stall\)"),
+)
+
+
+def _functions(path: str) -> dict[str, tuple[int, int]]:
+    """function name -> (first line, last line) of each `function ... endfunction` in a file."""
+    out: dict[str, tuple[int, int]] = {}
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return out
+    start = name = None
+    for i, text in enumerate(lines, 1):
+        m = re.match(r"\s*function\b.*?(\w+)\s*\(", text)
+        if m and start is None:
+            start, name = i, m.group(1)
+        elif start is not None and re.match(r"\s*endfunction\b", text):
+            out[name] = (start, i)
+            start = name = None
+    return out
+
+
+def _source_line(path: str, line: int, cache: dict) -> str:
+    if path not in cache:
+        try:
+            cache[path] = Path(path).read_text(errors="replace").splitlines()
+        except OSError:
+            cache[path] = []
+    text = cache[path]
+    return text[line - 1] if 0 < line <= len(text) else ""
+
+
+def waiver_for(pt: Point, waivers=WAIVERS, _cache: dict | None = None) -> Waiver | None:
+    """The waiver that covers this (never-hit) point, or None."""
+    cache = {} if _cache is None else _cache
+    for w in waivers:
+        if w.module != pt.module or pt.kind not in w.kinds:
+            continue
+        if w.comment is not None and pt.comment != w.comment:
+            continue
+        if w.function is not None:
+            key = ("fn", pt.file)
+            if key not in cache:
+                cache[key] = _functions(pt.file)
+            span = cache[key].get(w.function)
+            if span is None or not span[0] <= pt.line <= span[1]:
+                continue
+        if w.text is not None and not re.search(w.text, _source_line(pt.file, pt.line, cache)):
+            continue
+        return w
+    return None
+
+
 def _pct(hit: int, total: int) -> float | None:
     return None if total == 0 else round(100.0 * hit / total, 2)
 
 
-def module_summary(points: dict[Point, int], max_listed: int = 200) -> dict[str, dict]:
-    """Per module: line / branch / toggle percentages, point counts, the uncovered line and
-    branch points (and toggles, up to `max_listed` entries in all)."""
+def module_summary(points: dict[Point, int], max_listed: int = 200,
+                   waivers=WAIVERS) -> dict[str, dict]:
+    """Per module: line / branch / toggle percentages (raw), line and branch after waivers
+    (`line_waived`, `branch_waived`: waived points leave the total), point counts, the
+    uncovered points that no waiver covers (line and branch first, then toggles; up to
+    `max_listed` entries) and the waived ones with their reasons (`waived`)."""
     by_mod: dict[str, list[tuple[Point, int]]] = defaultdict(list)
     for pt, n in points.items():
         by_mod[pt.module].append((pt, n))
+    cache: dict = {}
     out = {}
     for mod in sorted(by_mod):
         entries = sorted(by_mod[mod], key=lambda e: (e[0].kind != "line", e[0].kind != "branch",
                                                     e[0].line, e[0].column, e[0].comment))
         rec: dict = {}
         counts = {}
+        waived: list[tuple[Point, Waiver]] = []
+        for pt, n in entries:
+            if n == 0 and pt.kind in ("line", "branch"):
+                w = waiver_for(pt, waivers, cache)
+                if w is not None:
+                    waived.append((pt, w))
+        waived_pts = {pt for pt, _ in waived}
         for kind in KINDS:
             mine = [n for pt, n in entries if pt.kind == kind]
             hit = sum(1 for n in mine if n > 0)
-            counts[kind] = {"total": len(mine), "hit": hit}
+            n_waived = sum(1 for pt in waived_pts if pt.kind == kind)
+            counts[kind] = {"total": len(mine), "hit": hit, "waived": n_waived}
             if kind != "user":
                 rec[kind] = _pct(hit, len(mine))
+        for kind in ("line", "branch"):
+            c = counts[kind]
+            rec[f"{kind}_waived"] = _pct(c["hit"], c["total"] - c["waived"])
         rec["points"] = counts
-        missed = [pt.where() for pt, n in entries if n == 0]
+        missed = [pt.where() for pt, n in entries if n == 0 and pt not in waived_pts]
         rec["uncovered"] = missed[:max_listed]
         if len(missed) > max_listed:
             rec["uncovered"].append(f"... and {len(missed) - max_listed} more")
+        rec["waived"] = [{"point": pt.where(), "reason": w.reason} for pt, w in waived]
         out[mod] = rec
     return out
+
+
+def unused_waivers(points: dict[Point, int], waivers=WAIVERS) -> list[str]:
+    """Waivers that cover no never-hit point of these runs (stale, or the point is now hit)."""
+    cache: dict = {}
+    used = set()
+    for pt, n in points.items():
+        if n == 0 and pt.kind in ("line", "branch"):
+            w = waiver_for(pt, waivers, cache)
+            if w is not None:
+                used.add(w)
+    return [f"{w.module}: {w.function or w.text}" for w in waivers if w not in used
+            and any(p.module == w.module for p in points)]
 
 
 def write_info(points: dict[Point, int], path: Path) -> None:
@@ -184,6 +295,7 @@ def write_report(dat_files, out_dir: str | os.PathLike, bins: dict[str, bool] | 
     points = merge(dat_files) if points is None else points
     bins = dict(bins or {})
     report = {"modules": module_summary(points),
+              "waivers_unused": unused_waivers(points),
               "bins_total": len(bins), "bins_hit": sum(1 for v in bins.values() if v),
               "bins_missed": sorted(k for k, v in bins.items() if not v),
               "bins": dict(sorted(bins.items())),
@@ -200,12 +312,17 @@ def format_summary(report: dict) -> str:
         return "  n/a" if v is None else f"{v:5.1f}"
     mods = report["modules"]
     w = max([len("module")] + [len(m) for m in mods])
-    lines = [f"{'module':<{w}}   line  branch  toggle  uncovered (line+branch)",
-             f"{'-' * w}  -----  ------  ------  -----------------------"]
+    lines = [f"{'module':<{w}}   line  branch  toggle   line*  branch*  uncovered  waived",
+             f"{'-' * w}  -----  ------  ------   -----  -------  ---------  ------"]
     for m, r in mods.items():
         n_unc = sum(1 for u in r["uncovered"] if " toggle " not in u and not u.startswith("..."))
         lines.append(f"{m:<{w}}  {cell(r['line'])}   {cell(r['branch'])}   {cell(r['toggle'])}"
-                     f"  {n_unc}")
+                     f"   {cell(r.get('line_waived'))}    {cell(r.get('branch_waived'))}"
+                     f"  {n_unc:9d}  {len(r.get('waived', ())):6d}")
+    lines.append("line*, branch*: after the waivers of sim/coverage.py (coverage.json: \"waived\", "
+                 "with reasons); uncovered: line and branch points neither hit nor waived")
+    if report.get("waivers_unused"):
+        lines.append("waivers that matched nothing: " + "; ".join(report["waivers_unused"]))
     lines.append(f"functional bins: {report['bins_hit']}/{report['bins_total']} hit"
                  + (f"; missed: {', '.join(report['bins_missed'])}" if report["bins_missed"] else ""))
     return "\n".join(lines)

@@ -165,6 +165,27 @@ HW_DIR = Path(__file__).resolve().parent.parent / "hw"
 RESET_FSMS = ("compress_top", "compress_engine", "aggregate_engine")
 
 
+# Which block's dedicated cocotb tests record each family of testbench bins (sim/verify.py's
+# DEDICATED_TESTS must run them; tests/test_coverage.py checks both ways)
+BIN_SOURCES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "decoder.err.": ("zrle_decoder", ("decode_errors",)),
+    "engine.err.": ("compress_engine", ("config_errors", "misplaced_tlast", "memory_errors")),
+    "top.err.": ("compress_top", ("config_errors", "misplaced_tlast")),
+    "aggregate.err.": ("aggregate_engine", ("config_errors", "memory_errors")),
+    "reset.compress_top.": ("compress_top", ("reset_in_every_state",)),
+    "reset.compress_engine.": ("compress_engine", ("reset_in_every_state",)),
+    "reset.aggregate_engine.": ("aggregate_engine", ("reset_in_every_state",)),
+}
+
+
+def source_of(name: str) -> tuple[str, tuple[str, ...]]:
+    """(block, cocotb tests) that record testbench bin `name` (BIN_SOURCES)."""
+    for prefix, src in BIN_SOURCES.items():
+        if name.startswith(prefix):
+            return src
+    raise KeyError(f"no testbench records {name}")
+
+
 def record(*names: str, path: str | None = None) -> None:
     """Called by a testbench after it has checked what it observed: append these bins to the
     file named by TB_BINS (nothing when it is unset, e.g. under pytest's own runs)."""
