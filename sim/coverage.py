@@ -93,7 +93,8 @@ class Waiver:
     """A line or branch point that no stimulus can reach, with the reason. It matches the
     never-hit points of `module` whose source line lies inside `function` (a SystemVerilog
     function's body) and/or whose source line matches the regular expression `text`, and,
-    when `comment` is given, whose Verilator comment is that ("if", "else", "cond_then", ...).
+    when `comment` is given, whose Verilator comment is that ("if", "else", "cond_then", ...),
+    and, when `after` is given, below a line (within AFTER_LINES) that matches it.
     Matching the source text, not line numbers, keeps a waiver on its line while the file
     around it changes; a waiver that matches nothing is reported (`waivers_unused`)."""
     module: str
@@ -102,6 +103,10 @@ class Waiver:
     text: str | None = None
     comment: str | None = None
     kinds: tuple[str, ...] = ("line", "branch")
+    after: str | None = None      # regex one of the AFTER_LINES lines above the point must match
+
+
+AFTER_LINES = 100
 
 
 # The one table of waivers (docs/hw.md, "Coverage", says the same). Only points never hit are
@@ -113,8 +118,19 @@ WAIVERS: tuple[Waiver, ...] = (
            "localparam matrix); no statement of it runs in simulation", function="row_mask"),
     Waiver("momentum_pipe", "m_tready is tied to 1'b1 at the block's only instance "
            "(compress_engine u_momentum: the stages between the join and ef_add never stall), "
-           "so the output register never holds a word: en is always 1 and the stall arms "
-           "cannot be reached in any build", text=r"\bif\s*\(rst\)|\bif\s*\(en\)|chk_m_stall\)"),
+           "so en is always 1: the arms where the pipeline holds (en = 0) cannot be reached",
+           text=r"\bif\s*\((rst|en)\)", comment="else"),
+    Waiver("momentum_pipe", "m_tready is tied to 1'b1 at the block's only instance, so "
+           "m_tvalid && !m_tready never holds: the stall assertion's check never arms",
+           text=r"chk_m_stall\)\s*assert", comment="if"),
+    Waiver("zrle_decoder", "default arm of the parse case: it runs only when a word is taken "
+           "(fire), which needs p_state[4:3] = 00 (HDR..T1, each listed) or P_DRAIN (listed); "
+           "P_T1CHK is handled before the case and P_WAIT takes no word, and no other encoding "
+           "is ever assigned", text=r"^\s*default:\s*;", after=r"case \(p_state\)"),
+    Waiver("zrle_run_encoder", "default arm of the drain update: it runs only under `produce`, "
+           "which the output logic sets in D_HDR, D_Z, D_L, D_LIT and D_T1 only (each listed); "
+           "D_IDLE never produces and no other encoding is ever assigned",
+           text=r"^\s*default:\s*;", after=r"if \(produce\) begin"),
 )
 
 
@@ -162,6 +178,10 @@ def waiver_for(pt: Point, waivers=WAIVERS, _cache: dict | None = None) -> Waiver
             if span is None or not span[0] <= pt.line <= span[1]:
                 continue
         if w.text is not None and not re.search(w.text, _source_line(pt.file, pt.line, cache)):
+            continue
+        if w.after is not None and not any(
+                re.search(w.after, _source_line(pt.file, ln, cache))
+                for ln in range(max(1, pt.line - AFTER_LINES), pt.line)):
             continue
         return w
     return None

@@ -268,7 +268,7 @@ def _codes(prefix: str) -> list[str]:
     return list(codes(prefix))
 
 
-def dedicated_bins(recorded: set[str]) -> dict[str, bool]:
+def dedicated_bins(recorded: set[str], hw_dir: Path = HW_DIR) -> dict[str, bool]:
     """The bins only dedicated cocotb tests reach, each hit when a testbench recorded it:
     every frame error on the decoder (decode_errors), every compress_engine and compress_top
     error code (config_errors, misplaced_tlast, memory_errors), aggregate_engine's
@@ -277,14 +277,15 @@ def dedicated_bins(recorded: set[str]) -> dict[str, bool]:
     names += [f"engine.err.{e}" for e in _codes("ENGINE_ERR_")]
     names += [f"top.err.{e}" for e in _codes("TOP_ERR_")]
     names += [f"aggregate.err.{e}" for e in _codes("AGG_ERR_") if e not in EXCHANGE_ERRORS]
-    names += [f"reset.{b}.{s}" for b in RESET_FSMS for s in fsm_states(b)]
+    names += [f"reset.{b}.{s}" for b in RESET_FSMS for s in fsm_states(b, hw_dir)]
     return {n: n in recorded for n in names}
 
 
 def bins(golden: Path, passed: dict[str, set[str]], points,
-         recorded: set[str] | None = None) -> dict[str, bool]:
+         recorded: set[str] | None = None, hw_dir: Path = HW_DIR) -> dict[str, bool]:
+    """hw_dir: the RTL the runs were built from (verify --coverage builds from a snapshot)."""
     out = stimulus_bins(Path(golden), passed)
     out.update(axi_bins(points))
-    for name, hit in dedicated_bins(set(recorded or ())).items():
+    for name, hit in dedicated_bins(set(recorded or ()), hw_dir).items():
         out[name] = out.get(name, False) or hit
     return out

@@ -26,7 +26,7 @@ from gradblock.golden.compute import generate_golden
 from gradblock.golden.format import load_exchange, load_golden
 
 from .duts import Dut, verified
-from .harness import SIMULATORS, run_rtl, simulator_available
+from .harness import HW_DIR, SIMULATORS, hw_sources, run_rtl, simulator_available
 
 
 # `gradblock verify`'s entries: the DUT table's blocks that check a golden stage (sim/duts.py)
@@ -134,8 +134,8 @@ def run_module(mod: Dut, sim: str, golden: Path, traffic: str, waves: bool,
 
 
 def run_dedicated(mod: Dut, ded: Dedicated, tag: str, golden: Path, edge: Path | None,
-                  work: Path, coverage_dir: Path,
-                  build_root: Path | None = None) -> tuple[list[Row], str]:
+                  work: Path, coverage_dir: Path, build_root: Path | None = None,
+                  sources=None) -> tuple[list[Row], str]:
     """One run of `mod`'s DEDICATED_TESTS on Verilator under the coverage build of its golden
     run; its coverage.dat goes to coverage_dir/<name>-<tag>.dat and the bins its testbench
     observed to coverage_dir/<name>-<tag>.bins. One row per cocotb test, case "[test]"."""
@@ -146,7 +146,7 @@ def run_dedicated(mod: Dut, ded: Dedicated, tag: str, golden: Path, edge: Path |
            "TB_CASE_RESULTS": results, "TB_BINS": coverage_dir / f"{mod.name}-{tag}.bins"}
     if ded.vectors is not None:
         env["TB_GOLDEN_DIRS"] = str(edge if ded.vectors == "edge" else golden)
-    res = run_rtl(mod.toplevel, None, mod.test_module, "verilator", parameters=mod.parameters,
+    res = run_rtl(mod.toplevel, sources, mod.test_module, "verilator", parameters=mod.parameters,
                   env=env, testcase=ded.tests, run_name=f"verify-{tag}-{mod.name}",
                   build_root=build_root, coverage=True)
     dat = res.run_dir / "coverage.dat"
@@ -236,6 +236,7 @@ def verify_main(argv: list[str], make_golden: Callable[[Path], object] | None = 
         rows: list[Row] = []
         failures: list[str] = []
         edge: Path | None = None        # golden/datapath.py's edge cases, for dedicated runs
+        snapshot = snapshot_sources(cov_dir / "sources") if cov_dir is not None else None
         for name in args.modules or list(REGISTRY):
             mod = REGISTRY[name]
             missing = mod.missing()
@@ -250,10 +251,13 @@ def verify_main(argv: list[str], make_golden: Callable[[Path], object] | None = 
                 print(f"{name}: no case in {golden} has stage {' or '.join(map(repr, stages))}")
                 continue
             print(f"{name}: {len(applicable)} cases on {args.sim} ...", flush=True)
+            sources = ([snapshot / p.name for p in hw_sources(mod.toplevel)]
+                       if snapshot is not None else None)
             mod_rows, report = run_module(mod, args.sim, golden, traffic, args.waves,
                                           applicable if args.cases else None, work,
                                           build_root=build_root,
-                                          coverage_dir=work / "coverage" if cov_dir else None)
+                                          coverage_dir=work / "coverage" if cov_dir else None,
+                                          sources=sources)
             rows += mod_rows
             if any(r.status in ("fail", "error") for r in mod_rows):
                 failures.append(report)
@@ -269,12 +273,13 @@ def verify_main(argv: list[str], make_golden: Callable[[Path], object] | None = 
                     edge = work / "edge"
                     write_cases(edge, "edge")
                 ded_rows, report = run_dedicated(mod, ded, f"dedicated{i}", golden, edge, work,
-                                                 work / "coverage", build_root=build_root)
+                                                 work / "coverage", build_root=build_root,
+                                                 sources=sources)
                 rows += ded_rows
                 if any(r.status in ("fail", "error") for r in ded_rows):
                     failures.append(report)
         if cov_dir is not None and rows:
-            coverage_report = write_coverage(work / "coverage", cov_dir, golden, rows)
+            coverage_report = write_coverage(work / "coverage", cov_dir, golden, rows, snapshot)
 
     if not rows:
         print("nothing was run")
@@ -294,9 +299,24 @@ def verify_main(argv: list[str], make_golden: Callable[[Path], object] | None = 
     return 1 if counts["fail"] or counts["error"] else 0
 
 
-def write_coverage(dat_dir: Path, out: Path, golden: Path, rows: list[Row]) -> dict:
+def snapshot_sources(dest: Path) -> Path:
+    """Copy hw/*.sv to `dest` (what `verify --coverage` builds from): the line numbers in the
+    coverage files, the annotated tree and the waivers' source text then all refer to the same
+    bytes, even if hw/ is edited while the run goes on. Returns `dest`."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for old in dest.glob("*.sv"):
+        old.unlink()
+    for src in sorted(HW_DIR.glob("*.sv")):
+        shutil.copyfile(src, dest / src.name)
+    return dest
+
+
+def write_coverage(dat_dir: Path, out: Path, golden: Path, rows: list[Row],
+                   hw_dir: Path | None = None) -> dict:
     """Merge the runs' coverage.dat files, decide the functional bins from the cases that
-    passed, write out/coverage.json, coverage.info and annotated/ (sim/coverage.py)."""
+    passed and the bins the testbenches recorded (*.bins), write out/coverage.json,
+    coverage.info and annotated/ (sim/coverage.py). hw_dir: the sources the runs were built
+    from (default hw/)."""
     from . import coverage, functional_bins
     dats = sorted(dat_dir.glob("*.dat"))
     points = coverage.merge(dats)
@@ -305,5 +325,6 @@ def write_coverage(dat_dir: Path, out: Path, golden: Path, rows: list[Row]) -> d
         if r.status == "pass":
             passed.setdefault(r.module, set()).add(r.case)
     recorded = functional_bins.read_recorded(sorted(dat_dir.glob("*.bins")))
-    bins = functional_bins.bins(golden, passed, points, recorded)
+    bins = functional_bins.bins(golden, passed, points, recorded,
+                                **({"hw_dir": hw_dir} if hw_dir is not None else {}))
     return coverage.write_report(dats, out, bins, runs=[d.stem for d in dats], points=points)
