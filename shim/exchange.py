@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from .compressors import Compressor, LayerInfo, StepStats, WorkerState
+from .device import sync_device
 from .errors import ConfigError
 from .problem import Problem, resolve_device, worker_batch
 from .resilience import restart_count
@@ -179,8 +180,7 @@ class DdpExchange(Exchange):
         optimizer.step()
         times = None
         if self.timed:
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
+            sync_device(self.device)
             wall = time.perf_counter() - t0
             ht = hook.times
             times = StepTimes(wall - ht.compress_s - ht.exchange_s, ht.compress_s, ht.exchange_s)

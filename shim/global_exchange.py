@@ -40,6 +40,7 @@ import torch.distributed as dist
 
 from gradblock.refmodel.global_select import RankMismatchError
 
+from .device import sync_device
 from .errors import TrainingError
 from .compressors import Compressor, LayerInfo, StepStats, WorkerState, layers_of
 from .global_step import (EXCHANGES, GroupPrep, average_group, exchange_of, finish_group,
@@ -48,11 +49,6 @@ from .workers import StepTimes
 
 __all__ = ["EXCHANGES", "exchange_of", "is_global", "GlobalHookState", "global_hook",
            "register_global", "ExchangeModeError"]
-
-
-def _sync(t: torch.Tensor) -> None:
-    if t.device.type == "cuda":
-        torch.cuda.synchronize(t.device)
 
 
 class ExchangeModeError(TrainingError):
@@ -165,7 +161,7 @@ def global_hook(state: GlobalHookState, bucket: dist.GradBucket
         _verify_lengths(state, gp, buffer.device)
         summed = None
         if state.timed:
-            _sync(buffer)
+            sync_device(buffer)
         t_prep = time.perf_counter()
         if gp.plan is not None:
             summed = gp.prep.vector
@@ -188,7 +184,7 @@ def global_hook(state: GlobalHookState, bucket: dist.GradBucket
                 state.error = e
         raise
     if state.timed:
-        _sync(buffer)
+        sync_device(buffer)
     t_sent = time.perf_counter()
     with state._lock:
         state.stats.add(stats)
@@ -218,8 +214,7 @@ def global_hook(state: GlobalHookState, bucket: dist.GradBucket
                     state.error = e
             raise
         if state.timed:
-            if buffer.device.type == "cuda":
-                torch.cuda.synchronize(buffer.device)
+            sync_device(buffer)
             with state._lock:
                 state.times.exchange_s += time.perf_counter() - t_sent
         return buffer

@@ -46,6 +46,7 @@ import torch.distributed as dist
 
 from .compressors import (Compressor, LayerInfo, StepStats, WorkerState, decode_group,
                           encode_group, layers_of)
+from .device import sync_device
 from .workers import StepTimes
 
 
@@ -172,12 +173,6 @@ class GradblockHookState:
         restored = restore_compressor_state(self.compressor, state_dict, [self.rank], device,
                                             layers=self.layers)
         self.worker_state = restored[self.rank]
-
-
-def sync_device(t: torch.Tensor) -> None:
-    """Wait for the device work on `t` (CUDA); nothing on the CPU."""
-    if t.device.type == "cuda":
-        torch.cuda.synchronize(t.device)
 
 
 def _gather_sizes(message: torch.Tensor, group=None) -> list[int]:

@@ -46,6 +46,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from .compressors import Compressor, LayerInfo, StepStats
+from .device import sync_device
 from .errors import TrainingError
 from .exchange import DdpExchange, StepOutcome
 from .problem import worker_batch
@@ -156,8 +157,7 @@ class PeerDdpExchange(DdpExchange):
         self.steps_done += 1
         times = None
         if self.timed:
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
+            sync_device(self.device)
             wall = time.perf_counter() - t0
             compress = (self.timed_state.compress_s if self.timed_state else 0.0) - before
             # compute and waiting are not separable inside DDP's backward: the rest of the step

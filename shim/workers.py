@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 import torch
 
 from .compressors import Compressor, LayerInfo, StepStats, WorkerState, decode_group, encode_group
+from .device import sync_device
 
 
 @dataclass
@@ -69,8 +70,8 @@ class SimulatedCluster:
             raise ValueError(f"merge groups must cover layers 0..{len(self.layers) - 1} exactly once")
 
     def _sync(self) -> None:
-        if self.timed and self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        if self.timed:
+            sync_device(self.device)
 
     def _buffers(self) -> list[torch.Tensor]:
         return [b.detach().clone() for b in self.model.buffers()]

@@ -36,6 +36,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from ..compressors import Compressor, LayerInfo, WorkerState
+from ..device import sync_device
 from ..errors import ConfigError
 from ..process_group import end_process_group
 from .merge_plan import PLANNERS, LayerTimes, fit_line
@@ -138,11 +139,9 @@ def measure_backward(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, r
         probe = copy.deepcopy(model)
         params = {n: p for n, p in probe.named_parameters() if p.requires_grad}
         stamps: dict[str, float] = {}
-        cuda = x.device.type == "cuda"
 
         def stamp(_p, n):
-            if cuda:                      # the kernels are queued, not done: wait for them
-                torch.cuda.synchronize(x.device)
+            sync_device(x)                # the kernels are queued, not done: wait for them
             stamps[n] = time.perf_counter()
 
         handles = [p.register_post_accumulate_grad_hook(lambda _p, n=n: stamp(_p, n))
@@ -152,12 +151,10 @@ def measure_backward(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, r
             for i in range(repeats + 1):                    # the first run warms up
                 stamps.clear()
                 probe.zero_grad(set_to_none=True)
-                if cuda:
-                    torch.cuda.synchronize(x.device)
+                sync_device(x)
                 t0 = time.perf_counter()
                 loss = F.cross_entropy(probe(x), y)
-                if cuda:
-                    torch.cuda.synchronize(x.device)
+                sync_device(x)
                 t1 = time.perf_counter()
                 loss.backward()
                 if i:
@@ -187,8 +184,7 @@ def measure_compress(compressor: Compressor, layers: Sequence[LayerInfo], device
             ws = WorkerState()
             t0 = time.perf_counter()
             ((packet, _),) = compressor.encode_many([lay], [g], ws)
-            if g.device.type == "cuda":
-                torch.cuda.synchronize(g.device)
+            sync_device(g)
             if i:
                 samples.append((time.perf_counter() - t0) * 1e3)
         sizes.append(lay.numel)
@@ -237,7 +233,6 @@ def measure_comm_on_group(repeats: int, group=None, device=None) -> tuple[float,
     CUDA tensors only); CUDA timings wait for the collective."""
     world = dist.get_world_size(group)
     device = torch.device("cpu") if device is None else torch.device(device)
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     sizes, times = [2**k for k in range(10, 21, 2)], []
     for n in sizes:
         t = torch.zeros(n // 4, dtype=torch.int32, device=device)
@@ -245,10 +240,10 @@ def measure_comm_on_group(repeats: int, group=None, device=None) -> tuple[float,
         samples = []
         for i in range(repeats + 1):
             dist.barrier(group)
-            sync()
+            sync_device(device)
             t0 = time.perf_counter()
             dist.all_gather(bufs, t, group=group)
-            sync()
+            sync_device(device)
             if i:
                 samples.append((time.perf_counter() - t0) * 1e3)
         times.append(statistics.median(samples))

@@ -33,7 +33,8 @@ import torch
 import torch.distributed as dist
 
 from ..compressors import Compressor, WorkerState, decode_group
-from ..hook import GradblockHookState, sync_device, write_averages
+from ..device import sync_device
+from ..hook import GradblockHookState, write_averages
 from .merge_apply import Groups, check_groups
 
 
