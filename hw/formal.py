@@ -15,8 +15,17 @@ by scripts/setup.sh). yosys-abc is called through a two-line wrapper that drops 
 newer sby passes to `pdr` (Debian's abc predates it; the flag only adds logging). A missing
 tool is the named error FormalToolError (exit status 2).
 
+Sources from the dependency resolver: a .sby file may name its RTL as `@deps TOP [TOP ...]`
+(a line of [files]: hw/deps.py's sources of each top, in compile order, each once) and
+`@read_deps TOP [TOP ...] [-DNAME ...]` (a line of [script], with or without a `task:` prefix:
+one `read_verilog -sv -formal` per source). The runner expands both into a copy of the .sby
+before running it, so a set for a block whose submodules change (the engines) never goes stale.
+
+Slow tasks: SLOW names the tasks that take more than ~30 s on the reference machine (2-core
+AMD EPYC); `--quick` leaves them out. Each row of the JSON says whether its task is slow.
+
 Exit status 0 only when every task of every selected set passes; the JSON (--json FILE) lists
-each task with its file, mode, depth, engine, result and seconds.
+each task with its file, mode, depth, engine, result, seconds and slow flag.
 """
 from __future__ import annotations
 
@@ -39,6 +48,14 @@ FORMAL_DIR = Path(__file__).resolve().parent / "formal"
 DEFAULT_DEPTH = 20           # sby's default depth for bmc and cover
 DEFAULT_TIMEOUT_S = 900
 
+# tasks over ~30 s on a 2-core AMD EPYC shared with other jobs (docs/hw.md "Formal")
+SLOW: dict[str, set[str]] = {
+    "zrle_decoder": {"prove", "cover", "nohang", "nohang_runs"},
+    "compress_engine": {"bmc", "cover", "layer"},
+    "aggregate_engine": {"bmc", "cover", "frame"},
+    "zrle_roundtrip": {"bmc", "cover", "nohang"},
+}
+
 _ABC_SHIM = """#!/bin/sh
 # written by gradblock formal: Debian's yosys-abc has no `pdr -l` (logging only); drop it
 exec {abc} "$1" "$(printf '%s' "$2" | sed 's/pdr -v -l/pdr -v/')"
@@ -59,12 +76,53 @@ class TaskResult:
     engine: str
     result: str        # PASS / FAIL / ERROR / TIMEOUT / UNKNOWN
     seconds: float
+    slow: bool = False
     detail: str = ""
+
+
+def is_slow(module: str, task: str) -> bool:
+    return task in SLOW.get(module, set())
 
 
 def property_sets(formal_dir: Path = FORMAL_DIR) -> dict[str, Path]:
     """name -> .sby file, sorted by name."""
     return {p.stem: p for p in sorted(Path(formal_dir).glob("*.sby"))}
+
+
+def _dep_sources(tops: list[str], hw_dir: Path) -> list[str]:
+    from gradblock.hw import deps
+    out: list[str] = []
+    for top in tops:
+        for p in deps.sources(top, hw_dir):
+            if p.name not in out:
+                out.append(p.name)
+    return out
+
+
+def expand(text: str, hw_dir: Path) -> str:
+    """The .sby text with `@deps` ([files]) and `@read_deps` ([script]) lines expanded."""
+    out = []
+    for line in text.splitlines():
+        s = line.strip()
+        m = re.match(r"^(?:([\w ]+):\s*)?@(deps|read_deps)\s+(.*)$", s)
+        if not m:
+            out.append(line)
+            continue
+        prefix = f"{m.group(1).strip()}: " if m.group(1) else ""
+        words = m.group(3).split()
+        tops = [w for w in words if not w.startswith("-")]
+        flags = " ".join(w for w in words if w.startswith("-"))
+        for name in _dep_sources(tops, hw_dir):
+            if m.group(2) == "deps":
+                out.append(f"{prefix}../{name}")
+            else:
+                out.append(f"{prefix}read_verilog -sv -formal {flags + ' ' if flags else ''}{name}")
+    return "\n".join(out) + "\n"
+
+
+def sby_text(sby: Path) -> str:
+    """The .sby file as sby runs it (expanded; sources from sby's parent's parent, hw/)."""
+    return expand(Path(sby).read_text(), Path(sby).resolve().parent.parent)
 
 
 def _section(text: str, name: str) -> list[str]:
@@ -94,7 +152,7 @@ def _for_task(lines: list[str], task: str) -> list[str]:
 
 def tasks_of(sby: Path) -> list[dict]:
     """[{task, mode, depth, engine}] as the .sby file declares them."""
-    text = Path(sby).read_text()
+    text = sby_text(sby)
     tasks = _section(text, "tasks") or [""]
     out = []
     for t in tasks:
@@ -111,7 +169,7 @@ def tasks_of(sby: Path) -> list[dict]:
 
 def files_of(sby: Path) -> list[str]:
     """The [files] entries of a .sby file (paths relative to hw/formal/)."""
-    return _section(Path(sby).read_text(), "files")
+    return _section(sby_text(sby), "files")
 
 
 def _which(name: str) -> str | None:
@@ -143,8 +201,14 @@ def run_task(sby: Path, info: dict, paths: dict[str, str], work: Path,
         shim.write_text(_ABC_SHIM.format(abc=paths["abc"]))
         shim.chmod(0o755)
     rundir = work / f"{sby.stem}_{task or 'default'}"
+    text = Path(sby).read_text()
+    run_sby = sby
+    if re.search(r"^\s*(?:[\w ]+:\s*)?@(?:deps|read_deps)\b", text, re.M):
+        run_sby = work / f"{sby.stem}_{task or 'default'}.sby"    # expanded; paths stay
+        run_sby.write_text(sby_text(sby))                         # relative to sby's dir
     cmd = [paths["sby"], "-f", "--yosys", paths["yosys"], "--abc", str(shim),
-           "--smtbmc", paths["smtbmc"], "--witness", paths["witness"], "-d", str(rundir), str(sby)]
+           "--smtbmc", paths["smtbmc"], "--witness", paths["witness"], "-d", str(rundir),
+           str(run_sby)]
     if task:
         cmd.append(task)
     env = dict(os.environ)
@@ -169,12 +233,12 @@ def run_task(sby: Path, info: dict, paths: dict[str, str], work: Path,
     seconds = round(time.monotonic() - t0, 1)
     return TaskResult(file=f"hw/formal/{sby.name}", module=sby.stem, task=task, mode=info["mode"],
                       depth=info["depth"], engine=info["engine"], result=result, seconds=seconds,
-                      detail=detail)
+                      slow=is_slow(sby.stem, task), detail=detail)
 
 
 def run(modules: list[str] | None = None, formal_dir: Path = FORMAL_DIR,
         timeout_s: float = DEFAULT_TIMEOUT_S, tasks: list[str] | None = None,
-        log=print) -> list[TaskResult]:
+        log=print, quick: bool = False) -> list[TaskResult]:
     sets = property_sets(formal_dir)
     chosen = list(sets) if not modules else modules
     unknown = [m for m in chosen if m not in sets]
@@ -188,9 +252,12 @@ def run(modules: list[str] | None = None, formal_dir: Path = FORMAL_DIR,
             for info in tasks_of(sets[name]):
                 if tasks and info["task"] not in tasks:
                     continue
+                if quick and is_slow(name, info["task"]):
+                    continue
                 r = run_task(sets[name], info, paths, Path(tmp), timeout_s)
                 depth = "unbounded" if r.depth is None else f"depth {r.depth}"
-                log(f"{r.module:<20} {r.task:<6} {depth:<11} {r.result:<7} {r.seconds:7.1f} s")
+                log(f"{r.module:<20} {r.task:<11} {depth:<11} {r.result:<7} {r.seconds:7.1f} s"
+                    + ("  (slow)" if r.slow else ""))
                 if r.detail:
                     log("    " + r.detail.replace("\n", "\n    "))
                 results.append(r)
@@ -204,6 +271,8 @@ def formal_main(argv: list[str]) -> int:
     p.add_argument("--modules", nargs="+", metavar="NAME",
                    help=f"property sets to run (default all: {', '.join(property_sets())})")
     p.add_argument("--tasks", nargs="+", metavar="TASK", help="only these tasks (prove, bmc, cover)")
+    p.add_argument("--quick", action="store_true",
+                   help="leave out the slow tasks (SLOW: over ~30 s each)")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
                    help=f"seconds per task (default {DEFAULT_TIMEOUT_S})")
@@ -212,7 +281,7 @@ def formal_main(argv: list[str]) -> int:
     except SystemExit as e:
         return int(e.code or 0)
     t0 = time.monotonic()
-    results = run(args.modules, timeout_s=args.timeout, tasks=args.tasks)
+    results = run(args.modules, timeout_s=args.timeout, tasks=args.tasks, quick=args.quick)
     ok = bool(results) and all(r.result == "PASS" for r in results)
     if args.json:
         from gradblock.fileio import write_text

@@ -5,6 +5,15 @@ covers of the small blocks pass; a planted handshake bug in a copy of axis_skid_
 its proof; unknown sets and missing tools are named errors (exit 2). The whole run
 (`gradblock formal`, every set and task) is marked slow.
 
+compress_engine, aggregate_engine (slow): both engines' AXI4 master ports keep the AXI4 rules
+(axi4_master_checker, in the engines) for any config, input stream and AXI4 slave, bounded;
+covers show bursts on every port and a layer / frame that completes; a checker tightened by
+one beat (MAX_BURST - 1) fails the aggregate engine's bmc, so the port check is not vacuous.
+
+zrle_roundtrip (slow): zrle_encoder -> zrle_decoder gives back exactly the inputs for every
+frame of n <= 4 values, bounded; done within a bound; a harness that expects the wrong value
+fails (not vacuous).
+
 zrle_decoder: its harness covers every error code of gradblock_pkg (FRAME_ERR_*) and a frame
 that decodes (checked quickly against the package; reached in the slow cover run); its proof
 and the bounded no-hang (every frame reported within HANG_BOUND cycles of its last word,
@@ -31,15 +40,50 @@ def _need_tools():
         pytest.skip(str(e))
 
 
+# property sets that are not one module's: the tops whose sources they read
+SET_TOPS = {"zrle_roundtrip": ["zrle_encoder", "zrle_decoder"]}
+
+
+def _sources(tops: list[str]) -> list[str]:
+    out: list[str] = []
+    for top in tops:
+        out += [p.name for p in deps.sources(top) if p.name not in out]
+    return out
+
+
 @pytest.mark.parametrize("name", list(formal.property_sets()))
 def test_property_set_reads_what_deps_resolves(name):
     sby = formal.property_sets()[name]
     files = formal.files_of(sby)
     rtl = [f[3:] for f in files if f.startswith("../")]
-    assert rtl == [p.name for p in deps.sources(name)], (name, files)
+    assert rtl == _sources(SET_TOPS.get(name, [name])), (name, files)
     assert f"fv_{name}.sv" in files
+    text = formal.sby_text(sby)
+    read = re.findall(r"read_verilog -sv -formal (?:-D\w+ )*(\w+\.sv)", text)
+    assert set(read) == {f.split("/")[-1] for f in files}, (name, read)
     tasks = formal.tasks_of(sby)
-    assert {t["mode"] for t in tasks} >= {"prove", "cover"}, tasks
+    modes = {t["mode"] for t in tasks}
+    assert "cover" in modes and modes & {"prove", "bmc"}, tasks
+
+
+def test_deps_lines_expand_to_the_resolved_sources():
+    text = ("[script]\n@read_deps zrle_encoder\nnohang: @read_deps zrle_decoder -DX\n"
+            "[files]\n@deps zrle_encoder zrle_decoder\nfv_x.sv\n")
+    out = formal.expand(text, deps.HW_DIR).splitlines()
+    enc = [p.name for p in deps.sources("zrle_encoder")]
+    dec = [p.name for p in deps.sources("zrle_decoder")]
+    assert out[1:1 + len(enc)] == [f"read_verilog -sv -formal {f}" for f in enc]
+    assert out[1 + len(enc):1 + len(enc) + len(dec)] == \
+        [f"nohang: read_verilog -sv -formal -DX {f}" for f in dec]
+    files = out[out.index("[files]") + 1:]
+    assert files == [f"../{f}" for f in _sources(["zrle_encoder", "zrle_decoder"])] + ["fv_x.sv"]
+
+
+def test_slow_tasks_are_named_tasks():
+    sets = formal.property_sets()
+    for name, slow in formal.SLOW.items():
+        assert name in sets, name
+        assert slow <= {t["task"] for t in formal.tasks_of(sets[name])}, (name, slow)
 
 
 def test_modes_and_depths_are_read():
@@ -147,5 +191,74 @@ def test_decoder_hang_bound_is_not_vacuous(tmp_path):
     (fdir / "fv_zrle_decoder.sv").write_text(
         harness.replace(bound.group(0), "localparam int HANG_BOUND = 2;"))
     results = formal.run(["zrle_decoder"], formal_dir=fdir, tasks=["nohang_runs"],
+                         log=lambda *_: None)
+    assert [r.result for r in results] == ["FAIL"], [(r.result, r.detail) for r in results]
+
+
+# ------------------------------------------------------------------ engines, round trip
+ENGINE_TASKS = [("compress_engine", "bmc"), ("compress_engine", "cover"),
+                ("compress_engine", "layer"), ("aggregate_engine", "bmc"),
+                ("aggregate_engine", "cover"), ("aggregate_engine", "frame"),
+                ("zrle_roundtrip", "bmc"), ("zrle_roundtrip", "nohang"),
+                ("zrle_roundtrip", "cover")]
+
+
+def test_engine_and_roundtrip_tasks_are_declared():
+    sets = formal.property_sets()
+    for name, task in ENGINE_TASKS:
+        info = {t["task"]: t for t in formal.tasks_of(sets[name])}[task]
+        assert info["depth"] and info["depth"] >= 20, (name, info)
+        assert formal.is_slow(name, task)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,task", ENGINE_TASKS)
+def test_engine_and_roundtrip_tasks_pass(name, task):
+    _need_tools()
+    results = formal.run([name], tasks=[task], log=lambda *_: None)
+    assert [r.result for r in results] == ["PASS"], [(r.result, r.detail) for r in results]
+
+
+def _copy_set(tmp_path, name: str):
+    """hw/*.sv and the set's formal files into tmp_path (the layout the runner expects)."""
+    fdir = tmp_path / "formal"
+    fdir.mkdir()
+    for p in deps.HW_DIR.glob("*.sv"):
+        shutil.copy(p, tmp_path / p.name)
+    for f in formal.files_of(formal.property_sets()[name]):
+        if not f.startswith("../"):
+            shutil.copy(formal.FORMAL_DIR / f, fdir / f)
+    shutil.copy(formal.property_sets()[name], fdir)
+    return fdir
+
+
+@pytest.mark.slow
+def test_aggregate_port_check_is_not_vacuous(tmp_path):
+    """A checker allowing one beat less than MAX_BURST: the bmc finds the 4-beat burst."""
+    _need_tools()
+    fdir = _copy_set(tmp_path, "aggregate_engine")
+    chk = (tmp_path / "axi4_master_checker.sv").read_text()
+    rule = "assert ({1'b0, m_axi_awlen} < 9'(MAX_BURST)"
+    assert rule in chk, "axi4_master_checker.sv changed: update the planted rule"
+    (tmp_path / "axi4_master_checker.sv").write_text(
+        chk.replace(rule, "assert ({1'b0, m_axi_awlen} < 9'(MAX_BURST - 1)", 1))
+    sby = fdir / "aggregate_engine.sby"
+    sby.write_text(re.sub(r"bmc: depth \d+", "bmc: depth 16", sby.read_text()))
+    results = formal.run(["aggregate_engine"], formal_dir=fdir, tasks=["bmc"],
+                         log=lambda *_: None)
+    assert [r.result for r in results] == ["FAIL"], [(r.result, r.detail) for r in results]
+
+
+@pytest.mark.slow
+def test_roundtrip_is_not_vacuous(tmp_path):
+    """A harness expecting the next input instead of this one: the bmc finds a frame."""
+    _need_tools()
+    fdir = _copy_set(tmp_path, "zrle_roundtrip")
+    harness = (fdir / "fv_zrle_roundtrip.sv").read_text()
+    check = "assert (m_tdata == vals[out_cnt[1:0]]);"
+    assert check in harness, "fv_zrle_roundtrip.sv changed: update the planted check"
+    (fdir / "fv_zrle_roundtrip.sv").write_text(
+        harness.replace(check, "assert (m_tdata == vals[2'(out_cnt[1:0] + 2'd1)]);", 1))
+    results = formal.run(["zrle_roundtrip"], formal_dir=fdir, tasks=["bmc"],
                          log=lambda *_: None)
     assert [r.result for r in results] == ["FAIL"], [(r.result, r.detail) for r in results]
