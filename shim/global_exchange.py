@@ -31,7 +31,6 @@ imports it): its state offers the same API as GradblockHookState (`reset_step`, 
 `stats`, `times`, `state_dict` / `load_state_dict`, `compressor` and `worker_state` swappable).
 """
 # no `from __future__ import annotations`: DDP inspects the hook's real annotations
-import threading
 import time
 from typing import Callable
 
@@ -42,10 +41,10 @@ from gradblock.refmodel.global_select import RankMismatchError
 
 from .device import sync_device
 from .errors import TrainingError
-from .compressors import Compressor, LayerInfo, StepStats, WorkerState, layers_of
+from .compressors import Compressor, WorkerState
 from .global_step import (EXCHANGES, GroupPrep, average_group, exchange_of, finish_group,
                           is_global, prepare_group)
-from .workers import StepTimes
+from .hook_state import HookState
 
 __all__ = ["EXCHANGES", "exchange_of", "is_global", "GlobalHookState", "global_hook",
            "register_global", "ExchangeModeError"]
@@ -58,68 +57,20 @@ class ExchangeModeError(TrainingError):
 
 # ------------------------------------------------------------------------------ DDP hook
 
-class GlobalHookState:
-    """What the hook needs across calls; the API of shim.hook.GradblockHookState."""
+class GlobalHookState(HookState):
+    """The allreduce hook's state: the shared part (shim/hook_state.py, the API of
+    shim.hook.GradblockHookState) plus the buckets whose lengths the ranks agreed on."""
 
     def __init__(self, compressor: Compressor, model: torch.nn.Module, process_group=None,
                  worker_state: WorkerState | None = None, timed: bool = False,
                  outgoing_filter: Callable | None = None):
-        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-            model = model.module
         if outgoing_filter is not None:
             raise ValueError("outgoing_filter rewrites framed messages; the allreduce exchange "
                              "sends none")
-        self.compressor = compressor
-        self.group = process_group
-        self.rank = dist.get_rank(process_group)
-        self.world_size = dist.get_world_size(process_group)
-        if self.world_size != compressor.n_workers:
-            raise ValueError(f"compressor built for {compressor.n_workers} workers, "
-                             f"process group has {self.world_size}")
-        self.layers = layers_of(model)
-        trainable = [p for p in model.parameters() if p.requires_grad]
-        self._layer_by_param = {id(p): info for p, info in zip(trainable, self.layers)}
-        self._params = trainable          # keeps the ids above valid
-        self.worker_state = worker_state if worker_state is not None else \
-            compressor.new_worker_state()
-        self.timed = bool(timed)
-        self._lock = threading.Lock()     # callbacks of different buckets may run concurrently
+        super().__init__(compressor, model, process_group, worker_state=worker_state,
+                         timed=timed)
         self.verified: set = set()        # buckets (layer indices) whose lengths the ranks agreed on
         self.reset_step()
-
-    def reset_step(self) -> None:
-        self.stats = StepStats()
-        self.times = StepTimes()
-        self.padded_bytes = 0          # what the collectives moved for this rank
-        self.error: BaseException | None = None
-
-    def layer_of(self, param: torch.Tensor) -> LayerInfo:
-        info = self._layer_by_param.get(id(param))
-        if info is None:
-            raise KeyError(f"bucket holds a parameter of shape {tuple(param.shape)} that is not a "
-                           f"trainable parameter of the model this hook state was built for")
-        return info
-
-    def backward(self, loss: torch.Tensor) -> None:
-        """`loss.backward()`, re-raising the hook's error under its own class (DDP wraps an
-        error raised in a hook or its callback in a RuntimeError)."""
-        try:
-            loss.backward()
-        except RuntimeError as wrapped:
-            if self.error is not None:
-                raise self.error from wrapped
-            raise
-
-    def state_dict(self) -> dict:
-        from .state import compressor_state
-        return compressor_state(self.compressor, {self.rank: self.worker_state})
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        from .state import restore_compressor_state
-        device = self._params[0].device if self._params else "cpu"
-        restored = restore_compressor_state(self.compressor, state_dict, [self.rank], device,
-                                            layers=self.layers)
-        self.worker_state = restored[self.rank]
 
 
 def _verify_lengths(state: GlobalHookState, gp: GroupPrep, device) -> None:
@@ -193,6 +144,8 @@ def global_hook(state: GlobalHookState, bucket: dist.GradBucket
         # slowest rank included), then collective 2 and the average (in the callback)
         state.times.compress_s += (t_prep - t0) + (t_sent - t_norms)
         state.times.exchange_s += t_norms - t_prep
+    for f in futs:
+        state.track(f)
     fut = futs[0] if len(futs) == 1 else torch.futures.collect_all(futs)
 
     def done(f: torch.futures.Future) -> torch.Tensor:
@@ -219,7 +172,7 @@ def global_hook(state: GlobalHookState, bucket: dist.GradBucket
                 state.times.exchange_s += time.perf_counter() - t_sent
         return buffer
 
-    return fut.then(done)
+    return state.track(fut.then(done))
 
 
 def register_global(ddp_model: torch.nn.parallel.DistributedDataParallel, compressor: Compressor,
