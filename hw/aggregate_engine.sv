@@ -104,7 +104,52 @@ module aggregate_engine #(
     output logic       [31:0] rd_beats,        // R beats (one per literal)
     output logic       [31:0] wr_beats         // W beats (one per literal, one per cleared sum)
 );
-    localparam int RD_DEPTH = 1 << RD_FIFO_AW;
+    // ---- parameter checks: an illegal combination stops elaboration (docs/hw.md) ------------
+    // (Icarus 11 has no elaboration tasks: there a module named after the rule is missing)
+    if (!(ADDR_W >= 12 && ADDR_W <= 64)) begin : g_bad_addr_w
+`ifdef __ICARUS__
+        aggregate_engine__ADDR_W_must_be_12_to_64 u_parameter_error ();
+`else
+        $error("aggregate_engine: ADDR_W must be 12..64");
+`endif
+    end
+    if (!(MAX_BURST >= 1 && MAX_BURST <= 256)) begin : g_bad_max_burst
+`ifdef __ICARUS__
+        aggregate_engine__MAX_BURST_must_be_1_to_256 u_parameter_error ();
+`else
+        $error("aggregate_engine: MAX_BURST must be 1..256");
+`endif
+    end
+    if (!(RD_FIFO_AW >= 1 && RD_FIFO_AW <= 16
+          && (1 << RD_FIFO_AW) >= MAX_BURST)) begin : g_bad_rd_fifo_aw
+`ifdef __ICARUS__
+        aggregate_engine__RD_FIFO_AW_must_hold_MAX_BURST u_parameter_error ();
+`else
+        $error("aggregate_engine: RD_FIFO_AW must be 1..16 with 2^RD_FIFO_AW >= MAX_BURST");
+`endif
+    end
+    if (!(LIT_FIFO_AW >= 1 && LIT_FIFO_AW <= 16
+          && (1 << LIT_FIFO_AW) > MAX_BURST)) begin : g_bad_lit_fifo_aw
+`ifdef __ICARUS__
+        aggregate_engine__LIT_FIFO_AW_must_exceed_MAX_BURST u_parameter_error ();
+`else
+        $error("aggregate_engine: LIT_FIFO_AW must be 1..16 with 2^LIT_FIFO_AW > MAX_BURST");
+`endif
+    end
+    if (!(DESC_AW >= 1 && DESC_AW <= 16)) begin : g_bad_desc_aw
+`ifdef __ICARUS__
+        aggregate_engine__DESC_AW_must_be_1_to_16 u_parameter_error ();
+`else
+        $error("aggregate_engine: DESC_AW must be 1..16");
+`endif
+    end
+    if (!(QUEUE_AW >= 1 && QUEUE_AW <= 16)) begin : g_bad_queue_aw
+`ifdef __ICARUS__
+        aggregate_engine__QUEUE_AW_must_be_1_to_16 u_parameter_error ();
+`else
+        $error("aggregate_engine: QUEUE_AW must be 1..16");
+`endif
+    end
     localparam logic [8:0] MAX_B = 9'(MAX_BURST);
     localparam int XW = (ADDR_W > 35) ? ADDR_W + 1 : 36;   // base + 8n without overflow
     localparam int DW = ADDR_W + 9;                         // burst: {addr, beats}
@@ -224,10 +269,9 @@ module aggregate_engine #(
         end
     end
 
-    // ---- reads: bursts -> AR, R -> FIFO ----------------------------------------------------
-    logic              ar_fire, rd_push, rd_pop, rd_full, rd_empty;
+    // ---- reads: bursts -> AR, R -> FIFO (axi_read_path) -----------------------------------
+    logic              ar_fire, rd_push, rd_pop, rd_valid, rd_home;
     logic       [63:0] rd_head;
-    logic [RD_FIFO_AW:0] rd_room;     // FIFO places not yet promised to a read burst
     logic              awd_full, awd_empty, awd_pop;
     logic     [DW-1:0] awd_head;
     logic        [8:0] ar_len;
@@ -235,13 +279,6 @@ module aggregate_engine #(
     logic     [DW-1:0] ar_slot;
 
     assign ar_len = ar_slot[8:0];
-    assign m_axi_arid = 1'b0;
-    assign m_axi_araddr = ar_slot[DW-1:9];
-    assign m_axi_arlen = 8'(ar_len - 9'd1);
-    assign m_axi_arsize = 3'd3;
-    assign m_axi_arburst = 2'b01;
-    assign m_axi_arvalid = ar_slot_valid && !awd_full && 32'(rd_room) >= 32'(ar_len);
-    assign ar_fire = m_axi_arvalid && m_axi_arready;
     assign desc_pop = !desc_empty && (!ar_slot_valid || ar_fire);
 
     always_ff @(posedge clk) begin
@@ -254,12 +291,19 @@ module aggregate_engine #(
             ar_slot_valid <= 1'b0;
         end
     end
-    assign m_axi_rready = !rd_full;
-    assign rd_push = m_axi_rvalid && m_axi_rready;
 
-    sync_fifo #(.W(64), .AW(RD_FIFO_AW)) u_rd_fifo (
-        .clk, .rst, .clear(1'b0), .push(rd_push), .wr_data(m_axi_rdata), .pop(rd_pop),
-        .rd_data(rd_head), .full(rd_full), .empty(rd_empty)
+    // a burst goes out when the read FIFO has room for all of it (so rready never stalls) and
+    // the write-address queue has room for it; the FIFO's head feeds the W pipeline's first
+    // register directly (a credit is back the cycle after its pop)
+    axi_read_path #(.ADDR_W(ADDR_W), .DATA_W(64), .MAX_BURST(MAX_BURST), .FIFO_AW(RD_FIFO_AW),
+                    .DISTRIBUTED(1'b0), .REGISTERED(1'b0), .OUT_SKID(1'b0)) u_rd (
+        .clk, .rst,
+        .req_valid(ar_slot_valid && !awd_full), .req_addr(ar_slot[DW-1:9]), .req_len(ar_len),
+        .req_fire(ar_fire),
+        .m_axi_arid, .m_axi_araddr, .m_axi_arlen, .m_axi_arsize, .m_axi_arburst,
+        .m_axi_arvalid, .m_axi_arready, .m_axi_rdata, .m_axi_rvalid, .m_axi_rready,
+        .r_fire(rd_push),
+        .m_data(rd_head), .m_valid(rd_valid), .m_ready(rd_pop), .credits_home(rd_home)
     );
 
     // a burst that was read waits here for its write address
@@ -316,7 +360,7 @@ module aggregate_engine #(
     logic        wa_valid, wa_last, wa_zero, wc_ready, wc_valid, wc_last, wc_zero, wb_ready;
     logic [63:0] wa_sum, wc_sum;
     logic [31:0] wa_lit, wc_lit;
-    assign wb_take = w_active && (in_clear || !rd_empty) && (!wa_valid || wc_ready);
+    assign wb_take = w_active && (in_clear || rd_valid) && (!wa_valid || wc_ready);
     assign w_load = !lenq_empty && (!w_active || (wb_take && w_last_r));
 
     always_ff @(posedge clk) begin
@@ -358,8 +402,8 @@ module aggregate_engine #(
 
     logic mem_idle;
     assign mem_idle = !bf_open && desc_empty && !ar_slot_valid && awd_empty && lenq_empty && !w_active
-                    && !wa_valid && !wc_valid && !m_axi_wvalid && lit_empty && rd_empty
-                    && rd_room == (RD_FIFO_AW + 1)'(RD_DEPTH) && b_none;
+                    && !wa_valid && !wc_valid && !m_axi_wvalid && lit_empty && !rd_valid
+                    && rd_home && b_none;
 
     // ---- frame end and the checks across workers --------------------------------------------
     logic dec_done_seen, dec_err_seen;
@@ -425,7 +469,6 @@ module aggregate_engine #(
             tlast_in <= 1'b0;
             dec_done_seen <= 1'b0;
             dec_err_seen <= 1'b0;
-            rd_room <= (RD_FIFO_AW + 1)'(RD_DEPTH);
             b_pending <= 32'd0;
             frame_end <= 1'b0;
             w_active <= 1'b0;
@@ -557,8 +600,6 @@ module aggregate_engine #(
             end
             if (is_lit) lit_count <= lit_count + 32'd1;
 
-            rd_room <= rd_room - (ar_fire ? (RD_FIFO_AW + 1)'(ar_len) : '0)
-                     + (RD_FIFO_AW + 1)'(rd_pop);
             b_pending <= b_pending + {31'd0, aw_fire} - {31'd0, b_fire};
             frame_end <= ending && mem_idle && !frame_end;
             if (w_fire) begin

@@ -16,6 +16,15 @@ module arrival_count #(
     input  logic take,              // one word taken this cycle (only while nonzero)
     output logic nonzero
 );
+    // ---- parameter checks: an illegal combination stops elaboration (docs/hw.md) ------------
+    // (Icarus 11 has no elaboration tasks: there a module named after the rule is missing)
+    if (!(CW >= 1 && CW <= 32)) begin : g_bad_cw
+`ifdef __ICARUS__
+        arrival_count__CW_must_be_1_to_32 u_parameter_error ();
+`else
+        $error("arrival_count: CW must be 1..32");
+`endif
+    end
     logic [CW-1:0] count;
 
     always_ff @(posedge clk) begin

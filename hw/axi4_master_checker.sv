@@ -49,6 +49,29 @@ module axi4_master_checker #(
     input  logic                m_axi_bvalid,
     input  logic                m_axi_bready
 );
+    // ---- parameter checks: an illegal combination stops elaboration (docs/hw.md) ------------
+    // (Icarus 11 has no elaboration tasks: there a module named after the rule is missing)
+    if (!(ADDR_W >= 12 && ADDR_W <= 64)) begin : g_bad_addr_w
+`ifdef __ICARUS__
+        axi4_master_checker__ADDR_W_must_be_12_to_64 u_parameter_error ();
+`else
+        $error("axi4_master_checker: ADDR_W must be 12..64");
+`endif
+    end
+    if (!(DATA_W >= 8 && DATA_W <= 1024 && (DATA_W & (DATA_W - 1)) == 0)) begin : g_bad_data_w
+`ifdef __ICARUS__
+        axi4_master_checker__DATA_W_must_be_a_power_of_two_8_to_1024 u_parameter_error ();
+`else
+        $error("axi4_master_checker: DATA_W must be a power of two, 8..1024");
+`endif
+    end
+    if (!(MAX_BURST >= 1 && MAX_BURST <= 256)) begin : g_bad_max_burst
+`ifdef __ICARUS__
+        axi4_master_checker__MAX_BURST_must_be_1_to_256 u_parameter_error ();
+`else
+        $error("axi4_master_checker: MAX_BURST must be 1..256");
+`endif
+    end
 
 `ifndef SYNTHESIS
     localparam int BEAT_BYTES = DATA_W / 8;

@@ -30,6 +30,22 @@ module axis_credit_link #(
     input  logic         m_ready,
     output logic         m_arrived
 );
+    // ---- parameter checks: an illegal combination stops elaboration (docs/hw.md) ------------
+    // (Icarus 11 has no elaboration tasks: there a module named after the rule is missing)
+    if (!(W >= 1)) begin : g_bad_w
+`ifdef __ICARUS__
+        axis_credit_link__W_must_be_at_least_1 u_parameter_error ();
+`else
+        $error("axis_credit_link: W must be >= 1");
+`endif
+    end
+    if (!(AW >= 1 && AW <= 16)) begin : g_bad_aw
+`ifdef __ICARUS__
+        axis_credit_link__AW_must_be_1_to_16 u_parameter_error ();
+`else
+        $error("axis_credit_link: AW must be 1..16");
+`endif
+    end
     localparam logic [AW:0] DEPTH = (AW + 1)'(1 << AW);
 
     logic [AW:0]   credits;           // sender side

@@ -17,6 +17,15 @@ module axis_skid_buffer #(
     output logic         m_valid,
     input  logic         m_ready
 );
+    // ---- parameter checks: an illegal combination stops elaboration (docs/hw.md) ------------
+    // (Icarus 11 has no elaboration tasks: there a module named after the rule is missing)
+    if (!(W >= 1)) begin : g_bad_w
+`ifdef __ICARUS__
+        axis_skid_buffer__W_must_be_at_least_1 u_parameter_error ();
+`else
+        $error("axis_skid_buffer: W must be >= 1");
+`endif
+    end
     logic [W-1:0] skid_data;
     logic         skid_valid;
     logic         s_fire, main_free;

@@ -35,6 +35,22 @@ module burst_walker #(
     output logic       [31:0] req_elems,
     output logic              done
 );
+    // ---- parameter checks: an illegal combination stops elaboration (docs/hw.md) ------------
+    // (Icarus 11 has no elaboration tasks: there a module named after the rule is missing)
+    if (!(ADDR_W >= 12 && ADDR_W <= 64)) begin : g_bad_addr_w
+`ifdef __ICARUS__
+        burst_walker__ADDR_W_must_be_12_to_64 u_parameter_error ();
+`else
+        $error("burst_walker: ADDR_W must be 12..64");
+`endif
+    end
+    if (!(MAX_BURST >= 1 && MAX_BURST <= 256)) begin : g_bad_max_burst
+`ifdef __ICARUS__
+        burst_walker__MAX_BURST_must_be_1_to_256 u_parameter_error ();
+`else
+        $error("burst_walker: MAX_BURST must be 1..256");
+`endif
+    end
     localparam logic [31:0] MAX_U = MAX_BURST;
 
     typedef enum logic [2:0] {IDLE, SEL, LOAD, CALC, LEN, RUN, UPD} walk_t;

@@ -47,7 +47,8 @@ module compress_engine #(
     parameter int K_MAX = 32,           // most blocks selected per layer
     parameter int LMAX_LOG2_MAX = 8,    // largest literal run the encoder buffers (2^x words)
     parameter int MAX_BURST = 16,       // beats per AXI burst, 1..256
-    parameter int RES_FIFO_AW = 6       // residual read FIFO: 2^this words in flight
+    parameter int RES_FIFO_AW = 6       // each read FIFO: 2^this words in flight (at least
+                                        // one MAX_BURST burst: raised to hold one)
 ) (
     input  logic               clk,
     input  logic               rst,
@@ -148,8 +149,45 @@ module compress_engine #(
     output logic        [31:0] nan_count,
     output logic        [31:0] sat_momentum_count
 );
+    // ---- parameter checks: an illegal combination stops elaboration (docs/hw.md) ------------
+    // (Icarus 11 has no elaboration tasks: there a module named after the rule is missing)
+    if (!(ADDR_W >= 12 && ADDR_W <= 64)) begin : g_bad_addr_w
+`ifdef __ICARUS__
+        compress_engine__ADDR_W_must_be_12_to_64 u_parameter_error ();
+`else
+        $error("compress_engine: ADDR_W must be 12..64");
+`endif
+    end
+    if (!(K_MAX >= 1)) begin : g_bad_k_max
+`ifdef __ICARUS__
+        compress_engine__K_MAX_must_be_at_least_1 u_parameter_error ();
+`else
+        $error("compress_engine: K_MAX must be >= 1");
+`endif
+    end
+    if (!(LMAX_LOG2_MAX >= gradblock_pkg::ZRLE_LMAX_LOG2_MIN
+          && LMAX_LOG2_MAX <= gradblock_pkg::ZRLE_LMAX_LOG2_MAX)) begin : g_bad_lmax_log2_max
+`ifdef __ICARUS__
+        compress_engine__LMAX_LOG2_MAX_must_be_1_to_24 u_parameter_error ();
+`else
+        $error("compress_engine: LMAX_LOG2_MAX must lie in the frame format's 1..24");
+`endif
+    end
+    if (!(MAX_BURST >= 1 && MAX_BURST <= 256)) begin : g_bad_max_burst
+`ifdef __ICARUS__
+        compress_engine__MAX_BURST_must_be_1_to_256 u_parameter_error ();
+`else
+        $error("compress_engine: MAX_BURST must be 1..256");
+`endif
+    end
+    if (!(RES_FIFO_AW >= 1 && RES_FIFO_AW <= 16)) begin : g_bad_res_fifo_aw
+`ifdef __ICARUS__
+        compress_engine__RES_FIFO_AW_must_be_1_to_16 u_parameter_error ();
+`else
+        $error("compress_engine: RES_FIFO_AW must be 1..16");
+`endif
+    end
     localparam int SW = (K_MAX > 1) ? $clog2(K_MAX) : 1;
-    localparam int RES_DEPTH = 1 << RES_FIFO_AW;
     localparam logic [31:0] K_MAX_U = K_MAX;
     localparam logic [4:0] LMAX_LIMIT = (LMAX_LOG2_MAX < 24) ? 5'(LMAX_LOG2_MAX) : 5'd24;
     localparam int XW = (ADDR_W > 34) ? ADDR_W + 1 : 35;   // base + 4n without overflow
@@ -256,61 +294,47 @@ module compress_engine #(
         end
     end
 
-    // ---- residual reads: AR walker, read FIFO ----------------------------------------------
+    // ---- residual reads: AR walker, read path (credits, FIFO, skid: axi_read_path) --------
     logic [31:0] ar_idx, aw_idx, ar_rs, ar_re, aw_rs, aw_re, ar_elems, aw_elems, walk_count;
     logic        ar_req, ar_fire, ar_done, aw_req, aw_fire, aw_done, walk_start;
     logic  [8:0] ar_len, aw_len;
-    localparam int CW = (RES_FIFO_AW + 2 > 10) ? RES_FIFO_AW + 2 : 10;
-    logic [CW-1:0] res_inflight;      // words requested and not yet taken from the FIFO (a
-    logic        res_pop_d;           // take counted a cycle late, through res_pop_d: safe)
-    logic        res_push, res_pop, res_full, res_empty;
-    logic [31:0] res_fifo_head;
-    logic        rsk_ready, rsk_valid, rsk_take;   // the skid buffer after the FIFO, then a
+    logic [ADDR_W-1:0] ar_addr, aw_addr;
+    // each read FIFO holds a whole burst at least (a longer burst could never get its credits)
+    localparam int RD_AW = (RES_FIFO_AW > $clog2(MAX_BURST)) ? RES_FIFO_AW : $clog2(MAX_BURST);
+    logic        res_push;
+    logic        rsk_valid, rsk_take;               // the read path's skid buffer, then a
     logic [31:0] res_head;                          // credit link to the join: the next r
     logic        rsk1_valid, rsk1_ready;            // between the two
     logic [31:0] rsk1_data;
     logic [31:0] rd_got;              // pass 2: words received
+    logic        res_home_unused;
 
     burst_walker #(.ADDR_W(ADDR_W), .MAX_BURST(MAX_BURST)) u_ar_walk (
         .clk, .rst, .start(walk_start), .base(base_r), .count(walk_count),
         .range_idx(ar_idx), .range_start(ar_rs), .range_end(ar_re),
-        .req_valid(ar_req), .req_fire(ar_fire), .req_addr(m_axi_araddr), .req_len(ar_len),
+        .req_valid(ar_req), .req_fire(ar_fire), .req_addr(ar_addr), .req_len(ar_len),
         .req_elems(ar_elems), .done(ar_done)
     );
 
-    // credits: a burst goes out only when the FIFO has room for all of it, so R never stalls.
-    // The compare is registered: while a burst waits its length is steady and the credits only
-    // come back, so a one-cycle-old yes still holds (a burst waits one cycle more)
-    logic ar_room;
-    always_ff @(posedge clk)
-        ar_room <= ar_req && !ar_fire && res_inflight + CW'(ar_len) <= CW'(RES_DEPTH);
-    assign m_axi_arvalid = ar_req && ar_room;
-    assign ar_fire = m_axi_arvalid && m_axi_arready;
-    assign m_axi_arid = 1'b0;
-    assign m_axi_arlen = 8'(ar_len - 9'd1);
-    assign m_axi_arsize = 3'd2;
-    assign m_axi_arburst = 2'b01;
-    assign m_axi_rready = !res_full;
-    assign res_push = m_axi_rvalid && m_axi_rready;
-
-    // LUT RAM up to 128 words (a block RAM's clock-to-output is most of a cycle at 150 MHz)
-    sync_fifo #(.W(32), .AW(RES_FIFO_AW), .DISTRIBUTED(RES_FIFO_AW <= 7)) u_res_fifo (
-        .clk, .rst, .clear(1'b0), .push(res_push), .wr_data(m_axi_rdata), .pop(res_pop),
-        .rd_data(res_fifo_head), .full(res_full), .empty(res_empty)
+    // credits: a burst goes out only when the FIFO has room for all of it, so R never stalls
+    // (registered: a burst waits one cycle more). LUT RAM up to 128 words (a block RAM's
+    // clock-to-output is most of a cycle at 150 MHz). The skid buffer after the FIFO: its pop
+    // depends only on the FIFO's `empty` and the skid's registered ready; then a credit link
+    // (registers both ways) to the join, which takes its word locally while the FIFO sits by
+    // the AXI port (with a skid buffer there instead, the take and the pop still met in one
+    // cycle: 10.3 ns across the die on ECP5). The credits count a word as taken when it leaves
+    // the FIFO: the words in the skid and the link are beyond the count
+    axi_read_path #(.ADDR_W(ADDR_W), .DATA_W(32), .MAX_BURST(MAX_BURST), .FIFO_AW(RD_AW),
+                    .DISTRIBUTED(RD_AW <= 7), .REGISTERED(1'b1), .OUT_SKID(1'b1)) u_res_rd (
+        .clk, .rst,
+        .req_valid(ar_req), .req_addr(ar_addr), .req_len(ar_len), .req_fire(ar_fire),
+        .m_axi_arid, .m_axi_araddr, .m_axi_arlen, .m_axi_arsize, .m_axi_arburst,
+        .m_axi_arvalid, .m_axi_arready, .m_axi_rdata, .m_axi_rvalid, .m_axi_rready,
+        .r_fire(res_push),
+        .m_data(rsk1_data), .m_valid(rsk1_valid), .m_ready(rsk1_ready),
+        .credits_home(res_home_unused)
     );
 
-    // a skid buffer after the FIFO: the pop depends only on the FIFO's `empty` and the skid's
-    // registered ready (two flops side by side); then a credit link (registers both ways) to
-    // the join, which takes its word locally while the FIFO sits by the AXI port (with a skid
-    // buffer there instead, the take and the pop still met in one cycle: 10.3 ns across the
-    // die on ECP5). The credits of the AR bursts count a word as taken when it leaves the
-    // FIFO: in flight + in the FIFO stays <= RES_DEPTH, so rready never stalls; the words in
-    // the skid and the link are beyond the count
-    assign res_pop = !res_empty && rsk_ready;
-    axis_skid_buffer #(.W(32)) u_res_skid (
-        .clk, .rst, .s_data(res_fifo_head), .s_valid(!res_empty), .s_ready(rsk_ready),
-        .m_data(rsk1_data), .m_valid(rsk1_valid), .m_ready(rsk1_ready)
-    );
     logic        res_arrived_unused, rlo_valid, rlo_ready;
     logic [31:0] rlo_data;
     axis_credit_link #(.W(32)) u_res_link (
@@ -326,19 +350,15 @@ module compress_engine #(
         .m_data(res_head), .m_valid(rsk_valid), .m_ready(rsk_take)
     );
 
-    // ---- velocity reads (momentum, pass 1 only): AR walker over [0, n), FIFO, credits -------
+    // ---- velocity reads (momentum, pass 1 only): AR walker over [0, n), read path --------
     logic [31:0] var_idx, var_elems, var_count, vaw_idx, vaw_rs, vaw_re, vaw_elems, vaw_count;
     logic        var_req, var_fire, var_done, vaw_req, vaw_fire, vaw_done;
     logic  [8:0] var_len, vaw_len;
-    logic [CW-1:0] vel_inflight;      // velocity words requested and not yet taken
-    logic        vel_pop_d;           // (as res_pop_d)
-    logic        vel_push, vel_pop, vel_full, vel_empty;
-    logic [31:0] vel_fifo_head;
-    logic        vsk_ready;                         // the skid buffer and credit link after
-    logic [31:0] vel_head;                          // the FIFO (as the residual's); vel_head:
-                                                    // the word of the element leaving the
+    logic [ADDR_W-1:0] var_addr, vaw_addr;
+    logic        vel_push, vel_home_unused;
+    logic [31:0] vel_head;                          // the word of the element leaving the
                                                     // quantiser
-    logic        vsk1_valid, vsk1_ready;            // between the two
+    logic        vsk1_valid, vsk1_ready;            // the read path's skid buffer -> the link
     logic [31:0] vsk1_data;
 
     assign var_count = (mom_r && !phase2 && n_nz) ? 32'd1 : 32'd0;
@@ -346,32 +366,24 @@ module compress_engine #(
     burst_walker #(.ADDR_W(ADDR_W), .MAX_BURST(MAX_BURST)) u_var_walk (
         .clk, .rst, .start(walk_start), .base(vbase_r), .count(var_count),
         .range_idx(var_idx), .range_start(32'd0), .range_end(n_r),
-        .req_valid(var_req), .req_fire(var_fire), .req_addr(m_axi_vel_araddr), .req_len(var_len),
+        .req_valid(var_req), .req_fire(var_fire), .req_addr(var_addr), .req_len(var_len),
         .req_elems(var_elems), .done(var_done)
     );
 
-    logic var_room;                   // registered, as ar_room
-    always_ff @(posedge clk)
-        var_room <= var_req && !var_fire && vel_inflight + CW'(var_len) <= CW'(RES_DEPTH);
-    assign m_axi_vel_arvalid = var_req && var_room;
-    assign var_fire = m_axi_vel_arvalid && m_axi_vel_arready;
-    assign m_axi_vel_arid = 1'b0;
-    assign m_axi_vel_arlen = 8'(var_len - 9'd1);
-    assign m_axi_vel_arsize = 3'd2;
-    assign m_axi_vel_arburst = 2'b01;
-    assign m_axi_vel_rready = !vel_full;
-    assign vel_push = m_axi_vel_rvalid && m_axi_vel_rready;
-
-    sync_fifo #(.W(32), .AW(RES_FIFO_AW), .DISTRIBUTED(RES_FIFO_AW <= 7)) u_vel_fifo (
-        .clk, .rst, .clear(1'b0), .push(vel_push), .wr_data(m_axi_vel_rdata), .pop(vel_pop),
-        .rd_data(vel_fifo_head), .full(vel_full), .empty(vel_empty)
+    // as the residual's
+    axi_read_path #(.ADDR_W(ADDR_W), .DATA_W(32), .MAX_BURST(MAX_BURST), .FIFO_AW(RD_AW),
+                    .DISTRIBUTED(RD_AW <= 7), .REGISTERED(1'b1), .OUT_SKID(1'b1)) u_vel_rd (
+        .clk, .rst,
+        .req_valid(var_req), .req_addr(var_addr), .req_len(var_len), .req_fire(var_fire),
+        .m_axi_arid(m_axi_vel_arid), .m_axi_araddr(m_axi_vel_araddr),
+        .m_axi_arlen(m_axi_vel_arlen), .m_axi_arsize(m_axi_vel_arsize),
+        .m_axi_arburst(m_axi_vel_arburst), .m_axi_arvalid(m_axi_vel_arvalid),
+        .m_axi_arready(m_axi_vel_arready), .m_axi_rdata(m_axi_vel_rdata),
+        .m_axi_rvalid(m_axi_vel_rvalid), .m_axi_rready(m_axi_vel_rready), .r_fire(vel_push),
+        .m_data(vsk1_data), .m_valid(vsk1_valid), .m_ready(vsk1_ready),
+        .credits_home(vel_home_unused)
     );
 
-    assign vel_pop = !vel_empty && vsk_ready;    // as the residual's
-    axis_skid_buffer #(.W(32)) u_vel_skid (
-        .clk, .rst, .s_data(vel_fifo_head), .s_valid(!vel_empty), .s_ready(vsk_ready),
-        .m_data(vsk1_data), .m_valid(vsk1_valid), .m_ready(vsk1_ready)
-    );
     // the velocity word is claimed at the join (v_have, counted from m_arrived) and taken
     // from the link's ring QUANT_L cycles later, when the claim comes out of a delay line by
     // the link, into vel_head, which meets the element as it leaves the quantiser (the join's
@@ -403,7 +415,8 @@ module compress_engine #(
     assign unused_axi = ^{m_axi_rid, m_axi_bid, m_axi_rlast, m_axi_rresp[0], m_axi_bresp[0], ar_elems, ar_done,
                           ar_idx[31:SW], aw_idx[31:SW], m_axi_vel_rid, m_axi_vel_bid,
                           m_axi_vel_rlast, m_axi_vel_rresp[0], m_axi_vel_bresp[0], var_idx,
-                          var_elems, var_done, vaw_idx[31:SW], vaw_elems};
+                          var_elems, var_done, vaw_idx[31:SW], vaw_elems, res_home_unused,
+                          vel_home_unused};
 
     // ---- pass 1: gradient + residual -> quantiser -> ef_add -> write-back, norms, select ----
     logic [31:0] in_left;             // gradient elements still to take
@@ -694,16 +707,13 @@ module compress_engine #(
     end
     assign walk_count = phase2 ? k_eff : (n_nz ? 32'd1 : 32'd0);
 
-    // ---- write-back: AW walker, burst lengths queue, W, B ----------------------------------
-    logic       lenq_full, lenq_empty, w_fire, b_fire, lq_ready, lq_valid;
-    logic [7:0] lenq_fifo_head, lq_head, w_beat;   // burst lengths minus one (AxLEN)
-    logic [31:0] b_pending;           // bursts not yet answered (counted a cycle late, from
-    logic        aw_fire_d, b_fire_d; // registered pulses: the lenq and lq flags cover that cycle)
+    // ---- write-back: AW walker, write queue (AW, burst lengths, W, B: axi_write_queue) ----
+    logic b_fire, vb_fire;
 
     burst_walker #(.ADDR_W(ADDR_W), .MAX_BURST(MAX_BURST)) u_aw_walk (
         .clk, .rst, .start(walk_start), .base(base_r), .count(walk_count),
         .range_idx(aw_idx), .range_start(aw_rs), .range_end(aw_re),
-        .req_valid(aw_req), .req_fire(aw_fire), .req_addr(m_axi_awaddr), .req_len(aw_len),
+        .req_valid(aw_req), .req_fire(aw_fire), .req_addr(aw_addr), .req_len(aw_len),
         .req_elems(aw_elems), .done(aw_done)
     );
 
@@ -722,96 +732,54 @@ module compress_engine #(
         aw_waited2 <= aw_req && !aw_fire && aw_waited;
         aw_read_ok <= aw_req && !aw_fire && aw_waited2 && aw_need_ok;
     end
-    assign m_axi_awvalid = aw_req && !lenq_full && (!phase2 || aw_read_ok);
-    assign aw_fire = m_axi_awvalid && m_axi_awready;
-    assign m_axi_awid = 1'b0;
-    assign m_axi_awlen = 8'(aw_len - 9'd1);
-    assign m_axi_awsize = 3'd2;
-    assign m_axi_awburst = 2'b01;
 
-    // AW lengths (AxLEN) for W: a FIFO, then a skid buffer whose output register gives wlast
-    // by one 8-bit compare with the beat count (the FIFO's pop depends on two local flops)
-    sync_fifo #(.W(8), .AW(2)) u_lenq (
-        .clk, .rst, .clear(1'b0), .push(aw_fire), .wr_data(m_axi_awlen),
-        .pop(!lenq_empty && lq_ready), .rd_data(lenq_fifo_head), .full(lenq_full),
-        .empty(lenq_empty)
-    );
-    axis_skid_buffer #(.W(8)) u_lenq_skid (
-        .clk, .rst, .s_data(lenq_fifo_head), .s_valid(!lenq_empty), .s_ready(lq_ready),
-        .m_data(lq_head), .m_valid(lq_valid), .m_ready(w_fire && m_axi_wlast)
-    );
-
-    // W's own copy of phase2, a cycle late: W is idle whenever phase2 changes (pass 1's writes
-    // are all answered before pass 2, pass 2's before the next layer's pass 1), and the flop
-    // sits by W (phase2's own fanout spans the die: 3.1 ns of routing on ECP5)
-    logic w_zeros;                    // W writes zeros (pass 2)
-    always_ff @(posedge clk) w_zeros <= phase2;
-    assign m_axi_wvalid = lq_valid && (w_zeros || !wd_empty);
-    assign m_axi_wdata = w_zeros ? 32'd0 : wd_head;
-    assign m_axi_wstrb = 4'hF;
-    assign m_axi_wlast = w_beat == lq_head;
-    assign w_fire = m_axi_wvalid && m_axi_wready;
-    assign wd_pop = w_fire && !w_zeros;
-    assign m_axi_bready = 1'b1;
-    assign b_fire = m_axi_bvalid;
-
-    // registered: the passes end on it, and once a pass's writes are all answered nothing
-    // starts new ones before the next walk_start
+    // W writes a (pass 1) or zeros (pass 2). W's copy of phase2 is a flop in the queue, a
+    // cycle late: W is idle whenever phase2 changes (pass 1's writes are all answered before
+    // pass 2, pass 2's before the next layer's pass 1), and the flop sits by W (phase2's own
+    // fanout spans the die: 3.1 ns of routing on ECP5). writes_idle is registered: the passes
+    // end on it, and once a pass's writes are all answered nothing starts new ones before the
+    // next walk_start
     logic writes_idle;
-    always_ff @(posedge clk)
-        writes_idle <= aw_done && lenq_empty && !lq_valid && b_pending == 32'd0 && !aw_fire_d;
+    axi_write_queue #(.ADDR_W(ADDR_W), .DATA_W(32), .MAX_BURST(MAX_BURST)) u_res_wq (
+        .clk, .rst,
+        .req_valid(aw_req && (!phase2 || aw_read_ok)), .req_addr(aw_addr), .req_len(aw_len),
+        .req_fire(aw_fire), .req_done(aw_done),
+        .zeros(phase2), .s_data(wd_head), .s_valid(!wd_empty), .s_take(wd_pop),
+        .m_axi_awid, .m_axi_awaddr, .m_axi_awlen, .m_axi_awsize, .m_axi_awburst,
+        .m_axi_awvalid, .m_axi_awready, .m_axi_wdata, .m_axi_wstrb, .m_axi_wlast,
+        .m_axi_wvalid, .m_axi_wready, .m_axi_bvalid, .m_axi_bready,
+        .b_fire, .idle(writes_idle)
+    );
 
     // ---- velocity write-back: u' over [0, n) in pass 1; zeros over the selected blocks in pass
     // 2 when masking (no reads there, and pass 1's writes have all been answered by then) ----
-    logic       vlenq_full, vlenq_empty, vw_fire, vb_fire, vlq_ready, vlq_valid;
-    logic [7:0] vlenq_fifo_head, vlq_head, vw_beat;   // as the residual's
-    logic [31:0] vb_pending;          // as b_pending
-    logic        vaw_fire_d, vb_fire_d;
-
     assign vaw_count = phase2 ? (vmask_r ? k_eff : 32'd0)
                      : ((mom_r && n_nz) ? 32'd1 : 32'd0);
 
     burst_walker #(.ADDR_W(ADDR_W), .MAX_BURST(MAX_BURST)) u_vaw_walk (
         .clk, .rst, .start(walk_start), .base(vbase_r), .count(vaw_count),
         .range_idx(vaw_idx), .range_start(vaw_rs), .range_end(vaw_re),
-        .req_valid(vaw_req), .req_fire(vaw_fire), .req_addr(m_axi_vel_awaddr), .req_len(vaw_len),
+        .req_valid(vaw_req), .req_fire(vaw_fire), .req_addr(vaw_addr), .req_len(vaw_len),
         .req_elems(vaw_elems), .done(vaw_done)
     );
 
-    assign m_axi_vel_awvalid = vaw_req && !vlenq_full;
-    assign vaw_fire = m_axi_vel_awvalid && m_axi_vel_awready;
-    assign m_axi_vel_awid = 1'b0;
-    assign m_axi_vel_awlen = 8'(vaw_len - 9'd1);
-    assign m_axi_vel_awsize = 3'd2;
-    assign m_axi_vel_awburst = 2'b01;
-
-    sync_fifo #(.W(8), .AW(2)) u_vlenq (
-        .clk, .rst, .clear(1'b0), .push(vaw_fire), .wr_data(m_axi_vel_awlen),
-        .pop(!vlenq_empty && vlq_ready), .rd_data(vlenq_fifo_head), .full(vlenq_full),
-        .empty(vlenq_empty)
+    // as the residual's (pass 2 writes velocity zeros only when masking: and-ed before the
+    // queue's flop, so synthesis keeps the two flops apart, each by its own W channel)
+    logic vel_writes_idle;
+    axi_write_queue #(.ADDR_W(ADDR_W), .DATA_W(32), .MAX_BURST(MAX_BURST)) u_vel_wq (
+        .clk, .rst,
+        .req_valid(vaw_req), .req_addr(vaw_addr), .req_len(vaw_len), .req_fire(vaw_fire),
+        .req_done(vaw_done),
+        .zeros(phase2 && vmask_r), .s_data(vwd_head), .s_valid(!vwd_empty), .s_take(vwd_pop),
+        .m_axi_awid(m_axi_vel_awid), .m_axi_awaddr(m_axi_vel_awaddr),
+        .m_axi_awlen(m_axi_vel_awlen), .m_axi_awsize(m_axi_vel_awsize),
+        .m_axi_awburst(m_axi_vel_awburst), .m_axi_awvalid(m_axi_vel_awvalid),
+        .m_axi_awready(m_axi_vel_awready), .m_axi_wdata(m_axi_vel_wdata),
+        .m_axi_wstrb(m_axi_vel_wstrb), .m_axi_wlast(m_axi_vel_wlast),
+        .m_axi_wvalid(m_axi_vel_wvalid), .m_axi_wready(m_axi_vel_wready),
+        .m_axi_bvalid(m_axi_vel_bvalid), .m_axi_bready(m_axi_vel_bready),
+        .b_fire(vb_fire), .idle(vel_writes_idle)
     );
-    axis_skid_buffer #(.W(8)) u_vlenq_skid (
-        .clk, .rst, .s_data(vlenq_fifo_head), .s_valid(!vlenq_empty), .s_ready(vlq_ready),
-        .m_data(vlq_head), .m_valid(vlq_valid), .m_ready(vw_fire && m_axi_vel_wlast)
-    );
-
-    // as w_zeros (pass 2 writes velocity zeros only when masking: and-ed, so synthesis keeps
-    // the two flops apart, each by its own W channel)
-    logic vw_zeros;
-    always_ff @(posedge clk) vw_zeros <= phase2 && vmask_r;
-    assign m_axi_vel_wvalid = vlq_valid && (vw_zeros || !vwd_empty);
-    assign m_axi_vel_wdata = vw_zeros ? 32'd0 : vwd_head;
-    assign m_axi_vel_wstrb = 4'hF;
-    assign m_axi_vel_wlast = vw_beat == vlq_head;
-    assign vw_fire = m_axi_vel_wvalid && m_axi_vel_wready;
-    assign vwd_pop = vw_fire && !vw_zeros;
-    assign m_axi_vel_bready = 1'b1;
-    assign vb_fire = m_axi_vel_bvalid;
-
-    logic vel_writes_idle;            // as writes_idle
-    always_ff @(posedge clk)
-        vel_writes_idle <= vaw_done && vlenq_empty && !vlq_valid && vb_pending == 32'd0
-                           && !vaw_fire_d;
 
     // ---- pass 2: zero runs from counts, literals from the read FIFO -> run encoder ---------
     // per selected block (and once more for the gap after the last): SEL sets the list index,
@@ -877,21 +845,9 @@ module compress_engine #(
             in_enc_cfg <= 1'b0;
             mem_err <= 1'b0;
             err_code <= 4'd0;
-            res_inflight <= '0;
-            res_pop_d <= 1'b0;
-            b_pending <= 32'd0;
-            aw_fire_d <= 1'b0;
-            b_fire_d <= 1'b0;
-            w_beat <= 8'd0;
             c_state <= C_END;
             c_in_gap <= 1'b0;
             c_in_lit <= 1'b0;
-            vel_inflight <= '0;
-            vel_pop_d <= 1'b0;
-            vb_pending <= 32'd0;
-            vaw_fire_d <= 1'b0;
-            vb_fire_d <= 1'b0;
-            vw_beat <= 8'd0;
         end else begin
             case (state)
                 IDLE: if (cfg_valid) begin
@@ -966,8 +922,6 @@ module compress_engine #(
                 if (s_grad_tlast != in_last) err_code <= gradblock_pkg::ENGINE_ERR_TLAST_MISPLACED;
             end
 
-            res_pop_d <= res_pop;
-            res_inflight <= res_inflight + (ar_fire ? CW'(ar_len) : CW'(0)) - CW'(res_pop_d);
             // zero outside pass 2 (its reset is then a flop: no state decode into 32 resets)
             if (!phase2) rd_got <= 32'd0;
             else if (res_push) rd_got <= rd_got + 32'd1;
@@ -977,16 +931,6 @@ module compress_engine #(
             mem_err <= (res_push && m_axi_rresp[1]) || (b_fire && m_axi_bresp[1])
                        || (vel_push && m_axi_vel_rresp[1]) || (vb_fire && m_axi_vel_bresp[1]);
             if (mem_err) err_code <= gradblock_pkg::ENGINE_ERR_MEMORY;
-            aw_fire_d <= aw_fire;
-            b_fire_d <= b_fire;
-            b_pending <= b_pending + {31'd0, aw_fire_d} - {31'd0, b_fire_d};
-            if (w_fire) w_beat <= m_axi_wlast ? 8'd0 : w_beat + 8'd1;
-            vel_pop_d <= vel_pop;
-            vel_inflight <= vel_inflight + (var_fire ? CW'(var_len) : CW'(0)) - CW'(vel_pop_d);
-            vaw_fire_d <= vaw_fire;
-            vb_fire_d <= vb_fire;
-            vb_pending <= vb_pending + {31'd0, vaw_fire_d} - {31'd0, vb_fire_d};
-            if (vw_fire) vw_beat <= m_axi_vel_wlast ? 8'd0 : vw_beat + 8'd1;
             if (m_frame_tvalid && m_frame_tready && m_frame_tlast) frame_done <= 1'b1;
 
             // pass 2 consumer: a gap beat, then the block's words, block by block

@@ -65,6 +65,30 @@ module compress_top #(
     output logic        [31:0] sat_feedback_count,
     output logic        [31:0] nan_count
 );
+    // ---- parameter checks: an illegal combination stops elaboration (docs/hw.md) ------------
+    // (Icarus 11 has no elaboration tasks: there a module named after the rule is missing)
+    if (!(N_MAX >= 1 && N_MAX <= (1 << 30))) begin : g_bad_n_max
+`ifdef __ICARUS__
+        compress_top__N_MAX_must_be_1_to_2_30 u_parameter_error ();
+`else
+        $error("compress_top: N_MAX must be 1..2^30");
+`endif
+    end
+    if (!(K_MAX >= 1)) begin : g_bad_k_max
+`ifdef __ICARUS__
+        compress_top__K_MAX_must_be_at_least_1 u_parameter_error ();
+`else
+        $error("compress_top: K_MAX must be >= 1");
+`endif
+    end
+    if (!(LMAX_LOG2_MAX >= gradblock_pkg::ZRLE_LMAX_LOG2_MIN
+          && LMAX_LOG2_MAX <= gradblock_pkg::ZRLE_LMAX_LOG2_MAX)) begin : g_bad_lmax_log2_max
+`ifdef __ICARUS__
+        compress_top__LMAX_LOG2_MAX_must_be_1_to_24 u_parameter_error ();
+`else
+        $error("compress_top: LMAX_LOG2_MAX must lie in the frame format's 1..24");
+`endif
+    end
     localparam int AW = $clog2(N_MAX + 1);           // counts 0..N_MAX
     localparam int IW = (N_MAX > 1) ? $clog2(N_MAX) : 1;   // addresses 0..N_MAX-1
     localparam logic [31:0] N_MAX_U = N_MAX;

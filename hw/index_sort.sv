@@ -29,6 +29,15 @@ module index_sort #(
     input  logic                  pop,
     output logic           [31:0] head      // slot 0 (the smallest value not yet popped)
 );
+    // ---- parameter checks: an illegal combination stops elaboration (docs/hw.md) ------------
+    // (Icarus 11 has no elaboration tasks: there a module named after the rule is missing)
+    if (!(K_MAX >= 1)) begin : g_bad_k_max
+`ifdef __ICARUS__
+        index_sort__K_MAX_must_be_at_least_1 u_parameter_error ();
+`else
+        $error("index_sort: K_MAX must be >= 1");
+`endif
+    end
     logic [32*K_MAX-1:0] list;
     logic [K_MAX-1:0]    used, keep, keep_r, keep_down, used_down, used_up;
     logic [32*K_MAX-1:0] list_down, list_up;

@@ -16,6 +16,15 @@ module pipe_reg #(
     output logic         out_valid,
     input  logic         out_ready
 );
+    // ---- parameter checks: an illegal combination stops elaboration (docs/hw.md) ------------
+    // (Icarus 11 has no elaboration tasks: there a module named after the rule is missing)
+    if (!(W >= 1)) begin : g_bad_w
+`ifdef __ICARUS__
+        pipe_reg__W_must_be_at_least_1 u_parameter_error ();
+`else
+        $error("pipe_reg: W must be >= 1");
+`endif
+    end
     assign in_ready = !out_valid || out_ready;
 
     always_ff @(posedge clk) begin

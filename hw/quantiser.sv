@@ -42,6 +42,15 @@ module quantiser #(
     input  logic               m_tready,
     output logic               m_tlast
 );
+    // ---- parameter checks: an illegal combination stops elaboration (docs/hw.md) ------------
+    // (Icarus 11 has no elaboration tasks: there a module named after the rule is missing)
+    if (!(UW >= 1)) begin : g_bad_uw
+`ifdef __ICARUS__
+        quantiser__UW_must_be_at_least_1 u_parameter_error ();
+`else
+        $error("quantiser: UW must be >= 1");
+`endif
+    end
     localparam int L = gradblock_pkg::QUANT_LATENCY;   // the eight stages below
     localparam logic [31:0] QMAX = 32'h7FFF_FFFF;
 

@@ -26,6 +26,22 @@ module sync_fifo #(
     output logic         full,
     output logic         empty
 );
+    // ---- parameter checks: an illegal combination stops elaboration (docs/hw.md) ------------
+    // (Icarus 11 has no elaboration tasks: there a module named after the rule is missing)
+    if (!(W >= 1)) begin : g_bad_w
+`ifdef __ICARUS__
+        sync_fifo__W_must_be_at_least_1 u_parameter_error ();
+`else
+        $error("sync_fifo: W must be >= 1");
+`endif
+    end
+    if (!(AW >= 1 && AW <= 20)) begin : g_bad_aw
+`ifdef __ICARUS__
+        sync_fifo__AW_must_be_1_to_20 u_parameter_error ();
+`else
+        $error("sync_fifo: AW must be 1..20");
+`endif
+    end
     localparam int DEPTH = 1 << AW;
 
     logic [AW:0]  wr_ptr, rd_ptr;   // one extra bit tells full from empty

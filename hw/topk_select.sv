@@ -36,6 +36,15 @@ module topk_select #(
     input  logic        m_tready,
     output logic        m_tlast
 );
+    // ---- parameter checks: an illegal combination stops elaboration (docs/hw.md) ------------
+    // (Icarus 11 has no elaboration tasks: there a module named after the rule is missing)
+    if (!(K_MAX >= 1)) begin : g_bad_k_max
+`ifdef __ICARUS__
+        topk_select__K_MAX_must_be_at_least_1 u_parameter_error ();
+`else
+        $error("topk_select: K_MAX must be >= 1");
+`endif
+    end
     localparam logic [31:0] K_MAX_U = K_MAX;
 
     // The list lives in flat vectors, slot i at [64i +: 64] / [32i +: 32] / [i] (slot 0 in the

@@ -79,6 +79,15 @@ module zrle_decoder #(
     output logic [31:0] err_word,
     output logic [31:0] token_count
 );
+    // ---- parameter checks: an illegal combination stops elaboration (docs/hw.md) ------------
+    // (Icarus 11 has no elaboration tasks: there a module named after the rule is missing)
+    if (!(QUEUE_AW >= 1 && QUEUE_AW <= 16)) begin : g_bad_queue_aw
+`ifdef __ICARUS__
+        zrle_decoder__QUEUE_AW_must_be_1_to_16 u_parameter_error ();
+`else
+        $error("zrle_decoder: QUEUE_AW must be 1..16");
+`endif
+    end
 
     // p_state[4]: draining, p_state[3]: waiting (no word taken); neither: a frame word is next.
     // So "takes a word" is two bits of the state, and p_ready one LUT.

@@ -52,6 +52,23 @@ module zrle_run_encoder #(
     input  logic        m_tready,
     output logic        m_tlast
 );
+    // ---- parameter checks: an illegal combination stops elaboration (docs/hw.md) ------------
+    // (Icarus 11 has no elaboration tasks: there a module named after the rule is missing)
+    if (!(LMAX_LOG2_MAX >= gradblock_pkg::ZRLE_LMAX_LOG2_MIN
+          && LMAX_LOG2_MAX <= gradblock_pkg::ZRLE_LMAX_LOG2_MAX)) begin : g_bad_lmax_log2_max
+`ifdef __ICARUS__
+        zrle_run_encoder__LMAX_LOG2_MAX_must_be_1_to_24 u_parameter_error ();
+`else
+        $error("zrle_run_encoder: LMAX_LOG2_MAX must lie in the frame format's 1..24");
+`endif
+    end
+    if (!(TOKEN_QUEUE_AW >= 1 && TOKEN_QUEUE_AW <= 16)) begin : g_bad_token_queue_aw
+`ifdef __ICARUS__
+        zrle_run_encoder__TOKEN_QUEUE_AW_must_be_1_to_16 u_parameter_error ();
+`else
+        $error("zrle_run_encoder: TOKEN_QUEUE_AW must be 1..16");
+`endif
+    end
     localparam int LW   = LMAX_LOG2_MAX + 1;          // literal counts 0 .. LMAX
     // literal ring: two full tokens (double buffering), and at least 64 words so that short
     // tokens queued behind a long one do not stall the input when LMAX is small

@@ -1,6 +1,7 @@
 """Static checks of every .sv file in hw/: one module or package per file named like the file,
-`verilator --lint-only -Wall` clean with each module as top (default parameters and the extra
-parameter sets below), and an `iverilog -g2012` elaboration without errors or "sorry"
+`verilator --lint-only -Wall` clean with each module as top (its default parameters, every build
+the project uses -- each DUT's reference build in sim/duts.py and each ECP5 run in hw/ecp5.py, read
+from those tables -- and the narrow limits below), and an `iverilog -g2012` elaboration without errors or "sorry"
 (unsupported construct) messages. Every file turns implicit nets off (`default_nettype none
 after a `resetall, verilog-axis style) and resets the directives at its end, so an undeclared
 net is an error and the setting does not leak into files compiled after it. Each is given exactly the files hw/deps.py resolves for that
@@ -15,21 +16,38 @@ import subprocess
 
 import pytest
 
-from gradblock.hw import deps
+from gradblock.hw import deps, ecp5
+from gradblock.sim.duts import DUTS
 from gradblock.sim.harness import HW_DIR, setup_verilator
 
 HW_FILES = sorted(HW_DIR.glob("*.sv"))
 MODULE_FILES = [f for f in HW_FILES if deps.scan(f)[0] == "module"]
 PACKAGE_FILES = [f for f in HW_FILES if deps.scan(f)[0] == "package"]
 
-# extra parameter sets worth linting (widths change with them); others use their defaults
-EXTRA_PARAMS = {
+# widths at the limits the modules' parameter checks allow (tests/test_rtl_params.py: one step
+# past them is refused), and the switches: not builds anyone uses, so this test's own
+LIMITS = {
     "zrle_encoder": [{"LMAX_LOG2_MAX": 1}, {"LMAX_LOG2_MAX": 3}, {"LMAX_LOG2_MAX": 12},
                      {"TOKEN_QUEUE_AW": 1}],
     "zrle_decoder": [{"QUEUE_AW": 1}, {"RUN_OUT": 1}],
     "sync_fifo": [{"AW": 1, "W": 8}],
     "axis_skid_buffer": [{"W": 1}],
+    "axi_read_path": [{"DATA_W": 64, "REGISTERED": 0, "OUT_SKID": 0},
+                      {"MAX_BURST": 256, "FIFO_AW": 8}],
+    "axi_write_queue": [{"DATA_W": 64, "LEN_AW": 1}],
 }
+
+
+def used_builds() -> dict[str, list[dict]]:
+    """top -> the parameter sets the project builds it with: each DUT's reference build
+    (sim/duts.py, the one DUT table) and each ECP5 run (hw/ecp5.py), none repeated."""
+    out: dict[str, list[dict]] = {}
+    pairs = [(d.toplevel, dict(d.parameters)) for d in DUTS.values()]
+    pairs += [(r.top, dict(r.parameters)) for r in ecp5.RUNS]
+    for top, params in pairs:
+        if params and params not in out.setdefault(top, []):
+            out[top].append(params)
+    return out
 
 DECL_RE = re.compile(r"^\s*(?:module|package)\s+(\w+)", re.M)
 
@@ -41,9 +59,10 @@ def strip_comments(text: str) -> str:
 
 def lint_params():
     out = []
+    builds = used_builds()
     for f in MODULE_FILES:
         out.append(pytest.param(f, {}, id=f.stem))
-        for p in EXTRA_PARAMS.get(f.stem, []):
+        for p in builds.get(f.stem, []) + LIMITS.get(f.stem, []):
             tag = "-".join(f"{k}{v}" for k, v in p.items())
             out.append(pytest.param(f, p, id=f"{f.stem}-{tag}"))
     return out

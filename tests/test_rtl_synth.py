@@ -10,6 +10,7 @@ import shutil
 import pytest
 
 from gradblock.hw import synth
+from gradblock.sim.duts import DUTS
 
 needs_yosys = pytest.mark.skipif(shutil.which("yosys") is None,
                                  reason="yosys not installed: synthesis checks need it")
@@ -35,6 +36,19 @@ def test_stat_json_with_broken_design_section():
             '   m    1\n   sub  2\n }\n}\n')
     assert synth.parse_stat_json(text) == {"modules": {"\\m": {
         "num_cells": 3, "num_cells_by_type": {"$_DFF_P_": 2, "$_AND_": 1}}}}
+
+
+def test_generic_runs_are_the_reference_builds():
+    """hw/synth.py repeats no parameter: its runs build each top at its HDL defaults, which are
+    the reference build of the DUT table (sim/duts.py) wherever the table has that top; the
+    table shows every parameter of the build."""
+    for run in synth.RUNS:
+        defaults = synth.hdl_defaults(run.top)
+        assert defaults and run.build_parameters() == defaults, run
+        for dut in (d for d in DUTS.values() if d.toplevel == run.top):
+            assert {k: defaults[k] for k in dut.parameters} == dict(dut.parameters), \
+                f"{dut.name}: reference build {dict(dut.parameters)}, HDL defaults {defaults}"
+    assert synth.hdl_defaults("sync_fifo") == {"W": 33, "AW": 2, "DISTRIBUTED": 0}
 
 
 def test_memory_dump_parsing():
@@ -102,7 +116,8 @@ def test_full_synthesis():
     latches; the layer buffer and block mask stay memories of N_MAX words; the table renders."""
     results = [synth.run_synth(run) for run in synth.RUNS]
     top = by_name(results[0])
-    n_max, k_max = synth.RUNS[0].parameters["N_MAX"], synth.RUNS[0].parameters["K_MAX"]
+    ref = DUTS["compress_top"].parameters           # the reference build, the one DUT table
+    n_max, k_max = ref["N_MAX"], ref["K_MAX"]
     for block in ("compress_top", "block_l1", "ef_add", "crc32_word", "sync_fifo"):
         assert block in top and top[block].cells > 0, sorted(top)
     assert top["compress_top"].memories == [("layer_mem", n_max, 32), ("sel_mem", n_max, 1)]
