@@ -264,26 +264,13 @@ async def memory_errors(dut):
     await tb_util.start_streams(dut)
     pool = [c for c in cases if literals(c)]
     case = tb_util.medium_case(pool, 256)
-    for side in ("_read", "_write"):
-        iface = tb.ram.read_if if side == "_read" else tb.ram.write_if
-        healthy = getattr(iface, side)
-        hits = []
-
-        async def failing(address, *rest, healthy=healthy, hits=hits):
-            hits.append(address)
-            if len(hits) == 1:
-                raise RuntimeError("injected memory error")
-            return await healthy(address, *rest)
-
-        setattr(iface, side, failing)
-        try:
+    for side in ("read", "write"):
+        with tb_util.memory_fails_once(tb.ram, side) as hits:
             _, status, _ = await tb.run_layer(case, False)
-        finally:
-            delattr(iface, side)            # the class's own method again
-        assert hits, f"{case.name}: no {side[1:]} to fail"
-        tb_util.check_value(case.name, f"err_code after a failed {side[1:]}",
+        assert hits, f"{case.name}: no {side} to fail"
+        tb_util.check_value(case.name, f"err_code after a failed {side}",
                             AGG_CODES["MEMORY"], status["err_code"])
-        tb_util.check_value(case.name, f"frames_done after a failed {side[1:]}",
+        tb_util.check_value(case.name, f"frames_done after a failed {side}",
                             case.meta["n_workers"], status["frames_done"])
         record_bins("aggregate.err.MEMORY")
         start_vals, status, _ = await tb.run_layer(case, False)

@@ -81,8 +81,9 @@ def config_of(case, base: int = BASE, vel_base: int = UNUSED_VEL_BASE) -> dict:
 
 def expected_error(cfg: dict) -> int:
     """The code the RTL must report for this configuration (docs/hw.md, compress_engine): the
-    velocity first (spec §7.4), then the residual, then their overlap, then the rest."""
-    n, bs, nb, k, rb = cfg["n"], cfg["block_size"], cfg["n_blocks"], cfg["k"], cfg["range_bits"]
+    velocity first (spec §7.4), then the residual, then their overlap, then the layer
+    parameters (tb_util.layer_config_error, shared with compress_top)."""
+    n = cfg["n"]
     top = 2 ** param("ADDR_W")
     res, vel = cfg["res_base"], cfg["vel_base"]
     if cfg["momentum_en"] and (vel % 4 or vel + 4 * n > top):
@@ -91,21 +92,8 @@ def expected_error(cfg: dict) -> int:
         return ERR_ADDR
     if cfg["momentum_en"] and n and vel < res + 4 * n and res < vel + 4 * n:
         return ERR_VEL_OVERLAP
-    if bs == 0:
-        return ERR_BLOCK_SIZE
-    if nb != (-(-n // bs) if n else 0):
-        return ERR_N_BLOCKS
-    if n and k == 0:
-        return ERR_K
-    if min(k, nb) > param("K_MAX"):
-        return ERR_K_MAX
-    if not 1 <= cfg["lmax_log2"] <= min(24, param("LMAX_LOG2_MAX")):
-        return ERR_LMAX
-    if rb >> 31 or (rb >> 23) & 0xFF == 0xFF or rb == 0:
-        return ERR_RANGE
-    if cfg["m"] < 2**31:
-        return ERR_M
-    return ERR_OK
+    failed = tb_util.layer_config_error(cfg, param("K_MAX"), param("LMAX_LOG2_MAX"))
+    return ERR_OK if failed is None else _ERR[failed]
 
 
 def selected_elements(case) -> int:
@@ -446,25 +434,11 @@ async def memory_errors(dut):
             continue
         case = tb_util.medium_case(pool, 256)
         for port in ("m_axi", VEL_PORT) if momentum else ("m_axi",):
-            for side in ("_read", "_write"):
-                ram = tb.rams[port]
-                iface = ram.read_if if side == "_read" else ram.write_if
-                healthy = getattr(iface, side)
-                hits = []
-
-                async def failing(address, *rest, healthy=healthy, hits=hits):
-                    hits.append(address)
-                    if len(hits) == 1:
-                        raise RuntimeError("injected memory error")
-                    return await healthy(address, *rest)
-
-                setattr(iface, side, failing)
-                try:
+            for side in ("read", "write"):
+                with tb_util.memory_fails_once(tb.rams[port], side) as hits:
                     _, status, _ = await tb.run_layer(case)
-                finally:
-                    delattr(iface, side)            # the class's own method again
-                assert hits, f"{case.name}: no {side[1:]} on {port} to fail"
-                tb_util.check_value(case.name, f"err_code after a failed {side[1:]} on {port}",
+                assert hits, f"{case.name}: no {side} on {port} to fail"
+                tb_util.check_value(case.name, f"err_code after a failed {side} on {port}",
                                     ERR_AXI, status["err_code"])
                 record_bins("engine.err.MEMORY")
                 frame, status, _ = await tb.run_layer(case)

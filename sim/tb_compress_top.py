@@ -52,26 +52,12 @@ def config_of(case) -> dict:
 
 
 def expected_error(cfg: dict) -> int:
-    """The code the RTL must report for this configuration (docs/hw.md, compress_top)."""
-    n, bs, nb, k = cfg["n"], cfg["block_size"], cfg["n_blocks"], cfg["k"]
-    rb = cfg["range_bits"]
-    if n > build_param("N_MAX"):
+    """The code the RTL must report for this configuration (docs/hw.md, compress_top): N_MAX
+    first, then the layer parameters (tb_util.layer_config_error, shared with the engine)."""
+    if cfg["n"] > build_param("N_MAX"):
         return ERR_N
-    if bs == 0:
-        return ERR_BLOCK_SIZE
-    if nb != (-(-n // bs) if n else 0):
-        return ERR_N_BLOCKS
-    if n and k == 0:
-        return ERR_K
-    if min(k, nb) > build_param("K_MAX"):
-        return ERR_K_MAX
-    if not 1 <= cfg["lmax_log2"] <= min(24, build_param("LMAX_LOG2_MAX")):
-        return ERR_LMAX
-    if rb >> 31 or (rb >> 23) & 0xFF == 0xFF or rb == 0:
-        return ERR_RANGE
-    if cfg["m"] < 2**31:
-        return ERR_M
-    return ERR_OK
+    failed = tb_util.layer_config_error(cfg, build_param("K_MAX"), build_param("LMAX_LOG2_MAX"))
+    return ERR_OK if failed is None else _TOP["TOP_ERR_" + failed]
 
 
 def refusal_reason(cfg: dict, err: int) -> str:

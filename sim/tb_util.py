@@ -23,6 +23,7 @@ testbench through them):
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -36,7 +37,7 @@ import numpy as np
 import cocotb
 from cocotb.clock import Clock
 from cocotb.simtime import convert
-from cocotb.triggers import ClockCycles, RisingEdge, SimTimeoutError, with_timeout
+from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge, SimTimeoutError, with_timeout
 from cocotb.utils import get_sim_time
 from cocotbext.axi import (AxiBus, AxiRam, AxiStreamBus, AxiStreamFrame, AxiStreamMonitor,
                            AxiStreamSink, AxiStreamSource)
@@ -165,6 +166,21 @@ async def reset(dut, cycles: int = RESET_CYCLES) -> None:
     dut.rst.value = 1
     await ClockCycles(dut.clk, cycles)
     dut.rst.value = 0
+    await RisingEdge(dut.clk)
+
+
+async def reset_endpoints_idle(dut, *endpoints, cycles: int = 2) -> None:
+    """A reset in the middle of traffic: rst high for `cycles` cycles, the testbench's
+    endpoints cleared (what they held belongs to the aborted frame), and the output stream
+    seen idle (m_tvalid low) on the first edge after the release."""
+    dut.rst.value = 1
+    await ClockCycles(dut.clk, cycles)
+    dut.rst.value = 0
+    for ep in endpoints:
+        ep.clear()
+    await RisingEdge(dut.clk)
+    await ReadOnly()
+    assert dut.m_tvalid.value == 0, "m_tvalid high right after reset"
     await RisingEdge(dut.clk)
 
 
@@ -377,11 +393,59 @@ def nonempty(cases: list[Case]) -> list[Case]:
     return [c for c in cases if c.meta["n"] > 0]
 
 
+def layer_config_error(cfg: dict, k_max: int, lmax_log2_max: int) -> str | None:
+    """The RTL's configuration-error model for the layer parameters compress_top and
+    compress_engine share (docs/hw.md), in the order the RTL checks them: the package name
+    of the first failing check without its prefix (`TOP_ERR_` / `ENGINE_ERR_`), e.g.
+    "BLOCK_SIZE_ZERO"; None when every check passes. Each block checks its own parameters
+    (N_MAX, the memory addresses) before these."""
+    n, bs, nb, k, rb = cfg["n"], cfg["block_size"], cfg["n_blocks"], cfg["k"], cfg["range_bits"]
+    if bs == 0:
+        return "BLOCK_SIZE_ZERO"
+    if nb != (-(-n // bs) if n else 0):
+        return "N_BLOCKS_MISMATCH"
+    if n and k == 0:
+        return "K_ZERO"
+    if min(k, nb) > k_max:
+        return "K_OVER_K_MAX"
+    if not 1 <= cfg["lmax_log2"] <= min(24, lmax_log2_max):
+        return "LMAX_RANGE"
+    if rb >> 31 or (rb >> 23) & 0xFF == 0xFF or rb == 0:
+        return "RANGE_INVALID"
+    if cfg["m"] < 2**31:
+        return "M_BELOW_HALF"
+    return None
+
+
 def medium_case(cases: list[Case], limit: int = 512) -> Case:
     """The largest case of at most `limit` elements (the smallest one if none is that small):
     long enough to have words in flight everywhere, short enough for every simulator."""
     small = [c for c in cases if c.meta["n"] <= limit]
     return max(small, key=lambda c: c.meta["n"]) if small else min(cases, key=lambda c: c.meta["n"])
+
+
+@contextlib.contextmanager
+def memory_fails_once(ram: AxiRam, side: str):
+    """Inside the block, the first `side` ("read" or "write") access of `ram` fails and the
+    rest are served: cocotbext-axi's AxiRam answers SLVERR when its backing store raises
+    (DECERR would set the same bit 1 of rresp/bresp the engines read). Yields the list of the
+    addresses asked, so the caller can check one was."""
+    iface = ram.read_if if side == "read" else ram.write_if
+    name = "_" + side
+    healthy = getattr(iface, name)
+    hits = []
+
+    async def failing(address, *rest):
+        hits.append(address)
+        if len(hits) == 1:
+            raise RuntimeError("injected memory error")
+        return await healthy(address, *rest)
+
+    setattr(iface, name, failing)
+    try:
+        yield hits
+    finally:
+        delattr(iface, name)                # the class's own method again
 
 
 # ------------------------------------------------------------------ AXI-Stream endpoints

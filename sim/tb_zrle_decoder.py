@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import cocotb
 import numpy as np
-from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge, Timer
+from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge, Timer
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
 from gradblock.codec import errors as E
@@ -446,15 +446,7 @@ async def reset_mid_frame(dut):
         env.traffic(0.0, p_out, prng)
         await env.source.send(frame_of(frame))
         await ClockCycles(dut.clk, when)
-        dut.rst.value = 1
-        await ClockCycles(dut.clk, 2)
-        dut.rst.value = 0
-        env.source.clear()
-        env.sink.clear()
-        await RisingEdge(dut.clk)
-        await ReadOnly()
-        assert dut.m_tvalid.value == 0, "m_tvalid high right after reset"
-        await RisingEdge(dut.clk)
+        await tb.reset_endpoints_idle(dut, env.source, env.sink)
         env.traffic(0.0, 0.0, prng)
         problems = await run_one(env, dut, f"clean after reset at {when}", clean.frame, clean.n)
         assert not problems, "\n".join(problems)

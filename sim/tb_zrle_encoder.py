@@ -17,7 +17,7 @@ import random
 
 import cocotb
 import numpy as np
-from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge, Timer, with_timeout
+from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge, Timer, with_timeout
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
 from gradblock.codec import zrle
@@ -162,15 +162,7 @@ async def reset_mid_frame(dut):
         await ClockCycles(dut.clk, when)
         sender.cancel()
         dut.cfg_valid.value = 0
-        dut.rst.value = 1
-        await ClockCycles(dut.clk, 2)
-        dut.rst.value = 0
-        env.source.clear()
-        env.sink.clear()
-        await RisingEdge(dut.clk)
-        await ReadOnly()
-        assert dut.m_tvalid.value == 0, "m_tvalid high right after reset"
-        await RisingEdge(dut.clk)
+        await tb.reset_endpoints_idle(dut, env.source, env.sink)
         env.traffic(0.0, 0.0, prng)
         env.out.clear()
         sender = cocotb.start_soon(env.send_frames([clean]))
