@@ -224,6 +224,17 @@ def synthetic_specs(seed: int) -> list[CaseSpec]:
     specs.append(CaseSpec("lmax2_zero_runs_at_lmax", "lmax_log2 = 2: zero runs of 4, 3, 5, 4 "
                           "and a final 4 (LMAX = 4) between literal runs of 2, 3, 4, 5, 14",
                           g.reshape(-1, 16), k=3, lmax_log2=2))
+
+    # --- many short blocks apart: 30 tokens, each two literals then a zero run, more than the
+    # encoder's 16-entry token queue holds, so under frame back-pressure the queue fills, the
+    # beats behind a blocked gap fill the register slice in front of the encoder, and the
+    # next gap beat waits (compress_engine's C_GAP stall)
+    g = rng.uniform(-0.01, 0.01, (96, 2)).astype(np.float32)
+    picked = np.arange(0, 90, 3)
+    g[picked] = (rng.uniform(1.0, 5.0, (picked.size, 2))
+                 * np.where(rng.random((picked.size, 2)) < 0.5, -1, 1)).astype(np.float32)
+    specs.append(CaseSpec("many_gaps", "96 blocks of 2, k = 30 picks every third: 30 runs of "
+                          "two literals, each followed by a zero run", g, k=30))
     return specs
 
 

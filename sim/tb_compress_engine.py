@@ -446,6 +446,86 @@ async def memory_errors(dut):
 
 
 @cocotb.test()
+async def empty_layer(dut):
+    """n = 0 (momentum off and on): a frame of header and trailer only, err_code 0, done, and
+    not one request on either memory port; then an exact layer."""
+    from gradblock.codec.zrle import encode_frame
+    cases = load_engine_cases()
+    tb = Engine(dut, cases)
+    await tb_util.start_streams(dut)
+    for momentum in (False, True):
+        pool = fitting(cases, momentum)
+        if not pool:
+            continue
+        case = tb_util.medium_case(pool, 256)
+        cfg = {**tb.config(case), "n": 0, "n_blocks": 0}
+        assert expected_error(cfg) == ERR_OK, f"{case.name}: n = 0 refused by the model"
+        tb.clear_counts()
+        before = tb.done_seen
+        await tb.configure(cfg)
+        frame = await tb_util.recv(tb.frame, 7, f"{case.name} (n = 0): frame")
+        await tb.wait_done(before, 200, f"{case.name} (n = 0)")
+        rng = float(np.uint32(cfg["range_bits"]).view(np.float32))
+        want = encode_frame(np.zeros(0, np.int32), cfg["layer_id"], rng, cfg["lmax_log2"])
+        tb_util.check_words(case.name + " (n = 0)", "frame", want, frame.tdata)
+        tb_util.check_value(case.name + " (n = 0)", "err_code", ERR_OK, tb.status()["err_code"])
+        for port, beats in tb.port_beats.items():
+            assert not any(beats.values()), f"n = 0: {port} traffic {beats}"
+        frame, status, _ = await tb.run_layer(case)
+        tb.check(case, frame, status)
+
+
+@cocotb.test()
+async def nan_inputs(dut):
+    """NaN gradients (quiet and signalling, both signs) where a case's gradient is +-0: the
+    quantiser gives 0 with its nan flag, so frame, residual and counters are the case's own,
+    and nan_count counts them (the golden set carries NaN for the quantiser only: the
+    software step raises on it)."""
+    cases = load_engine_cases()
+    tb = Engine(dut, cases)
+    await tb_util.start_streams(dut)
+    nans = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFFFFFFFF, 0x7FBFFFFF], np.uint32)
+    ran = 0
+    for momentum in (False, True):
+        pool = [c for c in fitting(cases, momentum)
+                if ((c.arrays["grad_bits"].view(np.uint32) & 0x7FFFFFFF) == 0).sum() >= 2
+                and not c.arrays["quant_nan"].any()]
+        if not pool:
+            continue
+        case = tb_util.medium_case(pool, 2048)
+        g = case.arrays["grad_bits"].view(np.uint32).copy()
+        where = np.flatnonzero((g & 0x7FFFFFFF) == 0)[:len(nans)]
+        g[where] = nans[:where.size]
+        frame, status, _ = await tb.run_layer(case, grad=[g.tolist()])
+        flagged = case.arrays["quant_nan"].copy()
+        flagged[where] = 1
+        tb.check(tb_util.Case(case.name, case.meta, {**case.arrays, "quant_nan": flagged}),
+                 frame, status)
+        ran += 1
+    assert ran, "no fitting case has a +-0 gradient element to turn into NaN"
+
+
+@cocotb.test()
+async def gap_stall(dut):
+    """golden/cases.py's many_gaps layer (30 two-literal blocks, a zero run after each),
+    computed here from its spec, under frame back-pressure on 90 % of the cycles: the
+    encoder's 16-token queue fills, the beats behind a blocked gap fill the register slice in
+    front of the encoder, and the next gap beat has to wait (pass 2's C_GAP stall, which the
+    golden profiles, up to 70 %, do not reach). The layer must be exact."""
+    from gradblock.golden.cases import synthetic_specs
+    from gradblock.golden.compute import compute_case
+    from gradblock.refmodel.compress import compress_layer
+    spec = next(s for s in synthetic_specs(0) if s.name == "many_gaps")
+    meta, arrays = compute_case(spec, compress_layer)
+    case = tb_util.Case(spec.name, meta, arrays)
+    tb = Engine(dut, [case])
+    await tb_util.start_streams(dut)
+    tb_util.set_traffic(tb.inputs, tb.outputs, 0.0, 0.9, 11)
+    frame, status, _ = await tb.run_layer(case)
+    tb.check(case, frame, status)
+
+
+@cocotb.test()
 async def reset_in_every_state(dut):
     """A reset in every state of the engine's FSM (state_t: the configuration checks, both
     passes and the steps between them), a momentum layer under traffic in flight on both

@@ -69,7 +69,8 @@ DEDICATED_TESTS: dict[str, tuple[Dedicated, ...]] = {
     "compress_top": (_EDGE, Dedicated("config_errors,empty_layer,misplaced_tlast,"
                                       "reset_mid_stream,reset_in_every_state")),
     "compress_engine": (_EDGE, Dedicated("config_errors,misplaced_tlast,reset_mid_layer,"
-                                         "memory_errors,reset_in_every_state")),
+                                         "memory_errors,empty_layer,nan_inputs,gap_stall,"
+                                         "reset_in_every_state")),
     "aggregate_engine": (Dedicated("config_errors,reset_mid_layer,memory_errors,"
                                    "reset_in_every_state"),),
 }
@@ -142,7 +143,7 @@ def run_dedicated(mod: Dut, ded: Dedicated, tag: str, golden: Path, edge: Path |
     results = work / f"{mod.name}-{tag}-cases.json"
     results.unlink(missing_ok=True)
     coverage_dir.mkdir(parents=True, exist_ok=True)
-    env = {**mod.env, **dict(ded.env), "TB_TRAFFIC": COVERAGE_TRAFFIC,
+    env = {**mod.env, "TB_TRAFFIC": COVERAGE_TRAFFIC, **dict(ded.env),
            "TB_CASE_RESULTS": results, "TB_BINS": coverage_dir / f"{mod.name}-{tag}.bins"}
     if ded.vectors is not None:
         env["TB_GOLDEN_DIRS"] = str(edge if ded.vectors == "edge" else golden)
