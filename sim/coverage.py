@@ -199,6 +199,16 @@ def waiver_for(pt: Point, waivers=WAIVERS, _cache: dict | None = None) -> Waiver
     return None
 
 
+def relocate(points: dict[Point, int], src_dir: Path) -> dict[Point, int]:
+    """The points with each file that `src_dir` also holds (by name) named there instead."""
+    from dataclasses import replace
+    out: dict[Point, int] = defaultdict(int)
+    for pt, n in points.items():
+        there = Path(src_dir) / Path(pt.file).name
+        out[replace(pt, file=str(there)) if there.is_file() else pt] += n
+    return dict(out)
+
+
 def _pct(hit: int, total: int) -> float | None:
     return None if total == 0 else round(100.0 * hit / total, 2)
 

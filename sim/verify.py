@@ -321,6 +321,10 @@ def write_coverage(dat_dir: Path, out: Path, golden: Path, rows: list[Row],
     from . import coverage, functional_bins
     dats = sorted(dat_dir.glob("*.dat"))
     points = coverage.merge(dats)
+    if hw_dir is not None:
+        # a build reused from the cache (same bytes: the build key hashes them) names the
+        # files it was first compiled from; the snapshot holds those very bytes
+        points = coverage.relocate(points, hw_dir)
     passed: dict[str, set[str]] = {}
     for r in rows:
         if r.status == "pass":
