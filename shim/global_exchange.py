@@ -130,9 +130,7 @@ def global_hook(state: GlobalHookState, bucket: dist.GradBucket
             futs.append(dist.all_gather(gathered, msg, group=state.group,
                                         async_op=True).get_future())
     except Exception as e:
-        with state._lock:
-            if state.error is None:
-                state.error = e
+        state.keep_error(e)
         raise
     if state.timed:
         sync_device(buffer)
@@ -162,14 +160,9 @@ def global_hook(state: GlobalHookState, bucket: dist.GradBucket
                 raise RuntimeError(f"bucket buffer holds {buffer.numel()} elements, "
                                    f"its parameters {offset}")
         except Exception as e:
-            with state._lock:
-                if state.error is None:
-                    state.error = e
+            state.keep_error(e)
             raise
-        if state.timed:
-            sync_device(buffer)
-            with state._lock:
-                state.times.exchange_s += time.perf_counter() - t_sent
+        state.exchange_done(buffer, t_sent)
         return buffer
 
     return state.track(fut.then(done))

@@ -186,14 +186,9 @@ def gradblock_hook(state: GradblockHookState, bucket: dist.GradBucket
             averaged = decode_group(state.compressor, layers, messages())
             write_averages(grads, averaged)
         except Exception as e:
-            with state._lock:
-                if state.error is None:
-                    state.error = e
+            state.keep_error(e)
             raise
-        if state.timed:
-            sync_device(buffer)
-            with state._lock:
-                state.times.exchange_s += time.perf_counter() - t1
+        state.exchange_done(buffer, t1)
         return buffer
 
     return state.track(fut.then(decode))

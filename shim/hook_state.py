@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from .compressors import Compressor, LayerInfo, StepStats, WorkerState, layers_of
+from .device import sync_device
 from .workers import StepTimes
 
 
@@ -44,6 +45,20 @@ class HookState:
         self.times = StepTimes()
         self.padded_bytes = 0          # what the collectives moved for this rank, padding included
         self.error: BaseException | None = None   # the first error of this step
+
+    def keep_error(self, err: BaseException) -> None:
+        """Keep the step's first error: `backward()` re-raises it under its own class."""
+        with self._lock:
+            if self.error is None:
+                self.error = err
+
+    def exchange_done(self, buffer: torch.Tensor, t_sent: float) -> None:
+        """A bucket's exchange ended: with timing on, its seconds since `t_sent` (the device's
+        work on `buffer` included)."""
+        if self.timed:
+            sync_device(buffer)
+            with self._lock:
+                self.times.exchange_s += time.perf_counter() - t_sent
 
     def layer_of(self, param: torch.Tensor) -> LayerInfo:
         info = self._layer_by_param.get(id(param))

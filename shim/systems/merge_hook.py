@@ -147,10 +147,9 @@ class MergedHookState(GradblockHookState):
     def _fail(self, buckets: list[_Bucket], err: Exception) -> None:
         """Keep the first error (backward() re-raises it) and fail the waiting buckets, so
         DDP reports the error instead of waiting for ever."""
+        self.keep_error(err)
         failing = []
         with self._lock:
-            if self.error is None:
-                self.error = err
             for rec in buckets:
                 if not rec.failed and not rec.future.done():
                     rec.failed = True
