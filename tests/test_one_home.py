@@ -112,6 +112,11 @@ DOCUMENTED = [
     ("gradblock.refmodel.validation", "ParameterError"), ("gradblock.refmodel.validation", "LmaxError"),
     ("gradblock.shim.merge_measure", "measure_comm"),                            # moved to merge_apply
     ("gradblock.shim.outputs", "atomic_write"),
+    # docs/golden.md's "From Python" before the golden package (item 5), and its new paths
+    ("gradblock.refmodel.golden_format", "load_golden"), ("gradblock.golden_check", "check_golden"),
+    ("gradblock.golden_compute", "generate_golden"), ("gradblock.golden_cases", "real_specs"),
+    ("gradblock.golden.format", "load_golden"), ("gradblock.golden.check", "check_golden"),
+    ("gradblock.golden.compute", "generate_golden"),
 ]
 
 
