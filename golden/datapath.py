@@ -137,6 +137,17 @@ def edge_cases(rng: np.random.Generator) -> list[tuple[dict, dict]]:
     cases.append(make_case("dp_feedback_limits", g, r, block_size=12, k=2, layer_id=4,
                            description="residuals at the int32 limits: feedback saturation"))
 
+    # r + q exactly at the clamp's edges: +-QMAX and one past (+-2^31), one inside, and the
+    # widest sums both ways (q = +-QMAX from g = +-R, 0 from g = 0)
+    qv = {"p": 10.0, "m": -10.0, "z": 0.0}
+    pairs = [("p", 1), ("p", 0), ("p", -1), ("p", 2), ("m", -1), ("m", 0), ("m", 1), ("m", -2),
+             ("z", QMAX), ("z", -QMAX), ("z", -2**31), ("p", QMAX), ("m", -2**31), ("p", -2**31),
+             ("m", QMAX), ("z", 0)]
+    g = _f32([qv[a] for a, _ in pairs])
+    r = np.array([b for _, b in pairs], dtype=np.int64).astype(np.int32)
+    cases.append(make_case("dp_feedback_edges", g, r, block_size=4, k=2, layer_id=4,
+                           description="r + q at +-QMAX, +-2^31 and the widest sums"))
+
     g = rng.standard_normal((7, 13)).astype(np.float32)
     for label, bs, k in (("short_tail", 10, 3), ("one", 1, 5), ("over_n", 1000, 1),
                          ("k_over", 40, 9)):

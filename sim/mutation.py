@@ -87,7 +87,8 @@ _ENCODER = (
 CHECKS: dict[str, tuple[Check, ...]] = {
     "quantiser": (Check("quantiser", _STAGE_TESTS, {"UW": 1}),),
     "ef_add": (Check("ef_add", _STAGE_TESTS, {}),),
-    "momentum": (Check("momentum", "golden_cases,vector_cases,reset_mid_stream,throughput", {}),),
+    "momentum": (Check("momentum", "golden_cases,vector_cases,reset_mid_stream,throughput,"
+                           "clamp_boundaries", {}),),
     "block_l1": (Check("block_l1", _STAGE_TESTS, {}),),
     "topk_select": (Check("topk_select", "golden_cases,shuffled_order,random_ties,k_out_of_range,"
                           "reset_mid_stream,throughput", {"K_MAX": 16}),),
@@ -420,10 +421,18 @@ def _load_script(files: list[str], top: str, params: dict, name: str) -> list[st
             f"design -stash {name}"]
 
 
+# more parameter sets a proof must hold under: where a generate branch is only built for
+# other values than the checks' (topk_select's g_one, K_MAX 1, which tests/test_rtl_datapath.py
+# builds), a mutant there is equal under the checks' build and still a real change
+PROOF_PARAMETERS: dict[str, list[dict]] = {"topk_select": [{"K_MAX": 1}]}
+
+
 def equivalence_parameters(file: str) -> list[dict]:
     """The parameter sets a mutant of `file` must be proven equal under: those of every check
-    that builds the file's module as its top level, else the module's HDL defaults."""
+    that builds the file's module as its top level (else the module's HDL defaults), and
+    PROOF_PARAMETERS."""
     sets = [dict(c.parameters or {}) for c in CHECKS.get(file, ()) if c.dut == file]
+    sets += PROOF_PARAMETERS.get(file, [])
     out = []
     for s in sets or [{}]:
         if s not in out:
@@ -552,6 +561,10 @@ def mutation_main(argv: list[str]) -> int:
     p.add_argument("--no-prove", action="store_true",
                    help="do not try to prove survivors equivalent (yosys)")
     p.add_argument("--json", metavar="FILE", help="write every mutant and the score here")
+    p.add_argument("--recheck", metavar="FILE",
+                   help="a --json file of an earlier run: keep its killed and stillborn mutants "
+                        "(more tests only kill more) and run the others again (after new "
+                        "corner cases or tests); --modules/--per-module/--seed are not used")
     p.add_argument("--hw", metavar="DIR", default=str(HW_DIR),
                    help="the RTL to mutate (default: the installed hw/; e.g. a `git archive` of "
                         "a commit)")
@@ -562,8 +575,19 @@ def mutation_main(argv: list[str]) -> int:
         return 2
     hw_dir = Path(args.hw).resolve()
     vectors = [Path(v).resolve() for v in args.vectors]
-    mutants = choose(args.modules, args.per_module, args.seed, hw_dir)
-    print(f"{len(mutants)} mutants of {', '.join(args.modules)} on {args.sim} ({hw_dir}), "
+    if args.recheck:
+        earlier = json.loads(Path(args.recheck).read_text())
+        mutants = [Mutant(**m) for m in earlier["all"]]
+        for m in mutants:
+            m.note = note_for(m)
+        args.modules = sorted({m.file for m in mutants})
+        todo = [i for i, m in enumerate(mutants) if m.status not in ("killed", "stillborn")]
+        print(f"recheck of {args.recheck}: {len(todo)} of {len(mutants)} mutants run again",
+              flush=True)
+    else:
+        mutants = choose(args.modules, args.per_module, args.seed, hw_dir)
+        todo = list(range(len(mutants)))
+    print(f"{len(todo)} mutants of {', '.join(args.modules)} on {args.sim} ({hw_dir}), "
           f"{args.jobs} at a time", flush=True)
     t_start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gradblock-mutate-") as tmp:
@@ -583,6 +607,7 @@ def mutation_main(argv: list[str]) -> int:
 
         def one(i: int) -> Mutant:
             m = mutants[i]
+            m.status = m.detail = ""
             _run_isolated(m, vectors, args.sim, Path(tmp) / f"m{i}", hw_dir, args.cases,
                           args.timeout)
             if m.status == "survived" and not args.no_prove:
@@ -594,12 +619,15 @@ def mutation_main(argv: list[str]) -> int:
             return m
 
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            for m in pool.map(one, range(len(mutants))):
+            for i, m in zip(todo, pool.map(one, todo)):
                 done += 1
-                print(f"[{done}/{len(mutants)}] {m.status:<10} {m.label()}  ({m.detail[:200]}; "
+                print(f"[{done}/{len(todo)}] {m.status:<10} {m.label()}  ({m.detail[:200]}; "
                       f"{m.seconds:.0f} s)", flush=True)
                 if args.json:   # after every mutant: a long run stopped early keeps its results
-                    _write_json(args.json, mutants[:done], args, time.monotonic() - t_start)
+                    finished = set(todo[:done])
+                    _write_json(args.json, [x for j, x in enumerate(mutants)
+                                            if j not in todo or j in finished],
+                                args, time.monotonic() - t_start)
     s = score(mutants)
     print(f"\nmutation score {s['score']}% excluding {s['equivalent']} proven-equivalent "
           f"({s['killed']} killed of {s['counted']}); raw {s['raw_score']}%; "

@@ -132,3 +132,43 @@ async def throughput(dut):
     rx = await tb.run_case(case)
     tx = await tb_util.recv(mon, case.meta["n"], "input monitor")
     tb.check_rate(case, tx, rx)
+
+
+def boundary_cases() -> list[tb_util.Case]:
+    """Sums mul(m, u) + q exactly at the clamp's edges: +-QMAX and one past (+-2^31), one
+    inside, and the extremes (|v| near 2^32), for m_fix 0, 1, 32768 and 65535, and the
+    rounding edge of mul (|u| * m_fix + 2^15 landing exactly on a multiple of 2^16)."""
+    cases = []
+    targets = [QMAX - 1, QMAX, QMAX + 1, QMAX + 2, -QMAX + 1, -QMAX, -QMAX - 1, -QMAX - 2, 0]
+    for m_fix in (0, 1, 32768, 65535):
+        us, qs = [], []
+        for u in (0, 1, -1, 3, -3, 2**16, -2**16, 2**31 - 1, -2**31, 12345, -12345):
+            mul = int(scale_velocity(np.array([u], np.int64), m_fix)[0])
+            for v in targets:
+                q = v - mul
+                if -2**31 <= q < 2**31:
+                    us.append(u)
+                    qs.append(q)
+        us += [-2**31, 2**31 - 1, -2**31, 2**31 - 1]   # the widest sums both ways
+        qs += [-2**31, 2**31 - 1, 2**31 - 1, -2**31]
+        # |u| * m_fix + 2^15 = k 2^16 exactly (round half away from zero) and one below
+        if m_fix:
+            for k in (1, 2, 7, 1000):
+                for du in (0, -1, 1):
+                    u = (k * 2**16 - 2**15) // m_fix + du
+                    if 0 <= u < 2**31:
+                        us += [u, -u]
+                        qs += [0, 0]
+        n = len(us)
+        cases.append(_case(f"bounds_m{m_fix}", np.arange(n) * 7919 - 2**30, us, qs, m_fix))
+    return cases
+
+
+@cocotb.test()
+async def clamp_boundaries(dut):
+    """boundary_cases() under idle cycles and backpressure: the clamp's compares and the
+    saturation flag exactly at +-QMAX and +-2^31, and mul's rounding edge."""
+    tb = Bench(dut)
+    await tb_util.start_streams(dut)
+    await tb_util.golden_loop(dut, MODULE, boundary_cases(), tb.run_case, [tb.src], [tb.snk],
+                              (0.3, 0.3))
