@@ -204,3 +204,17 @@ def test_known_bug_is_killed_and_equivalent_survives(tmp_path):
     assert kept.status == "survived", kept.detail
     assert not (tmp_path / "a" / "build").exists()        # builds are removed after each mutant
     shutil.rmtree(tmp_path / "a", ignore_errors=True)
+
+
+def test_a_branch_built_only_for_other_parameters_is_not_equivalent():
+    """topk_select's `m_tlast = 1'b1` exists only when K_MAX = 1 (g_one): under the checks'
+    K_MAX 16 build a mutant there is trivially equal, so the proof must also hold under
+    K_MAX 1 (PROOF_PARAMETERS), where it is a real change."""
+    need_yosys()
+    text = (HW / "topk_select.sv").read_text()
+    m = next(m for m in mutation.sites(text, "topk_select")
+             if m.code == "assign m_tlast = 1'b1;" and m.before == "1'b1")
+    assert mutation.prove_equivalent(m, params=[{"K_MAX": 16}])[0]
+    assert {"K_MAX": 1} in mutation.equivalence_parameters("topk_select")
+    proven, how = mutation.prove_equivalent(m)
+    assert not proven and "K_MAX" in how and "1" in how, how
