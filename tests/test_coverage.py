@@ -59,6 +59,13 @@ def test_waivers_cover_only_their_points(tmp_path):
     # a waiver that matched nothing is reported, not silently kept
     unused = coverage.unused_waivers(coverage.parse_dat(dat))
     assert any("row_mask" in u for u in unused) and not any("steps32" in u for u in unused)
+    # points named in a snapshot directory that holds the file (verify --coverage's sources)
+    snap = tmp_path / "sources"
+    snap.mkdir()
+    (snap / "crc32_word.sv").write_bytes(crc.read_bytes())
+    moved = coverage.relocate(coverage.parse_dat(dat), snap)
+    assert {p.file for p in moved} == {str(snap / "crc32_word.sv")}
+    assert coverage.module_summary(moved)["crc32_word"]["line_waived"] == 50.0
     report = coverage.write_report([dat], tmp_path / "out", {"a": True, "b": False})
     assert "waivers_unused" in report and report["bins_missed"] == ["b"]
     assert "line*" in coverage.format_summary(report)
