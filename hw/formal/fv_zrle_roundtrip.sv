@@ -10,8 +10,9 @@
 //           the n-th and no beat beyond it; it reports no error; its header is the config
 //           (layer id, n, range bits, lmax_log2); `done` comes only after every value is out
 //           and after the frame's last word (t1, s_tlast) went in, and only once
-//   cover   frames of every n 0..N_MAX decode; a frame with a split literal run (L = LMAX) and
-//           one ending in zeros decode
+//   reach   (define REACH; a witness, abc bmc3) the bmc's model reaches `done`
+//   cover   (z3, CRCs kept) frames decode: n = 0, one literal, two literals, a zero then a
+//           literal (z3 does not get past step 14 within minutes: not a task)
 // The encoder is built with LMAX_LOG2_MAX = LMAX_LOG2 = 5 (its literal ring stays at 64 words;
 // with LMAX_LOG2_MAX = 24 the 2^25-word ring is past yosys's width limit). For n <= N_MAX = 4
 // every lmax_log2 >= 2 gives the same tokens (no nonzero run is longer than LMAX = 4), so
@@ -150,6 +151,10 @@ module fv_zrle_roundtrip (
                 assert (!done_seen && frame_in && {29'd0, out_cnt} == n_r);
                 assert (hdr_n == n_r);
             end
+`ifdef REACH
+            // the reach task: a frame is reported (done) in the bmc's own model (CRC cut)
+            assert (!done);
+`endif
             cover (done && n_r == 32'd0);
             cover (done && n_r == 32'd1 && vals[0] != 32'd0);
             cover (done && n_r == 32'd2 && lmax_r == 5'd1 && vals[0] != 32'd0
