@@ -127,3 +127,20 @@ def test_dedicated_tests_record_every_testbench_bin(tmp_path, golden_quick):
         recorded |= mine
     missed = sorted(n for n in wanted if n not in recorded)
     assert not missed, f"testbench bins no dedicated test recorded: {missed}"
+
+
+@pytest.mark.slow
+@pytest.mark.sim
+def test_a_dedicated_test_that_does_not_pass_is_a_failing_row(tmp_path, golden_quick):
+    """run_dedicated gives one row per cocotb test; a test that fails or never runs is a
+    fail / error row, which makes `verify` exit 1 like a failing golden case."""
+    from gradblock.sim.verify import Dedicated, run_dedicated
+    if simulator_available("verilator"):
+        pytest.skip("verilator unavailable")
+    mod = DUTS["quantiser"]
+    rows, report = run_dedicated(mod, Dedicated("reset_mid_stream,no_such_test"), "t",
+                                 golden_quick, None, tmp_path, tmp_path / "cov")
+    got = {r.case: r.status for r in rows}
+    assert got["[reset_mid_stream]"] == "pass", report
+    assert got["[no_such_test]"] == "error"
+    assert (tmp_path / "cov" / "quantiser-t.dat").is_file()
