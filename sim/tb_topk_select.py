@@ -163,3 +163,23 @@ async def throughput(dut):
         cycles = tb_util.frame_cycles(frame)
         tb_util.record_metric(MODULE, stream, case.name, words, cycles)
         assert cycles == words, f"{stream}: {words} words took {cycles} cycles"
+
+
+@cocotb.test()
+async def ready_after_reset(dut):
+    """No dead cycle after a reset: in the first cycle after rst is released s_tready is
+    already high (the flop's reset value), so a pair offered then is taken at once; then a
+    clean selection."""
+    from cocotb.triggers import ReadOnly, RisingEdge
+    tb = Bench(dut)
+    await tb_util.start_streams(dut)
+    for cycles in (1, tb_util.RESET_CYCLES):
+        dut.rst.value = 1
+        await ClockCycles(dut.clk, cycles)
+        dut.rst.value = 0
+        await ReadOnly()
+        assert dut.s_tready.value == 1, (
+            f"s_tready low in the first cycle after a {cycles}-cycle reset")
+        await RisingEdge(dut.clk)
+    case = max(tb_util.nonempty(tb_util.load_cases(MODULE)), key=lambda c: c.meta["n_blocks"])
+    await tb.select(case.name, case.arrays["block_norms"], int(case.meta["k_eff"]))
