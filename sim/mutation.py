@@ -448,7 +448,8 @@ def prove_equivalent(m: Mutant, hw_dir: Path = HW_DIR, timeout: float = 300.0,
     memories mapped to flip-flops, and every flip-flop cut into an input (Q) and an output
     (D) named after its register (`expose -evert-dff`), so both sides must have the same
     registers; then a miter of the two (`miter -equiv`: shared inputs, every output
-    compared), identical logic merged (`opt -fast`), and `sat -verify -prove trigger 0`: for
+    compared), identical logic merged (`opt -fast`), and `sat -verify -enable_undef
+    -set-def-inputs -prove trigger 0`: for
     any inputs and any register state, equal outputs and equal next states. By induction the
     mutant behaves as the original on every input sequence from any state both start in.
     Sound, not complete: a mutant that changes a register's contents in a way no output sees
@@ -477,7 +478,9 @@ def prove_equivalent(m: Mutant, hw_dir: Path = HW_DIR, timeout: float = 300.0,
                 "design -copy-from gold -as gold gold", "design -copy-from gate -as gate gate",
                 "miter -equiv -flatten -make_outputs -ignore_gold_x gold gate miter",
                 "hierarchy -top miter", "opt -fast",
-                "sat -verify -prove trigger 0 miter"]
+                # -enable_undef: -ignore_gold_x needs x modelled (without it a real
+                # difference can pass); -set-def-inputs: inputs and state are 0/1
+                "sat -verify -enable_undef -set-def-inputs -prove trigger 0 miter"]
             # yowasp's sandbox sees the working directory: relative paths only
             (tmpd / "eq.ys").write_text("\n".join(script) + "\n")
             try:

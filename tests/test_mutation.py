@@ -218,3 +218,14 @@ def test_a_branch_built_only_for_other_parameters_is_not_equivalent():
     assert {"K_MAX": 1} in mutation.equivalence_parameters("topk_select")
     proven, how = mutation.prove_equivalent(m)
     assert not proven and "K_MAX" in how and "1" in how, how
+
+
+def test_a_register_reset_to_another_value_is_not_equivalent():
+    """quantiser's `s3 <= t_low ? 6'd0 : ...` -> `6'd1` changes a register's next state: the
+    proof must find it (it once passed when x was not modelled beside -ignore_gold_x)."""
+    need_yosys()
+    text = (HW / "quantiser.sv").read_text()
+    m = next(m for m in mutation.sites(text, "quantiser")
+             if m.code.startswith("s3 <= t_low ? 6'd0") and m.before == "6'd0")
+    proven, how = mutation.prove_equivalent(m)
+    assert not proven and "counterexample" in how, how
