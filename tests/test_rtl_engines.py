@@ -40,7 +40,8 @@ QUICK_TRAFFIC = "0:0,0.5:0.6"
 FULL_TRAFFIC = "0:0,0.3:0,0:0.5,0.6:0.7"
 QUICK_MAX_N = 300
 ALL_TESTS = ("golden_cases", "config_errors", "misplaced_tlast", "reset_mid_layer",
-             "memory_errors", "throughput")
+             "memory_errors", "empty_layer", "nan_inputs", "gap_stall", "reset_in_every_state",
+             "throughput")
 
 
 def need(sim: str) -> None:
