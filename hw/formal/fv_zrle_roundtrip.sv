@@ -2,14 +2,17 @@
 // encoder-to-decoder round trip of docs/spec.md §3 for small n.
 //
 // One frame per run: the encoder takes one config beat (any layer id, any n <= N_MAX, any
-// range_bits the format accepts (float32 finite > 0), any lmax_log2 1..LMAX_LOG2), then n payload words of any value (zeros, literals, runs of each, at any valid
-// timing, held until taken). Its frame goes word by word into the decoder (which checks n
+// range_bits the format accepts (float32 finite > 0), any lmax_log2 1..LMAX_LOG2), then n
+// payload words of any value (zeros, literals, runs of each, at any valid timing, held until
+// taken). Its frame goes word by word into the decoder (which checks n
 // against the config) through a link that stalls at will; the decoder's output is taken at
 // will (one beat per value: RUN_OUT = 0).
 //   bmc     the decoder gives back exactly the encoder's inputs, in order, with m_tlast on
 //           the n-th and no beat beyond it; it reports no error; its header is the config
 //           (layer id, n, range bits, lmax_log2); `done` comes only after every value is out
-//           and after the frame's last word (t1, s_tlast) went in, and only once
+//           and after the frame's last word (t1, s_tlast) went in, and only once. With
+//           CUT_CRC (the .sby cuts both CRC units) a CRC mismatch at the frame's end is the one
+//           report allowed besides done
 //   reach   (define REACH; a witness, abc bmc3) the bmc's model reaches `done`
 //   cover   (z3, CRCs kept) frames decode: n = 0, one literal, two literals, a zero then a
 //           literal (z3 does not get past step 14 within minutes: not a task)
