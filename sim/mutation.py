@@ -108,6 +108,18 @@ EQUIVALENCE_NOTES: dict[tuple[str, str, str, str], str] = {
     ("momentum", "m_tdata = out_word[63:0]", "63", "64"):
         "equivalent: the 65-bit slice is assigned to the 64-bit m_tdata, which drops the added "
         "bit again",
+    ("topk_select", "a[47:0] >= b[47:0]}", ">=", ">"):
+        "argued equivalent, not proven: the lower halves {norm[15:0], ~index} are equal only "
+        "when a pair meets its own index, which never happens (a layer's indices are distinct "
+        "and empty slots are masked); the proof sees any register state and does not know it",
+    ("zrle_run_encoder", "head_z    = q_head[TW-2:LW]", "2", "3"):
+        "real but out of reach: drops bit 31 of a token's zero run z, seen only with a run of "
+        ">= 2^31 zero words (2^31 beats through zrle_encoder; only zrle_run_encoder's s_tcount "
+        "could carry it in one beat, and no testbench drives zrle_run_encoder alone)",
+    ("zrle_run_encoder", "lmax_log2  <= 5'd1", "5'd1", "5'd2"):
+        "argued equivalent, not proven: the reset value of a configuration register that the "
+        "config beat starting every frame overwrites before anything reads it; the proof "
+        "compares next states under reset too",
 }
 
 
