@@ -83,7 +83,7 @@ _ENCODER = (
 
 # datapath file -> the checks that judge its mutants: the golden cases of the block and the
 # tests tests/test_rtl_datapath.py, test_rtl_momentum.py and test_rtl_codec.py run on it
-# (Icarus's quick builds: quantiser UW 1, topk_select K_MAX 16)
+# (Icarus's builds: quantiser UW 1, topk_select K_MAX 16 and 1)
 CHECKS: dict[str, tuple[Check, ...]] = {
     "quantiser": (Check("quantiser", _STAGE_TESTS + ",config_extremes", {"UW": 1}),),
     "ef_add": (Check("ef_add", _STAGE_TESTS, {}),),
@@ -91,7 +91,9 @@ CHECKS: dict[str, tuple[Check, ...]] = {
                            "clamp_boundaries", {}),),
     "block_l1": (Check("block_l1", _STAGE_TESTS, {}),),
     "topk_select": (Check("topk_select", "golden_cases,shuffled_order,random_ties,k_out_of_range,"
-                          "reset_mid_stream,throughput,ready_after_reset", {"K_MAX": 16}),),
+                          "reset_mid_stream,throughput,ready_after_reset", {"K_MAX": 16}),
+                    # the K_MAX 1 build (its own g_one branch), as test_rtl_datapath runs it
+                    Check("topk_select", "golden_cases,k_out_of_range", {"K_MAX": 1})),
     "zrle_run_encoder": _ENCODER,
     "crc32_word": (Check("crc32_word", "known_values,random_streams", {}, None), *_ENCODER),
 }
