@@ -102,7 +102,10 @@ def expect_verdicts(verdicts: dict, cases: list[dict], stage: str, max_n: int | 
     the testbench states: an empty layer at a single stage, or a refusal by compress_top
     (checked separately: which cases, which code)."""
     want = {c["name"] for c in cases if stage in c["stages"] and (max_n is None or c["n"] <= max_n)}
-    assert set(verdicts) == want, (sorted(set(verdicts) ^ want))
+    assert want <= set(verdicts), sorted(want - set(verdicts))
+    # beside the golden cases, only the testbench's own (e.g. tb_quantiser's config_extremes)
+    extra = set(verdicts) - want
+    assert not extra & {c["name"] for c in cases}, sorted(extra & {c["name"] for c in cases})
     for name, v in verdicts.items():
         ok = v["status"] == "pass" or (v["status"] == "skip" and (
             "empty layer" in v["detail"] or v["detail"].startswith("refused as it must be")))
