@@ -209,9 +209,9 @@ module aggregate_engine #(
     // sees a registered ready, and the 32-bit `!= 0` of a beat is done on its way in
     axis_skid_buffer #(.W(66)) u_val_slice (
         .clk, .rst,
-        .s_data({dec_last, dec_val != 32'd0, dec_count, dec_val}), .s_valid(dec_valid),
-        .s_ready(dec_ready),
-        .m_data({val_last, val_nz, val_count, val}), .m_valid(val_valid), .m_ready(val_ready)
+        .s_tdata({dec_last, dec_val != 32'd0, dec_count, dec_val}), .s_tvalid(dec_valid),
+        .s_tready(dec_ready),
+        .m_tdata({val_last, val_nz, val_count, val}), .m_tvalid(val_valid), .m_tready(val_ready)
     );
 
     logic unused_dec;
@@ -303,7 +303,7 @@ module aggregate_engine #(
         .m_axi_arid, .m_axi_araddr, .m_axi_arlen, .m_axi_arsize, .m_axi_arburst,
         .m_axi_arvalid, .m_axi_arready, .m_axi_rdata, .m_axi_rvalid, .m_axi_rready,
         .r_fire(rd_push),
-        .m_data(rd_head), .m_valid(rd_valid), .m_ready(rd_pop), .credits_home(rd_home)
+        .m_tdata(rd_head), .m_tvalid(rd_valid), .m_tready(rd_pop), .credits_home(rd_home)
     );
 
     // a burst that was read waits here for its write address
@@ -389,9 +389,9 @@ module aggregate_engine #(
 
     axis_skid_buffer #(.W(65)) u_w_slice (
         .clk, .rst,
-        .s_data({wc_last, wc_zero ? 64'd0 : wc_sum + {{32{wc_lit[31]}}, wc_lit}}),
-        .s_valid(wc_valid), .s_ready(wb_ready),
-        .m_data({m_axi_wlast, m_axi_wdata}), .m_valid(m_axi_wvalid), .m_ready(m_axi_wready)
+        .s_tdata({wc_last, wc_zero ? 64'd0 : wc_sum + {{32{wc_lit[31]}}, wc_lit}}),
+        .s_tvalid(wc_valid), .s_tready(wb_ready),
+        .m_tdata({m_axi_wlast, m_axi_wdata}), .m_tvalid(m_axi_wvalid), .m_tready(m_axi_wready)
     );
     assign m_axi_wstrb = 8'hFF;
     assign w_fire = m_axi_wvalid && m_axi_wready;

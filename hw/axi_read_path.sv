@@ -51,9 +51,9 @@ module axi_read_path #(
     output logic              m_axi_rready,
     output logic              r_fire,         // an R beat was taken this cycle
     // the beats, in order
-    output logic [DATA_W-1:0] m_data,
-    output logic              m_valid,
-    input  logic              m_ready,
+    output logic [DATA_W-1:0] m_tdata,
+    output logic              m_tvalid,
+    input  logic              m_tready,
     output logic              credits_home    // no beat requested and not yet out of the FIFO
 );
     localparam int DEPTH = 1 << FIFO_AW;
@@ -143,13 +143,13 @@ module axi_read_path #(
         logic skid_ready;
         assign pop = !empty && skid_ready;
         axis_skid_buffer #(.W(DATA_W)) u_skid (
-            .clk, .rst, .s_data(fifo_head), .s_valid(!empty), .s_ready(skid_ready),
-            .m_data, .m_valid, .m_ready
+            .clk, .rst, .s_tdata(fifo_head), .s_tvalid(!empty), .s_tready(skid_ready),
+            .m_tdata, .m_tvalid, .m_tready
         );
     end else begin : g_head
-        assign m_data = fifo_head;
-        assign m_valid = !empty;
-        assign pop = m_valid && m_ready;
+        assign m_tdata = fifo_head;
+        assign m_tvalid = !empty;
+        assign pop = m_tvalid && m_tready;
     end
 
 `ifndef SYNTHESIS

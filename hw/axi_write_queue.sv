@@ -113,8 +113,8 @@ module axi_write_queue #(
         .pop(!lenq_empty && lq_ready), .rd_data(lenq_head), .full(lenq_full), .empty(lenq_empty)
     );
     axis_skid_buffer #(.W(8)) u_lenq_skid (
-        .clk, .rst, .s_data(lenq_head), .s_valid(!lenq_empty), .s_ready(lq_ready),
-        .m_data(lq_head), .m_valid(lq_valid), .m_ready(w_fire && m_axi_wlast)
+        .clk, .rst, .s_tdata(lenq_head), .s_tvalid(!lenq_empty), .s_tready(lq_ready),
+        .m_tdata(lq_head), .m_tvalid(lq_valid), .m_tready(w_fire && m_axi_wlast)
     );
 
     always_ff @(posedge clk) w_zeros <= zeros;

@@ -4,10 +4,10 @@
 // Here every signal that crosses is a register, and neither side waits on the other within a
 // cycle:
 //   sender    holds credits for the receiver's ring (2^AW words) and sends a word whenever it
-//             has one (s_ready = credits != 0); the word and its valid cross through a
+//             has one (s_tready = credits != 0); the word and its valid cross through a
 //             register and are written into the ring;
 //   receiver  counts the words in the ring from a registered "written" pulse
-//             (arrival_count), so m_valid (a flop) and the take are local; a take moves the
+//             (arrival_count), so m_tvalid (a flop) and the take are local; a take moves the
 //             ring's read pointer and goes back through a register to return its credit.
 // Words in flight + words in the ring <= 2^AW, so the ring never overflows. A credit comes
 // back 5 cycles after it was spent, so AW >= 3 sustains one word per cycle; latency 3 cycles.
@@ -22,12 +22,12 @@ module axis_credit_link #(
 ) (
     input  logic         clk,
     input  logic         rst,
-    input  logic [W-1:0] s_data,
-    input  logic         s_valid,
-    output logic         s_ready,
-    output logic [W-1:0] m_data,
-    output logic         m_valid,
-    input  logic         m_ready,
+    input  logic [W-1:0] s_tdata,
+    input  logic         s_tvalid,
+    output logic         s_tready,
+    output logic [W-1:0] m_tdata,
+    output logic         m_tvalid,
+    input  logic         m_tready,
     output logic         m_arrived
 );
     // ---- parameter checks: an illegal combination stops elaboration (docs/hw.md) ------------
@@ -54,9 +54,9 @@ module axis_credit_link #(
     logic [W-1:0]  ring [1 << AW];
     logic [AW-1:0] wr_ptr, rd_ptr;
 
-    assign s_ready = credits != '0;
-    assign m_data = ring[rd_ptr];
-    assign take = m_valid && m_ready;
+    assign s_tready = credits != '0;
+    assign m_tdata = ring[rd_ptr];
+    assign take = m_tvalid && m_tready;
     assign m_arrived = written;
 
     always_ff @(posedge clk) begin
@@ -68,20 +68,20 @@ module axis_credit_link #(
             wr_ptr <= '0;
             rd_ptr <= '0;
         end else begin
-            credits <= credits - (AW + 1)'(s_valid && s_ready) + (AW + 1)'(credit_back);
-            link_valid <= s_valid && s_ready;
+            credits <= credits - (AW + 1)'(s_tvalid && s_tready) + (AW + 1)'(credit_back);
+            link_valid <= s_tvalid && s_tready;
             if (link_valid) wr_ptr <= wr_ptr + 1'b1;
             written <= link_valid;
             if (take) rd_ptr <= rd_ptr + 1'b1;
             credit_back <= take;
         end
-        link_data <= s_data;          // loaded every cycle: only read where link_valid says
+        link_data <= s_tdata;          // loaded every cycle: only read where link_valid says
         if (link_valid) ring[wr_ptr] <= link_data;
     end
 
     // receiver side: the words in the ring it has been told of
     arrival_count #(.CW(AW + 1)) u_held (
-        .clk, .rst, .arrived(written), .take, .nonzero(m_valid)
+        .clk, .rst, .arrived(written), .take, .nonzero(m_tvalid)
     );
 
 `ifndef SYNTHESIS
@@ -93,8 +93,8 @@ module axis_credit_link #(
     always @(posedge clk) begin
         if (rst) chk_ring <= '0;
         else chk_ring <= chk_ring + (AW + 1)'(link_valid) - (AW + 1)'(take);
-        chk_stall <= !rst && m_valid && !m_ready;
-        chk_data  <= m_data;
+        chk_stall <= !rst && m_tvalid && !m_tready;
+        chk_data  <= m_tdata;
         if (!rst) begin
             // credits never exceed the ring nor go negative: spent + in flight + held = ring
             assert (credits <= DEPTH);
@@ -102,9 +102,9 @@ module axis_credit_link #(
                               + (AW + 1)'(credit_back)) == DEPTH);
             assert (chk_ring[AW-1:0] == wr_ptr - rd_ptr);
             // the receiver only offers words that are in the ring
-            assert (!m_valid || chk_ring != '0);
-            // a word offered on m stays offered, unchanged, until m_ready takes it
-            if (chk_stall) assert (m_valid && m_data == chk_data);
+            assert (!m_tvalid || chk_ring != '0);
+            // a word offered on m stays offered, unchanged, until m_tready takes it
+            if (chk_stall) assert (m_tvalid && m_tdata == chk_data);
         end
     end
 `endif

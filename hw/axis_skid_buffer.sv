@@ -1,6 +1,6 @@
 // Two-entry valid/ready register slice ("skid buffer").
-// s_ready is a register (high while the skid entry is empty), so nothing upstream sees a
-// combinational path from m_ready, yet one word per cycle flows when m_ready stays high: when
+// s_tready is a register (high while the skid entry is empty), so nothing upstream sees a
+// combinational path from m_tready, yet one word per cycle flows when m_tready stays high: when
 // the output register stalls, the word that was already offered lands in the skid entry.
 `resetall
 `default_nettype none
@@ -10,12 +10,12 @@ module axis_skid_buffer #(
 ) (
     input  logic         clk,
     input  logic         rst,
-    input  logic [W-1:0] s_data,
-    input  logic         s_valid,
-    output logic         s_ready,
-    output logic [W-1:0] m_data,
-    output logic         m_valid,
-    input  logic         m_ready
+    input  logic [W-1:0] s_tdata,
+    input  logic         s_tvalid,
+    output logic         s_tready,
+    output logic [W-1:0] m_tdata,
+    output logic         m_tvalid,
+    input  logic         m_tready
 );
     // ---- parameter checks: an illegal combination stops elaboration (docs/hw.md) ------------
     // (Icarus 11 has no elaboration tasks: there a module named after the rule is missing)
@@ -30,27 +30,27 @@ module axis_skid_buffer #(
     logic         skid_valid;
     logic         s_fire, main_free;
 
-    assign s_ready   = !skid_valid;
-    assign s_fire    = s_valid && s_ready;
-    assign main_free = !m_valid || m_ready;
+    assign s_tready   = !skid_valid;
+    assign s_fire    = s_tvalid && s_tready;
+    assign main_free = !m_tvalid || m_tready;
 
     always_ff @(posedge clk) begin
         if (rst) begin
-            m_valid    <= 1'b0;
+            m_tvalid    <= 1'b0;
             skid_valid <= 1'b0;
         end else if (main_free) begin
             // the output register refills from the older word first
-            m_valid    <= skid_valid || s_fire;
+            m_tvalid    <= skid_valid || s_fire;
             skid_valid <= 1'b0;
         end else if (s_fire) begin
             skid_valid <= 1'b1;
         end
         // data registers need no reset: they are only read while their valid flag is high
         if (main_free) begin
-            m_data <= skid_valid ? skid_data : s_data;
+            m_tdata <= skid_valid ? skid_data : s_tdata;
         end
         if (!main_free && s_fire) begin
-            skid_data <= s_data;
+            skid_data <= s_tdata;
         end
     end
 
@@ -60,13 +60,13 @@ module axis_skid_buffer #(
     logic [W-1:0] chk_data;
     initial chk_stall = 1'b0;
     always @(posedge clk) begin
-        chk_stall <= !rst && m_valid && !m_ready;
-        chk_data  <= m_data;
+        chk_stall <= !rst && m_tvalid && !m_tready;
+        chk_data  <= m_tdata;
         if (!rst) begin
-            // a word offered on m stays offered, unchanged, until m_ready takes it
-            if (chk_stall) assert (m_valid && m_data == chk_data);
+            // a word offered on m stays offered, unchanged, until m_tready takes it
+            if (chk_stall) assert (m_tvalid && m_tdata == chk_data);
             // the skid entry only fills behind a full output register
-            assert (!skid_valid || m_valid);
+            assert (!skid_valid || m_tvalid);
         end
     end
 `endif

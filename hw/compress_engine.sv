@@ -331,23 +331,23 @@ module compress_engine #(
         .m_axi_arid, .m_axi_araddr, .m_axi_arlen, .m_axi_arsize, .m_axi_arburst,
         .m_axi_arvalid, .m_axi_arready, .m_axi_rdata, .m_axi_rvalid, .m_axi_rready,
         .r_fire(res_push),
-        .m_data(rsk1_data), .m_valid(rsk1_valid), .m_ready(rsk1_ready),
+        .m_tdata(rsk1_data), .m_tvalid(rsk1_valid), .m_tready(rsk1_ready),
         .credits_home(res_home_unused)
     );
 
     logic        res_arrived_unused, rlo_valid, rlo_ready;
     logic [31:0] rlo_data;
     axis_credit_link #(.W(32)) u_res_link (
-        .clk, .rst, .s_data(rsk1_data), .s_valid(rsk1_valid), .s_ready(rsk1_ready),
-        .m_data(rlo_data), .m_valid(rlo_valid), .m_ready(rlo_ready),
+        .clk, .rst, .s_tdata(rsk1_data), .s_tvalid(rsk1_valid), .s_tready(rsk1_ready),
+        .m_tdata(rlo_data), .m_tvalid(rlo_valid), .m_tready(rlo_ready),
         .m_arrived(res_arrived_unused)
     );
     // a skid buffer after the link, by the join: the join's take (the encoder's in pass 2)
     // stays local, and the link sees the skid's registered ready (the take sent to the link's
     // ring pointer crossed the die: 7.0 ns on ECP5)
     axis_skid_buffer #(.W(32)) u_res_out (
-        .clk, .rst, .s_data(rlo_data), .s_valid(rlo_valid), .s_ready(rlo_ready),
-        .m_data(res_head), .m_valid(rsk_valid), .m_ready(rsk_take)
+        .clk, .rst, .s_tdata(rlo_data), .s_tvalid(rlo_valid), .s_tready(rlo_ready),
+        .m_tdata(res_head), .m_tvalid(rsk_valid), .m_tready(rsk_take)
     );
 
     // ---- velocity reads (momentum, pass 1 only): AR walker over [0, n), read path --------
@@ -380,7 +380,7 @@ module compress_engine #(
         .m_axi_arburst(m_axi_vel_arburst), .m_axi_arvalid(m_axi_vel_arvalid),
         .m_axi_arready(m_axi_vel_arready), .m_axi_rdata(m_axi_vel_rdata),
         .m_axi_rvalid(m_axi_vel_rvalid), .m_axi_rready(m_axi_vel_rready), .r_fire(vel_push),
-        .m_data(vsk1_data), .m_valid(vsk1_valid), .m_ready(vsk1_ready),
+        .m_tdata(vsk1_data), .m_tvalid(vsk1_valid), .m_tready(vsk1_ready),
         .credits_home(vel_home_unused)
     );
 
@@ -399,8 +399,8 @@ module compress_engine #(
     logic [QUANT_L:1] vclaim_d;       // v_claim delayed 1 .. QUANT_L cycles
     localparam int VL_AW = 5;         // the velocity link's ring: 2^5 words
     axis_credit_link #(.W(32), .AW(VL_AW)) u_vel_link (
-        .clk, .rst, .s_data(vsk1_data), .s_valid(vsk1_valid), .s_ready(vsk1_ready),
-        .m_data(vlo_data), .m_valid(vlo_valid), .m_ready(vel_take), .m_arrived(vel_arrived)
+        .clk, .rst, .s_tdata(vsk1_data), .s_tvalid(vsk1_valid), .s_tready(vsk1_ready),
+        .m_tdata(vlo_data), .m_tvalid(vlo_valid), .m_tready(vel_take), .m_arrived(vel_arrived)
     );
     assign vel_take = vclaim_d[QUANT_L];
     always_ff @(posedge clk) begin
@@ -533,8 +533,8 @@ module compress_engine #(
     assign a_pop = !aq_empty && ask_ready;
     axis_skid_buffer #(.W(34)) u_a_slice (
         .clk, .rst,
-        .s_data({aq_sat, aq_tlast, aq_tdata}), .s_valid(!aq_empty), .s_ready(ask_ready),
-        .m_data({a_sat, a_tlast, a_tdata}), .m_valid(a_tvalid), .m_ready(a_tready)
+        .s_tdata({aq_sat, aq_tlast, aq_tdata}), .s_tvalid(!aq_empty), .s_tready(ask_ready),
+        .m_tdata({a_sat, a_tlast, a_tdata}), .m_tvalid(a_tvalid), .m_tready(a_tready)
     );
 
     // credits: spent at the take and back as the element leaves its FIFO, each counted a cycle
@@ -592,8 +592,8 @@ module compress_engine #(
     // ~200 flops) and the fork's a_tready start from this slice's registered ready, not from
     // topk_select's ready (a 9.5 ns path across the die on ECP5 without it)
     axis_skid_buffer #(.W(97)) u_norm_slice (
-        .clk, .rst, .s_data({l1_tlast, l1_tdata}), .s_valid(l1_tvalid), .s_ready(l1_tready),
-        .m_data({norm_tlast, norm_tdata}), .m_valid(norm_tvalid), .m_ready(norm_tready)
+        .clk, .rst, .s_tdata({l1_tlast, l1_tdata}), .s_tvalid(l1_tvalid), .s_tready(l1_tready),
+        .m_tdata({norm_tlast, norm_tdata}), .m_tvalid(norm_tvalid), .m_tready(norm_tready)
     );
 
     logic [31:0] sel_tdata;
@@ -638,8 +638,8 @@ module compress_engine #(
 
     // the indices go in one every two cycles (index_sort registers its compares)
     index_sort #(.K_MAX(K_MAX)) u_sort (
-        .clk, .rst, .clear(sort_clear), .in_valid(sel_tvalid), .in_ready(sel_tready),
-        .in_value(sel_tdata), .busy(sort_busy), .pop(prep_rd_v0), .head(prep_pick)
+        .clk, .rst, .clear(sort_clear), .s_tvalid(sel_tvalid), .s_tready(sel_tready),
+        .s_tdata(sel_tdata), .busy(sort_busy), .pop(prep_rd_v0), .head(prep_pick)
     );
 
     // the flag counts, cleared at the layer's start (sort_clear: a flop, high in CHECK) and
@@ -813,8 +813,8 @@ module compress_engine #(
     logic [63:0] es_data;             // {count, word}
     logic        es_valid, es_ready;
     axis_skid_buffer #(.W(64)) u_enc_slice (
-        .clk, .rst, .s_data({enc_count, enc_data}), .s_valid(enc_valid), .s_ready(enc_ready),
-        .m_data(es_data), .m_valid(es_valid), .m_ready(es_ready)
+        .clk, .rst, .s_tdata({enc_count, enc_data}), .s_tvalid(enc_valid), .s_tready(enc_ready),
+        .m_tdata(es_data), .m_tvalid(es_valid), .m_tready(es_ready)
     );
     assign rsk_take = phase2 ? (c_in_lit && rsk_valid && enc_ready) : p1_pop;
     assign enc_cfg_valid = in_enc_cfg;

@@ -31,8 +31,8 @@ module ef_add #(
     if (REG_SUM) begin : g_reg_sum
         pipe_reg #(.W(34)) u_sum (
             .clk, .rst,
-            .in_data({s_tlast, sum_in}), .in_valid(s_tvalid), .in_ready(s_tready),
-            .out_data({sum_last, sum}), .out_valid(sum_valid), .out_ready(sum_ready)
+            .s_tdata({s_tlast, sum_in}), .s_tvalid(s_tvalid), .s_tready(s_tready),
+            .m_tdata({sum_last, sum}), .m_tvalid(sum_valid), .m_tready(sum_ready)
         );
     end else begin : g_comb_sum
         assign {sum_last, sum} = {s_tlast, sum_in};
@@ -46,8 +46,8 @@ module ef_add #(
     logic [33:0] out_word;
     pipe_reg #(.W(34)) u_out (
         .clk, .rst,
-        .in_data({over || under, sum_last, clamped}), .in_valid(sum_valid), .in_ready(sum_ready),
-        .out_data(out_word), .out_valid(m_tvalid), .out_ready(m_tready)
+        .s_tdata({over || under, sum_last, clamped}), .s_tvalid(sum_valid), .s_tready(sum_ready),
+        .m_tdata(out_word), .m_tvalid(m_tvalid), .m_tready(m_tready)
     );
     assign m_tuser = out_word[33];
     assign m_tlast = out_word[32];

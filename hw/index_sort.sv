@@ -11,7 +11,7 @@
 // is taken it is compared with every slot (K_MAX carry chains side by side) and the result is
 // registered; the cycle after that the slots take the value or their upper neighbour as the
 // registered compares say. The next value is taken in that same cycle, so its compare sees
-// the list with the previous value in it. in_ready is a flop; busy is high while a value is
+// the list with the previous value in it. s_tready is a flop; busy is high while a value is
 // still on its way into the list.
 `resetall
 `default_nettype none
@@ -22,9 +22,9 @@ module index_sort #(
     input  logic                  clk,
     input  logic                  rst,
     input  logic                  clear,
-    input  logic                  in_valid,
-    output logic                  in_ready,
-    input  logic           [31:0] in_value,
+    input  logic                  s_tvalid,
+    output logic                  s_tready,
+    input  logic           [31:0] s_tdata,
     output logic                  busy,
     input  logic                  pop,
     output logic           [31:0] head      // slot 0 (the smallest value not yet popped)
@@ -44,7 +44,7 @@ module index_sort #(
     logic [31:0]         value;       // the value being compared (held), then inserted (ins)
     logic                held, ins;
 
-    assign in_ready = !held;
+    assign s_tready = !held;
     assign busy = held || ins;
 
     for (genvar i = 0; i < K_MAX; i++) begin : g_keep
@@ -59,13 +59,13 @@ module index_sort #(
 
     always_ff @(posedge clk) begin
         keep_r <= keep;
-        if (in_valid && in_ready) value <= in_value;
+        if (s_tvalid && s_tready) value <= s_tdata;
         if (rst || clear) begin
             used <= '0;
             held <= 1'b0;
             ins <= 1'b0;
         end else begin
-            held <= in_valid && in_ready;
+            held <= s_tvalid && s_tready;
             ins <= held;
             if (ins) begin
                 for (int i = 0; i < K_MAX; i++) begin

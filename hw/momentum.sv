@@ -51,9 +51,9 @@ module momentum (
     logic [65:0] out_word;
     pipe_reg #(.W(66)) u_out (
         .clk, .rst,
-        .in_data({over || under, s_tlast, s_tdata[95:64], clamped}), .in_valid(s_tvalid),
-        .in_ready(s_tready),
-        .out_data(out_word), .out_valid(m_tvalid), .out_ready(m_tready)
+        .s_tdata({over || under, s_tlast, s_tdata[95:64], clamped}), .s_tvalid(s_tvalid),
+        .s_tready(s_tready),
+        .m_tdata(out_word), .m_tvalid(m_tvalid), .m_tready(m_tready)
     );
     assign m_tuser = out_word[65];
     assign m_tlast = out_word[64];

@@ -1,5 +1,5 @@
 // One valid/ready pipeline register (AXI4-Stream style, any payload width).
-// in_ready is high whenever the register is empty or is being emptied this cycle, so a
+// s_tready is high whenever the register is empty or is being emptied this cycle, so a
 // chain of these moves one word per cycle and never drops or duplicates under backpressure.
 `resetall
 `default_nettype none
@@ -9,12 +9,12 @@ module pipe_reg #(
 ) (
     input  logic         clk,
     input  logic         rst,
-    input  logic [W-1:0] in_data,
-    input  logic         in_valid,
-    output logic         in_ready,
-    output logic [W-1:0] out_data,
-    output logic         out_valid,
-    input  logic         out_ready
+    input  logic [W-1:0] s_tdata,
+    input  logic         s_tvalid,
+    output logic         s_tready,
+    output logic [W-1:0] m_tdata,
+    output logic         m_tvalid,
+    input  logic         m_tready
 );
     // ---- parameter checks: an illegal combination stops elaboration (docs/hw.md) ------------
     // (Icarus 11 has no elaboration tasks: there a module named after the rule is missing)
@@ -25,17 +25,17 @@ module pipe_reg #(
         $error("pipe_reg: W must be >= 1");
 `endif
     end
-    assign in_ready = !out_valid || out_ready;
+    assign s_tready = !m_tvalid || m_tready;
 
     always_ff @(posedge clk) begin
         if (rst) begin
-            out_valid <= 1'b0;
-        end else if (in_ready) begin
-            out_valid <= in_valid;
+            m_tvalid <= 1'b0;
+        end else if (s_tready) begin
+            m_tvalid <= s_tvalid;
         end
-        // data needs no reset: it is only looked at while out_valid is high
-        if (in_ready && in_valid) begin
-            out_data <= in_data;
+        // data needs no reset: it is only looked at while m_tvalid is high
+        if (s_tready && s_tvalid) begin
+            m_tdata <= s_tdata;
         end
     end
 
@@ -45,10 +45,10 @@ module pipe_reg #(
     logic [W-1:0] chk_data;
     initial chk_stall = 1'b0;
     always @(posedge clk) begin
-        chk_stall <= !rst && out_valid && !out_ready;
-        chk_data  <= out_data;
-        // a word offered on out stays offered, unchanged, until out_ready takes it
-        if (!rst && chk_stall) assert (out_valid && out_data == chk_data);
+        chk_stall <= !rst && m_tvalid && !m_tready;
+        chk_data  <= m_tdata;
+        // a word offered on out stays offered, unchanged, until m_tready takes it
+        if (!rst && chk_stall) assert (m_tvalid && m_tdata == chk_data);
     end
 `endif
 endmodule

@@ -120,7 +120,7 @@ module zrle_decoder #(
     axis_skid_buffer #(.W(IW)) u_in (
         .clk     (clk),
         .rst     (rst),
-        .s_data  ({s_tlast,
+        .s_tdata  ({s_tlast,
                    s_tdata == 32'd0,
                    s_tdata == gradblock_pkg::ZRLE_MAGIC,
                    s_tdata[7:0] == gradblock_pkg::ZRLE_VERSION,
@@ -130,12 +130,12 @@ module zrle_decoder #(
                    !s_tdata[31] && (s_tdata[30:23] != 8'hFF) && (s_tdata != 32'd0),
                    s_tdata > lmax,
                    s_tdata}),
-        .s_valid (s_tvalid && !hold),
-        .s_ready (slice_ready),
-        .m_data  ({in_last, in_zero, in_magic, in_version_ok, in_lmax_ok, in_range_ok, in_gt_lmax,
+        .s_tvalid (s_tvalid && !hold),
+        .s_tready (slice_ready),
+        .m_tdata  ({in_last, in_zero, in_magic, in_version_ok, in_lmax_ok, in_range_ok, in_gt_lmax,
                    w}),
-        .m_valid (in_valid),
-        .m_ready (p_ready)
+        .m_tvalid (in_valid),
+        .m_tready (p_ready)
     );
 
     assign s_tready = slice_ready && !hold;
@@ -338,12 +338,12 @@ module zrle_decoder #(
         axis_skid_buffer #(.W(65)) u_out (
             .clk     (clk),
             .rst     (rst),
-            .s_data  ({head[33], head[32] ? head[31:0] : 32'd1, emit_word}),
-            .s_valid (emit),
-            .s_ready (out_ready),
-            .m_data  ({m_tlast, m_tcount, m_tdata}),
-            .m_valid (m_tvalid),
-            .m_ready (m_tready)
+            .s_tdata  ({head[33], head[32] ? head[31:0] : 32'd1, emit_word}),
+            .s_tvalid (emit),
+            .s_tready (out_ready),
+            .m_tdata  ({m_tlast, m_tcount, m_tdata}),
+            .m_tvalid (m_tvalid),
+            .m_tready (m_tready)
         );
     end else begin : g_emit
         assign emit      = out_ready && (run_active || !queue_empty) && !flush_q;
@@ -355,12 +355,12 @@ module zrle_decoder #(
         axis_skid_buffer #(.W(33)) u_out (
             .clk     (clk),
             .rst     (rst),
-            .s_data  ({emit_last, emit_word}),
-            .s_valid (emit),
-            .s_ready (out_ready),
-            .m_data  ({m_tlast, m_tdata}),
-            .m_valid (m_tvalid),
-            .m_ready (m_tready)
+            .s_tdata  ({emit_last, emit_word}),
+            .s_tvalid (emit),
+            .s_tready (out_ready),
+            .m_tdata  ({m_tlast, m_tdata}),
+            .m_tvalid (m_tvalid),
+            .m_tready (m_tready)
         );
     end
 

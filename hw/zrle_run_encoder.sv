@@ -11,7 +11,7 @@
 //               enters the token queue.
 //   drain side  emits the header, then the queued tokens in order (z, L, literals read from the
 //               ring), then the trailer once the payload has ended and the queue is empty.
-//   output      an axis_skid_buffer: the drain side advances on its registered s_ready, so no
+//   output      an axis_skid_buffer: the drain side advances on its registered s_tready, so no
 //               path runs from m_tready to s_tready or cfg_ready.
 //
 // Buffering: L precedes the literals, so a token cannot leave before it closes and up to LMAX
@@ -313,12 +313,12 @@ module zrle_run_encoder #(
     axis_skid_buffer #(.W(33)) u_out (
         .clk     (clk),
         .rst     (rst),
-        .s_data  ({out_last, out_word}),
-        .s_valid (produce),
-        .s_ready (out_ready),
-        .m_data  ({m_tlast, m_tdata}),
-        .m_valid (m_tvalid),
-        .m_ready (m_tready)
+        .s_tdata  ({out_last, out_word}),
+        .s_tvalid (produce),
+        .s_tready (out_ready),
+        .m_tdata  ({m_tlast, m_tdata}),
+        .m_tvalid (m_tvalid),
+        .m_tready (m_tready)
     );
 
     // ---------------------------------------------------------------- sequential logic

@@ -112,10 +112,10 @@ def test_planted_bug_fails_the_proof(tmp_path):
     for f in ("axis_skid_buffer.sby", "fv_axis_skid_buffer.sv"):
         shutil.copy(formal.FORMAL_DIR / f, fdir / f)
     text = (deps.HW_DIR / "axis_skid_buffer.sv").read_text()
-    stall_load = "        if (main_free) begin\n            m_data <="
+    stall_load = "        if (main_free) begin\n            m_tdata <="
     assert stall_load in text
     (tmp_path / "axis_skid_buffer.sv").write_text(
-        text.replace(stall_load, "        begin\n            m_data <=", 1))
+        text.replace(stall_load, "        begin\n            m_tdata <=", 1))
     results = formal.run(["axis_skid_buffer"], formal_dir=fdir, tasks=["prove"],
                          log=lambda *_: None)
     assert [r.result for r in results] == ["FAIL"], [(r.result, r.detail) for r in results]

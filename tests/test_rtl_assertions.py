@@ -26,12 +26,12 @@ AXI_PORTS = [("compress_engine", "m_axi", "u_chk_axi"),
              ("compress_engine", "m_axi_vel", "u_chk_axi_vel"),
              ("aggregate_engine", "m_axi", "u_chk_axi")]
 _INPUT = re.compile(r"^\s*input\s+logic\s*(?:signed\s*)?(?:\[[^\]]*\]\s*)?(\w+)", re.M)
-STALL_LOAD = "        if (main_free) begin\n            m_data <="
+STALL_LOAD = "        if (main_free) begin\n            m_tdata <="
 
 TB = """module tb;
-    logic clk = 1'b0, rst = 1'b1, s_valid = 1'b0, m_ready = 1'b0;
-    logic [7:0] s_data = 8'd0, m_data;
-    logic s_ready, m_valid;
+    logic clk = 1'b0, rst = 1'b1, s_tvalid = 1'b0, m_tready = 1'b0;
+    logic [7:0] s_tdata = 8'd0, m_tdata;
+    logic s_tready, m_tvalid;
     axis_skid_buffer #(.W(8)) dut (.*);
     always #5 clk = ~clk;
     initial begin
@@ -39,9 +39,9 @@ TB = """module tb;
         rst <= 1'b0;
         repeat (40) begin
             @(posedge clk);
-            if (s_valid && s_ready) s_data <= s_data + 8'd1;
-            s_valid <= 1'b1;
-            m_ready <= ($urandom % 3) == 0;
+            if (s_tvalid && s_tready) s_tdata <= s_tdata + 8'd1;
+            s_tvalid <= 1'b1;
+            m_tready <= ($urandom % 3) == 0;
         end
         $display("TB DONE");
         $finish;
@@ -57,7 +57,7 @@ def _copies(tmp_path):
     good, bad, tb = tmp_path / "good.sv", tmp_path / "bad.sv", tmp_path / "tb.sv"
     good.write_text(text)
     bad.write_text(text.replace(STALL_LOAD, "        begin  // planted bug: reloads while stalled\n"
-                                            "            m_data <=", 1))
+                                            "            m_tdata <=", 1))
     tb.write_text(TB)
     return good, bad, tb
 

@@ -4,15 +4,15 @@
 module fv_axis_credit_link (
     input logic clk,
     input logic rst,
-    input logic s_valid,
-    input logic m_ready
+    input logic s_tvalid,
+    input logic m_tready
 );
     localparam int W = 5, AW = 2;
-    logic [W-1:0] n_in, n_out, m_data;
-    logic         s_ready, m_valid, m_arrived, s_stall;
+    logic [W-1:0] n_in, n_out, m_tdata;
+    logic         s_tready, m_tvalid, m_arrived, s_stall;
 
     axis_credit_link #(.W(W), .AW(AW)) dut (
-        .clk, .rst, .s_data(n_in), .s_valid, .s_ready, .m_data, .m_valid, .m_ready, .m_arrived
+        .clk, .rst, .s_tdata(n_in), .s_tvalid, .s_tready, .m_tdata, .m_tvalid, .m_tready, .m_arrived
     );
 
     initial assume (rst);
@@ -22,16 +22,16 @@ module fv_axis_credit_link (
             n_in <= '0;
             n_out <= '0;
         end else begin
-            if (s_valid && s_ready) n_in <= n_in + 1'b1;
-            if (m_valid && m_ready) n_out <= n_out + 1'b1;
+            if (s_tvalid && s_tready) n_in <= n_in + 1'b1;
+            if (m_tvalid && m_tready) n_out <= n_out + 1'b1;
         end
-        s_stall <= !rst && s_valid && !s_ready;
+        s_stall <= !rst && s_tvalid && !s_tready;
         if (!rst) begin
-            if (s_stall) assume (s_valid);
-            if (m_valid) assert (m_data == n_out);
+            if (s_stall) assume (s_tvalid);
+            if (m_tvalid) assert (m_tdata == n_out);
             assert (W'(n_in - n_out) <= W'(1 << AW));
-            cover (!s_ready);
-            cover (n_out == W'(6) && s_ready);
+            cover (!s_tready);
+            cover (n_out == W'(6) && s_tready);
         end
     end
 endmodule

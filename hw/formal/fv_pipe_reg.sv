@@ -3,15 +3,15 @@
 module fv_pipe_reg (
     input logic clk,
     input logic rst,
-    input logic in_valid,
-    input logic out_ready
+    input logic s_tvalid,
+    input logic m_tready
 );
     localparam int W = 4;
-    logic [W-1:0] n_in, n_out, out_data;
-    logic         in_ready, out_valid, in_stall;
+    logic [W-1:0] n_in, n_out, m_tdata;
+    logic         s_tready, m_tvalid, in_stall;
 
     pipe_reg #(.W(W)) dut (
-        .clk, .rst, .in_data(n_in), .in_valid, .in_ready, .out_data, .out_valid, .out_ready
+        .clk, .rst, .s_tdata(n_in), .s_tvalid, .s_tready, .m_tdata, .m_tvalid, .m_tready
     );
 
     initial assume (rst);
@@ -21,17 +21,17 @@ module fv_pipe_reg (
             n_in <= '0;
             n_out <= '0;
         end else begin
-            if (in_valid && in_ready) n_in <= n_in + 1'b1;
-            if (out_valid && out_ready) n_out <= n_out + 1'b1;
+            if (s_tvalid && s_tready) n_in <= n_in + 1'b1;
+            if (m_tvalid && m_tready) n_out <= n_out + 1'b1;
         end
-        in_stall <= !rst && in_valid && !in_ready;
+        in_stall <= !rst && s_tvalid && !s_tready;
         if (!rst) begin
-            if (in_stall) assume (in_valid);
-            if (out_valid) assert (out_data == n_out);
-            assert (out_valid == (n_in != n_out));
+            if (in_stall) assume (s_tvalid);
+            if (m_tvalid) assert (m_tdata == n_out);
+            assert (m_tvalid == (n_in != n_out));
             assert (W'(n_in - n_out) <= W'(1));
-            assert (!out_ready || in_ready);               // a taken word frees the slot
-            cover (in_valid && in_ready && out_valid && out_ready);
+            assert (!m_tready || s_tready);               // a taken word frees the slot
+            cover (s_tvalid && s_tready && m_tvalid && m_tready);
             cover (n_out == W'(4));
         end
     end
