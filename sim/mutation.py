@@ -118,6 +118,21 @@ EQUIVALENCE_NOTES: dict[tuple[str, str, str, str], str] = {
         "real but out of reach: drops bit 31 of a token's zero run z, seen only with a run of "
         ">= 2^31 zero words (2^31 beats through zrle_encoder; only zrle_run_encoder's s_tcount "
         "could carry it in one beat, and no testbench drives zrle_run_encoder alone)",
+    ("quantiser", "s3 <= t_low ? 6'd0", "6'd0", "6'd1"):
+        "argued equivalent, not proven: with t <= 0 the mantissa is 0 (P = 0 under any shift) "
+        "or the code saturates (shift_sat), so the shift amount s3 is never used; the register "
+        "itself differs, which the proof compares",
+    ("quantiser", "inf_in = exp_in == 8'hFF && s_tdata[22:0] == 23'd0", "0", "1"):
+        "argued equivalent, not proven: s_tdata[22:1] also flags the NaN 0x7F800001 as "
+        "infinite, but its NaN flag wins (code 0, no saturation count); the side-band register "
+        "differs, which the proof compares",
+    ("block_l1", "half = 5'd0;", "5'd0", "5'd1"):
+        "argued equivalent for legal configurations: differs only for cfg_block_size = 0, "
+        "which the block's contract excludes (>= 1); the proof takes any input",
+    ("zrle_run_encoder", "lit_cnt    <= '0", "'0", "'1"):
+        "argued equivalent, not proven (when it is the reset branch's): the reset value of the "
+        "open token's literal count, which the config beat starting every frame sets to 0 "
+        "again before a literal arrives",
     ("zrle_run_encoder", "lmax_log2  <= 5'd1", "5'd1", "5'd2"):
         "argued equivalent, not proven: the reset value of a configuration register that the "
         "config beat starting every frame overwrites before anything reads it; the proof "
