@@ -206,11 +206,15 @@ def simulator_version(sim: str) -> str:
 
 def build_key(toplevel: str, sim: str, parameters: dict | None, sources, args) -> str:
     """sha256 over everything a build depends on: top level, simulator and version, cocotb
-    version, parameters, flags and each source file's name and bytes (in order)."""
+    version and the folder of its libraries, parameters, flags and each source file's name and
+    bytes (in order). A Verilator model links cocotb's VPI library by its absolute path, so a
+    build made from another checkout's environment (one cache serves them all) is not reused:
+    with that environment gone it would not start."""
     import cocotb
     h = hashlib.sha256()
     head = {"format": BUILD_FORMAT, "toplevel": toplevel, "sim": sim, "waves": "--trace" in " ".join(args),
             "version": simulator_version(sim), "cocotb": getattr(cocotb, "__version__", "?"),
+            "cocotb_libs": str((Path(cocotb.__file__).parent / "libs").resolve()),
             "parameters": {k: str(v) for k, v in sorted((parameters or {}).items())},
             "args": list(args), "make": list(verilator_pch_make_args()) if sim == "verilator" else []}
     h.update(json.dumps(head, sort_keys=True).encode())

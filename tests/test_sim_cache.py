@@ -56,6 +56,21 @@ def test_build_key_follows_sources_flags_and_parameters(tmp_path):
     assert d() != first
 
 
+def test_build_key_follows_the_cocotb_environment(tmp_path, monkeypatch):
+    """A Verilator model links cocotb's VPI library by absolute path: a build made from another
+    environment's cocotb (another checkout's .venv, which may be gone) gets another key."""
+    import cocotb
+    src = tmp_path / "blk.sv"
+    src.write_text("module blk; endmodule\n")
+    key = lambda: harness.build_key("blk", "verilator", {}, [src], [])  # noqa: E731
+    here = key()
+    other = tmp_path / "other-venv" / "cocotb" / "__init__.py"
+    other.parent.mkdir(parents=True)
+    other.write_text("")
+    monkeypatch.setattr(cocotb, "__file__", str(other))
+    assert key() != here
+
+
 # ------------------------------------------------------------------ Verilator runtime cache
 def test_objcache_compiles_runtime_once(tmp_path, monkeypatch):
     """A compile of a file of the Verilator include directory runs once per flag set; a
