@@ -30,7 +30,14 @@ def verify_main(argv: list[str]) -> int:
     as its default vectors."""
     from gradblock.sim.verify import verify_main as run_verify
 
-    return run_verify(argv, make_golden=lambda out: generate(out, quick=True, progress=False))
+    def quick_set(out) -> None:
+        try:
+            generate(out, quick=True, progress=False)
+        except ImportError as e:
+            raise UsageError(f"the quick golden set's real-gradient cases need torch ({e}); "
+                             f"install the project's [torch] extra or pass --vectors DIR") from None
+
+    return run_verify(argv, make_golden=quick_set)
 
 
 def summary_table(cases: list[GoldenCase] | list[dict], results: list[CheckResult] | None = None

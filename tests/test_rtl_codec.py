@@ -240,3 +240,19 @@ def test_verify_rejects_bad_arguments(tmp_path, capsys):
     assert verify_main(["--sim", "icarus", "--vectors", str(tmp_path / "missing")]) == 2
     assert "gradblock verify:" in capsys.readouterr().err
     assert verify_main(["--sim", "questa"]) == 2          # argparse: invalid choice
+
+
+def test_verify_without_torch_for_its_default_vectors_is_a_named_error(monkeypatch, capsys):
+    """No --vectors: the quick set's real-gradient cases need torch; without it, one line and
+    exit 2 that says to pass --vectors, not a traceback."""
+    from gradblock import cli, golden_cli
+    if simulator_available("icarus"):
+        pytest.skip(f"icarus unavailable: {simulator_available('icarus')}")
+
+    def no_torch(*_a, **_k):
+        raise ImportError("No module named 'torch'")
+
+    monkeypatch.setattr(golden_cli, "generate", no_torch)
+    assert cli.main(["verify", "--sim", "icarus", "--modules", "ef_add"]) == 2
+    err = capsys.readouterr().err
+    assert "need torch" in err and "--vectors" in err and "Traceback" not in err
