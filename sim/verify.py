@@ -15,12 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from gradblock.codec import fileio
 from gradblock.codec.errors import UsageError
 from gradblock.golden.compute import generate_golden
 from gradblock.golden.format import load_exchange, load_golden
@@ -300,15 +300,32 @@ def verify_main(argv: list[str], make_golden: Callable[[Path], object] | None = 
     return 1 if counts["fail"] or counts["error"] else 0
 
 
+SNAPSHOT_MARKER = ".gradblock-snapshot"     # the names of the files the last snapshot wrote
+
+
 def snapshot_sources(dest: Path) -> Path:
     """Copy hw/*.sv to `dest` (what `verify --coverage` builds from): the line numbers in the
     coverage files, the annotated tree and the waivers' source text then all refer to the same
-    bytes, even if hw/ is edited while the run goes on. Returns `dest`."""
+    bytes, even if hw/ is edited while the run goes on. Returns `dest`.
+
+    Only files an earlier snapshot wrote (listed in its marker) are replaced or removed: a
+    `dest` holding anything else is the user's, and the run stops (UsageError) before
+    touching it."""
     dest.mkdir(parents=True, exist_ok=True)
-    for old in dest.glob("*.sv"):
-        old.unlink()
+    marker = dest / SNAPSHOT_MARKER
+    ours = set(marker.read_text().split()) if marker.is_file() else set()
+    foreign = sorted(p.name for p in dest.iterdir() if p.name != SNAPSHOT_MARKER and p.name not in ours)
+    if foreign:
+        raise UsageError(f"{dest} holds files gradblock did not write ({', '.join(foreign[:3])}"
+                         f"{', ...' if len(foreign) > 3 else ''}); name another --coverage DIR")
+    for name in ours:
+        if "/" not in name and name.endswith(".sv"):
+            (dest / name).unlink(missing_ok=True)
+    names = []
     for src in sorted(HW_DIR.glob("*.sv")):
         shutil.copyfile(src, dest / src.name)
+        names.append(src.name)
+    fileio.write_text(marker, "\n".join(names) + "\n")
     return dest
 
 

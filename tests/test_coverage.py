@@ -144,3 +144,27 @@ def test_a_dedicated_test_that_does_not_pass_is_a_failing_row(tmp_path, golden_q
     assert got["[reset_mid_stream]"] == "pass", report
     assert got["[no_such_test]"] == "error"
     assert (tmp_path / "cov" / "quantiser-t.dat").is_file()
+
+
+def test_snapshot_replaces_only_its_own_files(tmp_path):
+    """verify --coverage's source snapshot: a second run replaces what the first wrote; a
+    DIR/sources holding a file gradblock did not write stops the run and is left as it was."""
+    from gradblock.codec.errors import UsageError
+    from gradblock.sim.harness import HW_DIR
+    from gradblock.sim.verify import SNAPSHOT_MARKER, snapshot_sources
+    dest = tmp_path / "sources"
+    snapshot_sources(dest)
+    names = sorted(p.name for p in HW_DIR.glob("*.sv"))
+    assert sorted(p.name for p in dest.glob("*.sv")) == names
+    (dest / names[0]).write_text("stale copy")
+    snapshot_sources(dest)                          # its own files: replaced
+    assert (dest / names[0]).read_bytes() == (HW_DIR / names[0]).read_bytes()
+    users = tmp_path / "theirs"
+    users.mkdir()
+    (users / "mine.sv").write_text("module mine; endmodule\n")
+    (users / names[0]).write_text("their own edit")
+    with pytest.raises(UsageError, match="did not write"):
+        snapshot_sources(users)
+    assert (users / "mine.sv").read_text() == "module mine; endmodule\n"
+    assert (users / names[0]).read_text() == "their own edit"
+    assert not (users / SNAPSHOT_MARKER).exists()
