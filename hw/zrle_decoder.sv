@@ -116,6 +116,8 @@ module zrle_decoder #(
     logic          p_ready;         // the parse side takes the slice's word this cycle if valid
     logic          check_n_r;
     logic [31:0]   expected_n_r;
+    logic [31:0]   lmax;            // 2^LMAX_LOG2 of this frame (parse state, declared before
+                                    // the slice's compare reads it)
 
     axis_skid_buffer #(.W(IW)) u_in (
         .clk     (clk),
@@ -145,7 +147,6 @@ module zrle_decoder #(
     logic [4:0]  p_state;
     logic [4:0]  hdr_oh;            // one-hot: which header word comes next
     logic [31:0] widx;              // index in the frame of the word being offered
-    logic [31:0] lmax;              // 2^LMAX_LOG2 of this frame
     logic        n_mismatch;        // h3 != cfg_expected_n (decided at h4 when checked)
     logic [31:0] rem;               // values the tokens read so far leave to the frame (n - produced)
     logic        rem_zero;          // rem == 0
@@ -173,6 +174,8 @@ module zrle_decoder #(
     logic [QW-1:0] push_data;       // {[holds the n-th value, RUN_OUT only,] is_zero_run,
                                     //  value or run length}
     logic        push_last;         // this entry ends the frame's values
+    logic        flush_q;           // a cycle after a failed word: clear the queue, hold the emit
+                                    // side, report the error, send the parse side to drain (or idle)
 
     assign in_frame   = !p_state[4] && !p_state[3];     // HDR, Z, L, LIT, T0 or T1
     // flush_q: the previous word failed; the parse side pauses a cycle while it is unwound
@@ -299,8 +302,6 @@ module zrle_decoder #(
 
     // ---------------------------------------------------------------- queue and emit side
     logic        flush;             // the word (or t1 verdict) fails
-    logic        flush_q;           // a cycle later: clear the queue, hold the emit side, report
-                                    // the error, send the parse side to drain (or idle)
     logic        flush_last;        // the word (or t1) that flush judged carried s_tlast
     logic        hdr_pend;          // h4 was taken last cycle: hdr_valid unless it failed
     logic        pop;

@@ -6,7 +6,9 @@ from those tables -- and the narrow limits below), and an `iverilog -g2012` elab
 after a `resetall, verilog-axis style) and resets the directives at its end, so an undeclared
 net is an error and the setting does not leak into files compiled after it. Each is given exactly the files hw/deps.py resolves for that
 top (packages first), so a missing dependency in the resolver fails here. Packages are linted
-on their own too. (yosys synthesis is checked by tests/test_rtl_synth.py.)
+on their own too. Every file and every formal harness also passes slang (a strict IEEE 1800 front
+end, hw/slang_lint.py) with no error and no warning, per top, as a whole and per formal task.
+(yosys synthesis is checked by tests/test_rtl_synth.py.)
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import subprocess
 
 import pytest
 
-from gradblock.hw import deps, ecp5
+from gradblock.hw import deps, ecp5, slang_lint
 from gradblock.sim.duts import DUTS
 from gradblock.sim.harness import HW_DIR, setup_verilator
 
@@ -168,6 +170,44 @@ def test_iverilog_compiles(path, params, tmp_path):
     out = proc.stdout + proc.stderr
     bad = [line for line in out.splitlines() if "error" in line.lower() or "sorry" in line.lower()]
     assert proc.returncode == 0 and not bad, out[-3000:]
+
+
+def _need_pyslang():
+    pytest.importorskip("pyslang", reason="pyslang not installed (pip install 'gradblock[sim]')")
+
+
+@pytest.mark.parametrize("view", [pytest.param(v, id=v.name) for v in slang_lint.views()])
+def test_slang_clean(view):
+    """slang's default warning level: zero errors and zero warnings in every view."""
+    _need_pyslang()
+    report = slang_lint.check(view)
+    assert (report.errors, report.warnings) == (0, 0), report.text[-4000:]
+
+
+def test_slang_views_cover_everything():
+    names = {v.name for v in slang_lint.views()}
+    assert {f"top:{m.stem}" for m in MODULE_FILES} <= names
+    harnesses = set().union(*(v.files for v in slang_lint.views() if v.name.startswith("formal:")))
+    assert set(slang_lint.formal.FORMAL_DIR.glob("fv_*.sv")) <= harnesses
+
+
+def test_slang_refuses_what_the_lenient_tools_accept(tmp_path):
+    """The two faults slang found in this RTL (an identifier used before its declaration; an
+    implicit `.name` port joining signed to unsigned) are errors to it, so the check bites."""
+    _need_pyslang()
+    early = tmp_path / "early.sv"
+    early.write_text("module early (input logic a, output logic y);\n"
+                     "    assign y = a & late;\n    logic late;\n    assign late = a;\n"
+                     "endmodule\n")
+    r = slang_lint.check(slang_lint.View("early", (early,), "early"))
+    assert r.errors == 1 and "used before its declaration" in r.text, r.text
+    ports = tmp_path / "ports.sv"
+    ports.write_text("module leaf (input logic signed [7:0] k, output logic [7:0] y);\n"
+                     "    assign y = k;\nendmodule\n"
+                     "module ports (input logic [7:0] k, output logic [7:0] y);\n"
+                     "    leaf u (.k, .y);\nendmodule\n")
+    r = slang_lint.check(slang_lint.View("ports", (ports,), "ports"))
+    assert r.errors == 1 and "implicit-port-type-mismatch" in r.text, r.text
 
 
 # ------------------------------------------------------------------ the resolver on its own

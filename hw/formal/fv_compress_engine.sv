@@ -29,7 +29,7 @@ module fv_compress_engine (
     input logic [31:0] cfg_n_blocks,
     input logic [31:0] cfg_k,
     input logic [31:0] cfg_m,
-    input logic [31:0] cfg_k_shift,
+    input logic signed [31:0] cfg_k_shift,
     input logic [31:0] cfg_range_bits,
     input logic [31:0] cfg_layer_id,
     input logic  [4:0] cfg_lmax_log2,
