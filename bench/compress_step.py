@@ -57,7 +57,7 @@ class NumbaLayer(Impl):
     label = "numba compress_layer"
 
     def __init__(self, prep: Prepared):
-        fast = optional_module("gradblock.refmodel.fast")
+        fast = optional_module("gradblock.fastpath.fast")
         self.compress = require(fast, "compress_layer")
         self.work = [(g, r, i) for i, (g, r) in enumerate(zip(prep.workload.grads, prep.residuals))]
         self.cfg, self.k = prep.cfg, prep.k
@@ -72,7 +72,7 @@ class _NumbaInPlace(Impl):
     the step's input residuals before every run (untimed)."""
 
     def __init__(self, prep: Prepared):
-        self.fast = optional_module("gradblock.refmodel.fast")
+        self.fast = optional_module("gradblock.fastpath.fast")
         self.grads = prep.workload.grads
         self.initial = prep.residuals
         self.residuals = [r.copy() for r in prep.residuals]
@@ -121,7 +121,7 @@ class NumbaStep(_NumbaInPlace):
 
 class NumbaLayers(_NumbaInPlace):
     """compress_layers: every layer on a thread pool of the row's thread count (one thread for
-    a message below refmodel.fast.PARALLEL_MIN_ELEMENTS, as the library chooses)."""
+    a message below fastpath.fast.PARALLEL_MIN_ELEMENTS, as the library chooses)."""
     label = "numba compress_layers (thread pool over layers)"
 
     def __init__(self, prep: Prepared):
@@ -141,12 +141,12 @@ class NumbaLayers(_NumbaInPlace):
 class NumbaMessage(Impl):
     """compress_message: the model's gradient and residual each in one flat buffer (as a DDP
     bucket holds them), the whole step in one jitted call (with several threads and a message
-    of at least refmodel.fast.PARALLEL_MIN_ELEMENTS, one call per thread's group of tasks and
+    of at least fastpath.fast.PARALLEL_MIN_ELEMENTS, one call per thread's group of tasks and
     phase: step_schedule.run_message). The flat gradient is built once, untimed."""
     label = "numba compress_message (one call per message)"
 
     def __init__(self, prep: Prepared):
-        fast = optional_module("gradblock.refmodel.fast")
+        fast = optional_module("gradblock.fastpath.fast")
         plan_of, self.compress = require(fast, "message_plan", "compress_message")
         grads = prep.workload.grads
         self.plan = plan_of([g.shape for g in grads], k=prep.k)
@@ -205,7 +205,7 @@ def numba_call_overhead(ctx: BenchContext) -> float | None:
     """Seconds one compress_step call costs on a 1-element layer: the fixed per-layer price
     (argument checks, dispatch) that a model with many small layers pays once per layer."""
     try:
-        fast = optional_module("gradblock.refmodel.fast")
+        fast = optional_module("gradblock.fastpath.fast")
         step = require(fast, "compress_step")
     except Unavailable:
         return None

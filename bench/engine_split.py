@@ -183,7 +183,7 @@ def numba_layer_costs(shapes, repeats: int = 3, k: int = 1) -> list[float]:
     """ms per layer of the numba in-place compress step on one thread (median of repeats)."""
     import numpy as np                       # lazily: the planners above need neither numpy nor numba
 
-    from gradblock.refmodel import fast
+    from gradblock.fastpath import fast
     from gradblock.refmodel.quantiser import QuantConfig
     cfg = QuantConfig.from_range(10.0)
     rng = np.random.default_rng(0)

@@ -63,7 +63,7 @@ def run_job(job: str, seconds: float, threads: int, batch: int, out: str | None,
     import torch
 
     from gradblock.codec import zrle_numba
-    from gradblock.refmodel import fast
+    from gradblock.fastpath import fast
     from gradblock.refmodel.quantiser import QuantConfig, dequantise
     from gradblock.shim.models import build_model
 

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from gradblock.refmodel.vector_width import vector_width_in_use
+from gradblock.fastpath.vector_width import vector_width_in_use
 
 THREAD_ENV = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "NUMBA_NUM_THREADS", "NUMBA_THREADING_LAYER",
               "OPENBLAS_CORETYPE")

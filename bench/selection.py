@@ -32,7 +32,7 @@ def _coarse_numpy(prep: Prepared):
 
 
 def _coarse_numba(prep: Prepared):
-    fast = optional_module("gradblock.refmodel.fast")
+    fast = optional_module("gradblock.fastpath.fast")
     norms_fn, select_fn = require(fast, "block_norms", "select_blocks")
     work = [(s.acc, s.layout, s.k_eff) for s in prep.steps]
 

@@ -20,7 +20,7 @@ Public API (mirrors `codec.zrle`):
 * `check_frames(words, starts, ends, expected_n=None) -> (codes, word)`: validate many
   frames in one jitted loop (fuzzing, batch checks); 0 or the spec §3.5 code per frame.
 
-For jitted callers (refmodel.fast) the encoder is also exposed as a state machine:
+For jitted callers (fastpath.fast) the encoder is also exposed as a state machine:
 `enc_begin` writes the header, `enc_feed` / `enc_feed_zeros` stream payload words,
 `enc_end` closes the frame and returns its length.
 

@@ -237,9 +237,9 @@ def _numpy_backend() -> NumpyFamilyBackend:
 
 def _numba_backend() -> NumpyFamilyBackend:
     from gradblock.codec import zrle_numba
-    from gradblock.refmodel import fast
+    from gradblock.fastpath import fast
     return NumpyFamilyBackend("numba", fast.quantise, fast.compress_layer, zrle_numba,
-                              "gradblock.refmodel.momentum_numba")
+                              "gradblock.fastpath.momentum_numba")
 
 
 _FACTORIES: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {

@@ -142,7 +142,7 @@ def usage() -> str:
 
 def _dispatch(name: str, rest: list[str]) -> int:
     module, func, _ = COMMANDS[name]
-    from gradblock.refmodel.vector_width import choose_vector_width
+    from gradblock.fastpath.vector_width import choose_vector_width
     choose_vector_width()     # 512-bit numba vectors on AVX-512, before numba is imported
     return int(getattr(importlib.import_module(module), func)(rest) or 0)
 

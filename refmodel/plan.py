@@ -62,7 +62,7 @@ def max_step_words(n: int, block_size: int, k_eff: int) -> int:
     return min(max_frame_words(n), HEADER_WORDS + 3 * sel + 2 + TRAILER_WORDS)
 
 
-# Guarded pass 1 (refmodel.step_kernels.pass1_guarded) works in units of at most this many
+# Guarded pass 1 (fastpath.step_kernels.pass1_guarded) works in units of at most this many
 # elements and logs each unit whose feedback saturated as two int64 entries.
 UNDO_UNIT = 4096
 

@@ -126,12 +126,12 @@ def test_attempt_turns_errors_into_cells():
     assert ctx.attempt("ok", lambda: 3) == (3, None)
 
     def missing():
-        raise Unavailable("refmodel.fast not present")
+        raise Unavailable("fastpath.fast not present")
 
     def broken():
         raise AssertionError("layer 3: frame differs from the reference")
 
-    assert ctx.attempt("m", missing) == (None, f"{NOT_AVAILABLE}: refmodel.fast not present")
+    assert ctx.attempt("m", missing) == (None, f"{NOT_AVAILABLE}: fastpath.fast not present")
     value, cell = ctx.attempt("b", broken)
     assert value is None and cell.startswith("failed: AssertionError: layer 3")
     assert unmeasured(cell) and ctx.failures == ["b: AssertionError: layer 3: frame differs from "

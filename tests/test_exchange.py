@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from gradblock.codec import errors as E
 from gradblock.codec import zrle
-from gradblock.refmodel import compress, exchange, fast
+from gradblock.fastpath import fast
+from gradblock.refmodel import compress, exchange
 from gradblock.refmodel.quantiser import QMAX, QuantConfig, average
 from gradblock.refmodel.validation import ExpectedSizeError
 

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # folder -> namespace (pyproject.toml [tool.setuptools.package-dir])
 PACKAGES = {"codec": "gradblock.codec", "refmodel": "gradblock.refmodel",
             "golden": "gradblock.golden", "hw": "gradblock.hw",
+            "fastpath": "gradblock.fastpath",
             "sim": "gradblock.sim", "shim": "gradblock.shim", "bench": "gradblock.bench",
             "torchstep": "gradblock.torchstep", "gradblock": "gradblock"}
 SUBPACKAGES = {ns for ns in PACKAGES.values() if ns != "gradblock"}
@@ -29,14 +30,18 @@ CLI = "gradblock (the CLI package)"
 # them, so they may import only the wire-format layer (checked below). gradblock.fileio only
 # re-exports gradblock.codec.fileio, the atomic writer's home.
 SHARED = {"gradblock.fileio": "gradblock/fileio.py"}
-BELOW_SHIM = {"gradblock.codec", "gradblock.refmodel", "gradblock.golden", "gradblock.torchstep",
+BELOW_SHIM = {"gradblock.codec", "gradblock.refmodel", "gradblock.fastpath", "gradblock.golden",
+              "gradblock.torchstep",
               "gradblock.hw", "gradblock.sim"}
 
 # what each layered package may import of the project (besides itself)
 ALLOWED = {
     "codec": set(),
     "refmodel": {"gradblock.codec"},
-    "torchstep": {"gradblock.codec", "gradblock.refmodel"},
+    # the numba fast path: the reference's checks and plans, the codec's numba encoder
+    "fastpath": {"gradblock.codec", "gradblock.refmodel"},
+    # global selection on CPU tensors runs fastpath.global_numba on their memory
+    "torchstep": {"gradblock.codec", "gradblock.refmodel", "gradblock.fastpath"},
     # golden vectors: their file format, cases, computation and check (not the real-gradient
     # cases, which need the trained models: gradblock/realgrads.py injects those)
     "golden": {"gradblock.codec", "gradblock.refmodel"},

@@ -16,7 +16,7 @@ from gradblock.refmodel.compress import compress_layer
 from gradblock.refmodel.quantiser import QMAX, NonFiniteError, QuantConfig
 from gradblock.refmodel.validation import ShapeError
 
-numba_path = pytest.importorskip("gradblock.refmodel.momentum_numba",
+numba_path = pytest.importorskip("gradblock.fastpath.momentum_numba",
                                  reason="numba is not installed")
 torch = pytest.importorskip("torch", reason="torch is not installed")
 from gradblock.torchstep import momentum as tmom  # noqa: E402  (needs torch)

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gradblock.refmodel import compress, fast, momentum, momentum_numba
+from gradblock.fastpath import fast, momentum_numba
+from gradblock.refmodel import compress, momentum
 from gradblock.refmodel.plan import message_plan
 from gradblock.refmodel.quantiser import QMAX
 from gradblock.refmodel.selection import block_layout, block_norms, norm_shift

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from gradblock.codec import zrle, zrle_numba
 from gradblock.codec.errors import FrameError
-from gradblock.refmodel import compress, fast, step_schedule
+from gradblock.fastpath import fast, step_schedule
+from gradblock.refmodel import compress
 from gradblock.refmodel import validation as V
 from gradblock.refmodel.quantiser import QMAX, NonFiniteError, QuantConfig
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gradblock.refmodel import fast
+from gradblock.fastpath import fast
 from gradblock.refmodel import quantiser as Q
 from gradblock.refmodel.quantiser import QMAX, NonFiniteError, QuantConfig, RangeError
 

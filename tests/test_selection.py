@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gradblock.refmodel import compress, fast
+from gradblock.fastpath import fast
+from gradblock.refmodel import compress
 from gradblock.refmodel import selection as S
 from gradblock.refmodel import validation as V
 from gradblock.refmodel.quantiser import QMAX

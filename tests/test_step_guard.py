@@ -1,4 +1,4 @@
-"""The guarded pass 1 of the numba message step (refmodel.step_kernels.pass1_guarded): NaNs
+"""The guarded pass 1 of the numba message step (fastpath.step_kernels.pass1_guarded): NaNs
 are found in the same read as the step, so a NaN found late must be undone exactly, the
 residuals of saturated units included; and the step's thread count follows the message size."""
 from __future__ import annotations
@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gradblock.refmodel import compress, fast, step_schedule
-from gradblock.refmodel import step_kernels as K
+from gradblock.fastpath import fast, step_schedule
+from gradblock.refmodel import compress
+from gradblock.fastpath import step_kernels as K
 from gradblock.refmodel.plan import UNDO_UNIT, undo_log_size
 from gradblock.refmodel.quantiser import QMAX, NonFiniteError, QuantConfig, saturation_bits
 

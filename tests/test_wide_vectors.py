@@ -1,4 +1,4 @@
-"""512-bit numba vectors (refmodel.vector_width): when the `gradblock` command sets
+"""512-bit numba vectors (fastpath.vector_width): when the `gradblock` command sets
 NUMBA_CPU_FEATURES, that the on-disk cache keeps the two widths apart, and that every lean
 numba entry point gives the reference's bits when compiled for 512-bit vectors (in a child
 process: numba's configuration is per process)."""
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from gradblock.codec.errors import GradblockError
-from gradblock.refmodel import vector_width as VW
+from gradblock.fastpath import vector_width as VW
 from gradblock.refmodel.quantiser import quantise
 
 HERE = Path(__file__).resolve().parent

@@ -18,10 +18,11 @@ import numpy as np
 
 from gradblock.codec import zrle_numba
 from gradblock.codec.zrle import DEFAULT_LMAX_LOG2
-from gradblock.refmodel import compress, fast
+from gradblock.fastpath import fast
+from gradblock.refmodel import compress
 from gradblock.refmodel.plan import UNDO_UNIT
 from gradblock.refmodel.quantiser import QMAX, NonFiniteError
-from gradblock.refmodel.vector_width import WIDE_TUNING
+from gradblock.fastpath.vector_width import WIDE_TUNING
 
 R_VALUES = [10.0, 1.0, 1e-3, 0.05, 3e38, float(QMAX)]
 SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, 1e-45, -1e-45, 1.17549435e-38, 3.4e38, -3.4e38,

@@ -193,7 +193,7 @@ def prepare(plan: GlobalPlan, grads, residuals=None, velocities=None,
 
 def _prepare_host(plan: GlobalPlan, flat_g, flat_r, flat_u) -> GlobalPrep:
     """`prepare` on CPU tensors: one numba pass over their memory (zero copy)."""
-    from gradblock.refmodel.global_numba import prepare_group_kernel
+    from gradblock.fastpath.global_numba import prepare_group_kernel
     from gradblock.refmodel.quantiser import saturation_bits
     cfg = plan.cfg
     acc = torch.empty(plan.total, dtype=torch.int32)

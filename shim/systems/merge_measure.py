@@ -77,7 +77,7 @@ def measure_backward(model: torch.nn.Module, in_shape, batch: int, repeats: int,
 
 def measure_sparsify(model: torch.nn.Module, order, repeats: int, seed: int = 0):
     """Fit t_s(n) = a + b*n (ms) from the numba coarse step on each layer's shape; frame bytes."""
-    from gradblock.refmodel import fast
+    from gradblock.fastpath import fast
     from gradblock.refmodel.quantiser import QuantConfig
     params = dict(model.named_parameters())
     cfg = QuantConfig.from_range(10.0)
@@ -116,7 +116,7 @@ def measure(model_name: str, batch: int, repeats: int, comm_workers: int) -> tup
 # ------------------------------------------------------------- executing a plan for real
 
 def _bound_words(shape) -> int:
-    from gradblock.refmodel import fast
+    from gradblock.fastpath import fast
     n = int(np.prod(shape))
     return fast.max_step_words(n, n // shape[0] if len(shape) > 1 else 1, 1)
 
@@ -126,7 +126,7 @@ def _execute_worker(rank: int, world: int, init_file: str, model_name: str, batc
     """One rank: every plan's groups are compressed (one numba call per group) and all-gathered
     (one collective per group, async on gloo's thread) as soon as the group's last gradient is
     ready, overlapping the rest of backward, as the model assumes."""
-    from gradblock.refmodel import fast
+    from gradblock.fastpath import fast
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         torch.set_num_threads(1)

@@ -15,9 +15,10 @@ import threading
 import numba as nb
 import numpy as np
 
+from gradblock.refmodel.plan import undo_log_size
+from gradblock.refmodel.quantiser import NonFiniteError, QuantConfig, saturation_bits
+
 from . import step_kernels as K
-from .plan import undo_log_size
-from .quantiser import NonFiniteError, QuantConfig, saturation_bits
 
 
 def nan_error(gbits: np.ndarray, where: str) -> NonFiniteError | None:

@@ -1,7 +1,7 @@
 """The compress step in numba: bit-exact with `refmodel.compress.compress_layer` (spec §1–§4).
 
-The public API; the kernels are in `refmodel.step_kernels`, the thread scheduler in
-`refmodel.step_schedule`, argument checks in `refmodel.validation` (shared with the
+The public API; the kernels are in `fastpath.step_kernels`, the thread scheduler in
+`fastpath.step_schedule`, argument checks in `refmodel.validation` (shared with the
 reference, so both raise the same class in the same order) and the cached per-layer plan in
 `refmodel.plan`. Entry points, from most to least complete:
 
@@ -30,15 +30,16 @@ import numba as nb
 import numpy as np
 
 from gradblock.codec.zrle import DEFAULT_LMAX_LOG2
+from gradblock.refmodel.compress import LayerStep
+from gradblock.refmodel.plan import (MessagePlan, StepPlan, max_step_words, message_plan,
+                                     step_plan, undo_log_size)
+from gradblock.refmodel.quantiser import DEFAULT_RANGE, QuantConfig, QuantResult, saturation_bits
+from gradblock.refmodel.selection import BlockLayout, norm_shift
+from gradblock.refmodel.validation import (ShapeError, check_gradient, check_range,
+                                           check_residual, check_step)
 
 from . import step_kernels as K
-from .compress import LayerStep
-from .plan import (MessagePlan, StepPlan, max_step_words, message_plan, step_plan,
-                   undo_log_size)
-from .quantiser import DEFAULT_RANGE, QuantConfig, QuantResult, saturation_bits
-from .selection import BlockLayout, norm_shift
 from .step_schedule import Job, StepInfo, nan_error, run_message, thread_count
-from .validation import ShapeError, check_gradient, check_range, check_residual, check_step
 
 __all__ = ["compress_layer", "compress_step", "compress_layers", "quantise", "block_norms",
            "select_blocks", "StepInfo", "max_step_words", "LayerStep", "QuantResult",

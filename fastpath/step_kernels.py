@@ -1,6 +1,6 @@
 """The numba kernels of the compress step (spec §1–§4); no argument checks here.
 
-Callers (refmodel.fast, refmodel.step_schedule) validate everything through
+Callers (fastpath.fast, fastpath.step_schedule) validate everything through
 refmodel.validation first: these kernels trust B >= 1, B * n_blocks < 2**33, k_eff <=
 n_blocks, and out having max_step_words words from base.
 
@@ -18,9 +18,8 @@ import numba as nb
 import numpy as np
 
 from gradblock.codec.zrle_numba import enc_begin, enc_end, enc_feed, enc_feed_zeros
-
-from .plan import UNDO_UNIT
-from .quantiser import QMAX
+from gradblock.refmodel.plan import UNDO_UNIT
+from gradblock.refmodel.quantiser import QMAX
 
 ABS_MASK = 0x7FFFFFFF
 INF_BITS = 0x7F800000

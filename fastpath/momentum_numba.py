@@ -4,7 +4,7 @@ refmodel/momentum.py, same checks and errors in the same order.
 Two passes over the layer after the quantiser: one computes the velocity u', the feedback sum
 a and the block norms together; the other writes payload, residual and masked velocity once
 the blocks are chosen. The kernels are plain functions of arrays, so a fused compress step
-(refmodel/fast.py) can call `velocity_feedback_kernel` / `split_kernel` directly.
+(fastpath/fast.py) can call `velocity_feedback_kernel` / `split_kernel` directly.
 """
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ import numpy as np
 
 from gradblock.codec.zrle import DEFAULT_LMAX_LOG2
 from gradblock.codec.zrle_numba import encode_frame
+from gradblock.refmodel.momentum import (M_FRAC_BITS, ROUND_BIAS, MomentumConfig, MomentumStep,
+                                         check_inputs, plan_layer)
+from gradblock.refmodel.quantiser import DEFAULT_RANGE, QMAX, QuantConfig
+from gradblock.refmodel.selection import norm_shift
 
 from . import fast
-from .selection import norm_shift
 from .step_kernels import norm_term
-from .momentum import (M_FRAC_BITS, ROUND_BIAS, MomentumConfig, MomentumStep, check_inputs,
-                       plan_layer)
-from .quantiser import DEFAULT_RANGE, QMAX, QuantConfig
 
 __all__ = ["velocity_feedback_kernel", "split_kernel", "momentum_layer"]
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .momentum import M_FRAC_BITS, ROUND_BIAS
-from .quantiser import QMAX
+from gradblock.refmodel.momentum import M_FRAC_BITS, ROUND_BIAS
+from gradblock.refmodel.quantiser import QMAX
+
 from .step_kernels import ABS_MASK, INF_BITS, quantise_bits
 
 __all__ = ["prepare_group_kernel"]
