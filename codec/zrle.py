@@ -263,21 +263,28 @@ def decode_frame(words: np.ndarray, expected_n: int | None = None, start: int = 
     return Frame(head.layer_id, head.range_bits, lmax_log2, out, T, pos + TRAILER_WORDS)
 
 
-def decode_message(words: np.ndarray, expected_sizes: list[int] | None = None,
-                   decode_frame=decode_frame) -> list[Frame]:
-    """Decode concatenated frames (one per layer, in parameter order). `decode_frame` lets a
-    faster decoder with the same contract (codec.zrle_numba) reuse this walk."""
-    w, _, _ = check_decode_args(words)
+def walk_message(total: int, decode_at, expected_sizes: list[int] | None = None) -> list:
+    """The message walk every decoder shares (docs/spec.md §3.4): frames back to back over
+    `total` words, `decode_at(expected_n, start)` decoding the frame at word `start` (anything
+    with `n_words`), the frame count checked against `expected_sizes` with SizeMismatchError."""
     frames, at = [], 0
-    while at < w.size:
+    while at < total:
         i = len(frames)
         exp = None
         if expected_sizes is not None:
             if i >= len(expected_sizes):
                 raise E.SizeMismatchError(f"message has more than {len(expected_sizes)} frames", at)
             exp = expected_sizes[i]
-        frames.append(decode_frame(w, exp, at))
+        frames.append(decode_at(exp, at))
         at += frames[-1].n_words
     if expected_sizes is not None and len(frames) != len(expected_sizes):
         raise E.SizeMismatchError(f"message has {len(frames)} frames, expected {len(expected_sizes)}")
     return frames
+
+
+def decode_message(words: np.ndarray, expected_sizes: list[int] | None = None,
+                   decode_frame=decode_frame) -> list[Frame]:
+    """Decode concatenated frames (one per layer, in parameter order). `decode_frame` lets a
+    faster decoder with the same contract (codec.zrle_numba) reuse this walk."""
+    w, _, _ = check_decode_args(words)
+    return walk_message(w.size, lambda exp, at: decode_frame(w, exp, at), expected_sizes)

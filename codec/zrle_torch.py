@@ -264,16 +264,5 @@ def decode_message(words: torch.Tensor | np.ndarray, expected_sizes: list[int] |
     against `expected_sizes` as codec.zrle.decode_message does (the same walk and errors)."""
     words, _, _ = _check_args(words, None, 0)
     total = words.numel() if isinstance(words, torch.Tensor) else words.size
-    frames, at = [], 0
-    while at < total:
-        i = len(frames)
-        exp = None
-        if expected_sizes is not None:
-            if i >= len(expected_sizes):
-                raise E.SizeMismatchError(f"message has more than {len(expected_sizes)} frames", at)
-            exp = expected_sizes[i]
-        frames.append(decode_frame(words, exp, at, device=device, method=method))
-        at += frames[-1].n_words
-    if expected_sizes is not None and len(frames) != len(expected_sizes):
-        raise E.SizeMismatchError(f"message has {len(frames)} frames, expected {len(expected_sizes)}")
-    return frames
+    return zrle.walk_message(total, lambda exp, at: decode_frame(words, exp, at, device=device,
+                                                                 method=method), expected_sizes)
