@@ -11,7 +11,7 @@ from functools import lru_cache
 
 import torch
 
-__all__ = ["crc32_words", "crc32_words_tensor", "crc32_segments"]
+__all__ = ["crc32_words", "crc32_words_tensor", "crc32_segments", "crc32_spans"]
 
 _MASK32 = 0xFFFFFFFF
 _CRC_POLY = 0xEDB88320
@@ -43,9 +43,24 @@ def _gf2_apply(cols: tuple[int, ...], v: int) -> int:
     return out
 
 
+def _gf2_inverse(cols: tuple[int, ...]) -> tuple[int, ...]:
+    """The inverse of a 32x32 GF(2) matrix given by its columns (Gauss-Jordan). A32 is
+    invertible: multiplying by x**32 modulo the CRC polynomial, whose constant term is 1."""
+    # rows of [M | I] with M's rows read off its columns
+    rows = [(sum(((cols[j] >> i) & 1) << j for j in range(32)), 1 << i) for i in range(32)]
+    for c in range(32):
+        piv = next(r for r in range(c, 32) if (rows[r][0] >> c) & 1)
+        rows[c], rows[piv] = rows[piv], rows[c]
+        for r in range(32):
+            if r != c and (rows[r][0] >> c) & 1:
+                rows[r] = (rows[r][0] ^ rows[c][0], rows[r][1] ^ rows[c][1])
+    inv_rows = [rows[i][1] for i in range(32)]               # row i of the inverse
+    return tuple(sum(((inv_rows[i] >> j) & 1) << i for i in range(32)) for j in range(32))
+
+
 @lru_cache(maxsize=None)
-def _a32_power_cols(level: int) -> tuple[int, ...]:
-    """Columns (images of each basis bit) of A32^(2**level)."""
+def _a32_power_cols(level: int, inverse: bool = False) -> tuple[int, ...]:
+    """Columns (images of each basis bit) of A32^(2**level), or of its inverse."""
     if level == 0:
         cols = []
         for i in range(32):
@@ -53,20 +68,20 @@ def _a32_power_cols(level: int) -> tuple[int, ...]:
             for _ in range(32):
                 s = (s >> 1) ^ (_CRC_POLY if s & 1 else 0)
             cols.append(s)
-        return tuple(cols)
-    half = _a32_power_cols(level - 1)
+        return _gf2_inverse(tuple(cols)) if inverse else tuple(cols)
+    half = _a32_power_cols(level - 1, inverse)
     return tuple(_gf2_apply(half, c) for c in half)
 
 
-_A32_TABLES: dict[tuple[int, str], torch.Tensor] = {}
+_A32_TABLES: dict[tuple[int, bool, str], torch.Tensor] = {}
 
 
-def _a32_tables(level: int, device: torch.device) -> torch.Tensor:
-    """A32^(2**level) as four 256-entry byte tables (slice-by-4): by linearity the image of a
-    word is the XOR of its four bytes' images. int64 (4, 256) on `device`, cached."""
-    key = (level, str(device))
+def _a32_tables(level: int, device: torch.device, inverse: bool = False) -> torch.Tensor:
+    """A32^(2**level) (or its inverse) as four 256-entry byte tables (slice-by-4): by linearity
+    the image of a word is the XOR of its four bytes' images. int64 (4, 256) on `device`."""
+    key = (level, inverse, str(device))
     if key not in _A32_TABLES:
-        cols = _a32_power_cols(level)
+        cols = _a32_power_cols(level, inverse)
         tables = []
         for j in range(4):
             t = [0] * 256
@@ -78,9 +93,10 @@ def _a32_tables(level: int, device: torch.device) -> torch.Tensor:
     return _A32_TABLES[key]
 
 
-def _gf2_apply_tensor(level: int, v: torch.Tensor) -> torch.Tensor:
-    """Apply A32^(2**level) to each 32-bit value in int64 tensor v (four table gathers)."""
-    t = _a32_tables(level, v.device)
+def _gf2_apply_tensor(level: int, v: torch.Tensor, inverse: bool = False) -> torch.Tensor:
+    """Apply A32^(2**level) (or its inverse) to each 32-bit value in int64 tensor v (four table
+    gathers)."""
+    t = _a32_tables(level, v.device, inverse)
     return t[0][v & 0xFF] ^ t[1][(v >> 8) & 0xFF] ^ t[2][(v >> 16) & 0xFF] ^ t[3][(v >> 24) & 0xFF]
 
 
@@ -113,3 +129,52 @@ def crc32_segments(words: torch.Tensor, starts: list[int], ends: list[int],
         buf = memoryview(words.detach().contiguous().cpu().numpy()).cast("B")
         return [zlib.crc32(buf[4 * s:4 * e]) & _MASK32 for s, e in zip(starts, ends)]
     return [crc32_words_tensor(words[s:e]) for s, e in zip(starts, ends)]
+
+
+def _apply_power(v: torch.Tensor, d: torch.Tensor, levels: int, inverse: bool = False
+                 ) -> torch.Tensor:
+    """A32^d (or A32^-d) applied to each value of v, d >= 0 elementwise with d < 2**levels:
+    the binary digits of d pick the squarings (a fixed number of ops, whatever the values)."""
+    for b in range(levels):
+        v = torch.where(((d >> b) & 1).bool(), _gf2_apply_tensor(b, v, inverse), v)
+    return v
+
+
+def _prefix_xor(x: torch.Tensor) -> torch.Tensor:
+    """Inclusive prefix XOR along the last dimension (Hillis-Steele: log2 rounds)."""
+    s = 1
+    while s < x.shape[-1]:
+        y = x.clone()
+        y[..., s:] ^= x[..., :-s]
+        x, s = y, 2 * s
+    return x
+
+
+def crc32_spans(u: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
+    """CRC-32 of many spans of words at once, on the words' device, without a host sync:
+    u (rows, W) int64 holding uint32 word values, starts / ends (rows, S) int64 span bounds
+    [start, end) with 0 <= start < end <= W for real spans (others may hold anything and give
+    garbage). Returns (rows, S) int64 CRC values.
+
+    Each word j of a span [s, e) adds A32^(e - j)(word) to the span's raw value (the tree in
+    crc32_words_tensor, unrolled; the init folded into the first word). With exponents taken
+    against the row's end W instead, every word's term is independent of its span:
+    c_j = A32^(W - j)(v_j); a prefix XOR P of the c_j gives each span's XOR as P[e] ^ P[s],
+    which is A32^(W - e) of its raw value: one inverse power per span undoes it. The number
+    of torch ops depends only on log2(W), not on the number of spans."""
+    rows, W = u.shape
+    dev = u.device
+    S = starts.shape[1]
+    ok = (starts >= 0) & (starts < ends) & (ends <= W)
+    s_c = torch.where(ok, starts, torch.full_like(starts, W))
+    e_c = torch.where(ok, ends, torch.full_like(ends, W))
+    init = torch.zeros(rows, W + 1, dtype=torch.int64, device=dev)
+    init.scatter_(1, s_c, torch.full((rows, S), _MASK32, dtype=torch.int64, device=dev))
+    v = (u & _MASK32) ^ init[:, :W]
+    levels = max(1, (W + 1).bit_length())
+    d = W - torch.arange(W, dtype=torch.int64, device=dev)
+    c = _apply_power(v, d.expand(rows, W), levels)
+    P = torch.cat([torch.zeros(rows, 1, dtype=torch.int64, device=dev), _prefix_xor(c)], dim=1)
+    X = P.gather(1, e_c) ^ P.gather(1, s_c)
+    raw = _apply_power(X, W - e_c, levels, inverse=True)
+    return raw ^ _MASK32
