@@ -109,6 +109,11 @@ DUTS: dict[str, Dut] = {d.name: d for d in [
     # the golden "exchange" list: N worker frames -> int64 sums in an AxiRam (docs/hw.md)
     Dut("aggregate_engine", "aggregate_engine", _tb("aggregate_engine"), "exchange",
         arrays=("frames", "sums"), parameters={"ADDR_W": 32, "MAX_BURST": 16}),
+    # compress_engine behind its PeakRDL AXI4-Lite register block (hw/csr/, docs/registers.md):
+    # Verilator only (Icarus 11 lacks the block's unpacked structs), so not in verify; its
+    # files are hw/csr's plus the engine's: run(sources=gradblock.hw.csr.generate.sources())
+    Dut("compress_engine_axil", "compress_engine_axil", _tb("compress_engine_axil"),
+        parameters={"ADDR_W": 32, "K_MAX": 128, "LMAX_LOG2_MAX": 8}),
 ]}
 
 
