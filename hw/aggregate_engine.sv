@@ -284,6 +284,7 @@ module aggregate_engine #(
     always_ff @(posedge clk) begin
         if (rst) begin
             ar_slot_valid <= 1'b0;
+            ar_slot <= '0;              // no X on m_axi_araddr / arlen while idle
         end else if (desc_pop) begin
             ar_slot_valid <= 1'b1;
             ar_slot <= desc_head;
@@ -331,9 +332,13 @@ module aggregate_engine #(
     logic        b_none;
     assign b_none = b_pending == 32'd0;
 
-    assign aw_len = in_clear ? clr_len : awd_head[8:0];
+    // while the address queue is empty (its head unwritten RAM) AW shows the clear walker's
+    // registers, reset to 0: no X on AWADDR / AWLEN; awvalid is low then outside a clear
+    logic aw_from_clr;
+    assign aw_from_clr = in_clear || awd_empty;
+    assign aw_len = aw_from_clr ? clr_len : awd_head[8:0];
     assign m_axi_awid = 1'b0;
-    assign m_axi_awaddr = in_clear ? clr_addr : awd_head[DW-1:9];
+    assign m_axi_awaddr = aw_from_clr ? clr_addr : awd_head[DW-1:9];
     assign m_axi_awlen = 8'(aw_len - 9'd1);
     assign m_axi_awsize = 3'd3;
     assign m_axi_awburst = 2'b01;
@@ -379,9 +384,14 @@ module aggregate_engine #(
     always_ff @(posedge clk) begin
         if (rst) wc_valid <= 1'b0;
         else if (wc_ready) wc_valid <= wa_valid;
-        if (wc_ready && wa_valid) begin
+        if (rst) begin
+            wc_last <= 1'b0;            // the W slice takes {0, zeros} from reset: no X on W
+            wc_zero <= 1'b1;
+        end else if (wc_ready && wa_valid) begin
             wc_last <= wa_last;
             wc_zero <= wa_zero;
+        end
+        if (wc_ready && wa_valid) begin
             wc_sum <= wa_sum;
             wc_lit <= wa_lit;
         end
@@ -460,6 +470,8 @@ module aggregate_engine #(
             state <= IDLE;
             in_clear <= 1'b0;
             in_frames <= 1'b0;
+            clr_addr <= '0;
+            clr_len <= 9'd0;
             err_code <= gradblock_pkg::AGG_OK;
             err_word <= 32'd0;
             err_worker <= 32'd0;

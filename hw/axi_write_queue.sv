@@ -119,9 +119,11 @@ module axi_write_queue #(
 
     always_ff @(posedge clk) w_zeros <= zeros;
     assign m_axi_wvalid = lq_valid && (w_zeros || s_valid);
-    assign m_axi_wdata = w_zeros ? '0 : s_data;
+    // no X on W while no beat is offered (the data FIFO's and the length queue's heads are
+    // unwritten RAM until their first push): zeros and no wlast then; a beat sees no change
+    assign m_axi_wdata = (w_zeros || !s_valid) ? '0 : s_data;
     assign m_axi_wstrb = '1;
-    assign m_axi_wlast = w_beat == lq_head;
+    assign m_axi_wlast = lq_valid && w_beat == lq_head;
     assign w_fire = m_axi_wvalid && m_axi_wready;
     assign s_take = w_fire && !w_zeros;
     assign m_axi_bready = 1'b1;

@@ -75,6 +75,8 @@ module burst_walker #(
     always_ff @(posedge clk) begin
         if (rst) begin
             st <= IDLE;
+            req_addr <= '0;             // the AXI address and length ports show no X while idle
+            req_len <= 9'd0;
         end else if (start) begin
             st <= SEL;
             count_r <= count;

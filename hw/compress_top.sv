@@ -254,8 +254,14 @@ module compress_top #(
             rd_selected <= sel_mem[rd_block];
             rd_last <= rd_addr == n_a - 1'b1;
         end
-        if (fork_load) begin
-            fork_payload <= rd_selected ? rd_word : 32'd0;
+        if (fork_load) fork_payload <= rd_selected ? rd_word : 32'd0;
+    end
+    // a block of its own: the RAM read above keeps no reset; this port shows no X after reset
+    always_ff @(posedge clk) begin
+        if (rst) begin
+            m_res_tdata <= 32'd0;
+            m_res_tlast <= 1'b0;
+        end else if (fork_load) begin
             m_res_tdata <= rd_selected ? 32'd0 : rd_word;
             m_res_tlast <= rd_last;
         end

@@ -79,14 +79,13 @@ def views() -> list[View]:
     return out
 
 
-def check(view: View) -> Report:
-    """Parse and elaborate one view as the `slang` command would (its default warnings)."""
-    import pyslang
+def _driver(view: View, parameters: dict | None = None):
     from pyslang import driver
 
     d = driver.Driver()
     d.addStandardArgs()
     args = ["slang"] + [f"-D{x}" for x in view.defines]
+    args += [f"-G{k}={v}" for k, v in (parameters or {}).items()]
     if view.top:
         args += ["--top", view.top]
     args += [str(p) for p in view.files]
@@ -95,6 +94,25 @@ def check(view: View) -> Report:
         raise RuntimeError(f"slang refused its command line: {args}")
     if not d.processOptions():
         raise RuntimeError(f"slang refused its options: {args}")
+    return d
+
+
+def ports(top: str, parameters: dict | None = None) -> list[tuple[str, str, int]]:
+    """(name, "in" / "out" / "inout", width in bits) of every port of hw/ module `top` built
+    with `parameters` (the rest at their defaults), in declaration order."""
+    d = _driver(View(f"top:{top}", tuple(deps.sources(top)), top), parameters)
+    d.parseAllSources()
+    compilation = d.createCompilation()
+    inst = next(i for i in compilation.getRoot().topInstances if i.name == top)
+    kinds = {"In": "in", "Out": "out", "InOut": "inout"}
+    return [(p.name, kinds[p.direction.name], p.type.bitWidth) for p in inst.body.portList]
+
+
+def check(view: View) -> Report:
+    """Parse and elaborate one view as the `slang` command would (its default warnings)."""
+    import pyslang
+
+    d = _driver(view)
     client = pyslang.TextDiagnosticClient()
     d.diagEngine.addClient(client)
     d.parseAllSources()
