@@ -1,5 +1,5 @@
 """The fault matrix (docs/reliability.md): `gradblock train --ddp --elastic` under
-`torchrun --max-restarts`, one fault injected per run (shim/resilience.py's GRADBLOCK_FAULT),
+`torchrun --max-restarts`, one fault injected per run (shim/exchange/resilience.py's GRADBLOCK_FAULT),
 compared bit for bit with an uninterrupted run of the same seed.
 
 Every stderr line is timestamped as it arrives: time to detect is from the injector's
@@ -24,7 +24,7 @@ from functools import partial
 from pathlib import Path
 
 from gradblock.codec.errors import GradblockError, UsageError
-from gradblock.fileio import write_text
+from gradblock.codec.fileio import write_text
 
 KINDS = ("kill", "stop", "flip", "link")      # link: needs root and the namespace testbed
 _DETECT = re.compile(r"PeerLostError|CRC_MISMATCH|Error|failed \(exitcode")

@@ -39,11 +39,11 @@ class Workload:
 
 def fashion_mnist_batch(n: int, side: int, channels: int = 3):
     """The first n Fashion-MNIST training images and labels as torch tensors, normalised the
-    way training normalises them (shim.data), resized to side x side (bilinear) and repeated
+    way training normalises them (shim.setup.data), resized to side x side (bilinear) and repeated
     to `channels` channels."""
     import torch
     import torch.nn.functional as F
-    from gradblock.shim.data import load_dataset
+    from gradblock.shim.setup.data import load_dataset
     ds = load_dataset("fashion-mnist")
     x = torch.from_numpy(ds.x_train[:n])
     x = F.interpolate(x, size=(side, side), mode="bilinear", align_corners=False)
@@ -52,16 +52,16 @@ def fashion_mnist_batch(n: int, side: int, channels: int = 3):
 
 def fashion_mnist_available() -> str:
     """Why the Fashion-MNIST training set cannot be read here, or "" when it can."""
-    from gradblock.shim.data import FASHION_MNIST_DIR
+    from gradblock.shim.setup.data import FASHION_MNIST_DIR
     if not (FASHION_MNIST_DIR / "train-images-idx3-ubyte.gz").exists():
         return f"no Fashion-MNIST at {FASHION_MNIST_DIR}"
     return ""
 
 
 def torch_model(name: str, seed: int | None = 0):
-    """The torch module for a workload name (shim.models builds it); its parameters match
+    """The torch module for a workload name (shim.setup.models builds it); its parameters match
     bench.workloads exactly (tests/test_bench.py)."""
-    from gradblock.shim.models import build_model
+    from gradblock.shim.setup.models import build_model
     arch = W.architecture(name)
     in_channels = arch.shapes[0][1]
     return build_model(name, num_classes=arch.shapes[-1][0], in_shape=(in_channels, 64, 64),

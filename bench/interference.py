@@ -65,7 +65,7 @@ def run_job(job: str, seconds: float, threads: int, batch: int, out: str | None,
     from gradblock.codec import zrle_numba
     from gradblock.fastpath import fast
     from gradblock.refmodel.quantiser import QuantConfig, dequantise
-    from gradblock.shim.models import build_model
+    from gradblock.shim.setup.models import build_model
 
     torch.set_num_threads(threads)
     model_name, coarse = JOBS[job]

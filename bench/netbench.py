@@ -75,7 +75,7 @@ TTA_METHODS = ["allreduce", "fp16", "powersgd1", "dense", "coarse1-mc", "coarse-
 def accepted_by_train(opts: list[str]) -> bool:
     """Whether `gradblock train` parses these options (a method whose option is not there yet
     is skipped with a note)."""
-    from gradblock.shim.arguments import build_parser
+    from gradblock.shim.training.arguments import build_parser
     try:
         build_parser().parse_args(opts)
         return True
@@ -98,10 +98,10 @@ def run_plan(bed: Testbed, plan: list[tuple[str, list[str]]], rank_args: list[st
              timeout: float) -> tuple[dict[str, CellResult], list[dict]]:
     """Run the plan's methods one after the other in one rank process per worker of `bed`
     (the dataset loaded once). A failed rank stops every rank (TrainingError naming it, from
-    shim.peers.wait_ranks); the methods that finished are kept, the one that was running is
+    shim.exchange.peers.wait_ranks); the methods that finished are kept, the one that was running is
     reported as failed and the rest run again in fresh processes.
     Returns ({method: CellResult}, failures)."""
-    from gradblock.shim.peers import wait_ranks
+    from gradblock.shim.exchange.peers import wait_ranks
     n = bed.n_workers
     done: dict[str, CellResult] = {}
     failures: list[dict] = []
@@ -229,7 +229,7 @@ def plot(rows: list[dict], path: Path, title: str) -> Path:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from gradblock.fileio import atomic_open
+    from gradblock.codec.fileio import atomic_open
     ns = sorted({r["workers"] for r in rows})
     # slowest link first, unshaped last; one colour per method in every panel
     rates = sorted(dict.fromkeys(r["rate"] for r in rows),
@@ -262,7 +262,7 @@ def plot(rows: list[dict], path: Path, title: str) -> Path:
 
 
 def write_doc(section: str, doc: Path = DOC) -> None:
-    from gradblock.fileio import write_text as atomic_write_text
+    from gradblock.codec.fileio import write_text as atomic_write_text
     text = doc.read_text() if doc.exists() else ""
     block = f"{BEGIN}\n{section}\n{END}"
     if BEGIN in text and END in text:
@@ -429,7 +429,7 @@ def netbench_main(argv: list[str]) -> int:
             "".join(f"\nfailed: {f['method']} N={f['workers']} {f['rate']}: {f['message']}"
                     for f in failures)
         print(text)
-        from gradblock.fileio import write_text as atomic_write_text
+        from gradblock.codec.fileio import write_text as atomic_write_text
         if args.json:
             atomic_write_text(Path(args.json), json.dumps(
                 {"description": header, "rows": rows, "notes": notes, "failures": failures,
@@ -448,7 +448,7 @@ def netbench_main(argv: list[str]) -> int:
 def _tta(args, methods, rates, workers, notes, workdir: Path) -> int:
     from tqdm import tqdm
 
-    from gradblock.fileio import write_text as atomic_write_text
+    from gradblock.codec.fileio import write_text as atomic_write_text
     rate, n = rates[0], workers[0]
     runs = [(m, s) for m in methods for s in args.seeds]
     curves, failures = [], []
@@ -515,7 +515,7 @@ def plot_tta(curves: list[dict], path: Path, title: str) -> Path:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from gradblock.fileio import atomic_open
+    from gradblock.codec.fileio import atomic_open
     fig, ax = plt.subplots(figsize=(7, 4.5))
     colours = {}
     for c in curves:

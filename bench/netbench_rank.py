@@ -41,8 +41,8 @@ def main(argv: list[str]) -> int:
 
     import torch
 
-    from gradblock.shim.arguments import build_parser, config_from_args
-    from gradblock.shim.data import load_dataset
+    from gradblock.shim.training.arguments import build_parser, config_from_args
+    from gradblock.shim.setup.data import load_dataset
 
     torch.set_num_threads(1)
     plan = json.loads(Path(a.plan).read_text())
@@ -81,7 +81,7 @@ def resnet50_shapes() -> list[tuple[int, ...]]:
 
 
 def resnet20_shapes() -> list[tuple[int, ...]]:
-    from gradblock.shim.models import build_model
+    from gradblock.shim.setup.models import build_model
     m = build_model("resnet20", 10, (3, 32, 32))
     return [tuple(p.shape) for p in m.parameters() if p.requires_grad]
 
@@ -96,9 +96,9 @@ def run_shapes(a, cfg, train_args: list[str]) -> dict:
     import torch
     import torch.distributed as dist
 
-    from gradblock.shim.compressors import build_compressor, layers_of
-    from gradblock.shim.exchange import make_exchange
-    from gradblock.shim.peers import PEERS, build_peer, make_peer_exchange
+    from gradblock.shim.compress.compressors import build_compressor, layers_of
+    from gradblock.shim.exchange.modes import make_exchange
+    from gradblock.shim.exchange.peers import PEERS, build_peer, make_peer_exchange
 
     from .netns import read_counters
 
@@ -186,8 +186,8 @@ def run_one(a, cfg, train_args: list[str], dataset) -> dict:
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    from gradblock.shim.problem import epoch_shards, evaluate, worker_batch
-    from gradblock.shim.trainer import Trainer
+    from gradblock.shim.setup.problem import epoch_shards, evaluate, worker_batch
+    from gradblock.shim.training.trainer import Trainer
 
     from .netns import read_counters
 

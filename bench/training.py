@@ -1,8 +1,8 @@
 """Table 5: where a training step's time goes in the torch shim.
 
-ResNet-20 (shim.models) on Fashion-MNIST batches (resized to 32x32, 3 channels), N workers
-simulated in one process by shim.workers.SimulatedCluster with each compressor of
-shim.compressors. The cluster reports per step: compute (forward + backward, per worker),
+ResNet-20 (shim.setup.models) on Fashion-MNIST batches (resized to 32x32, 3 channels), N workers
+simulated in one process by shim.exchange.workers.SimulatedCluster with each compressor of
+shim.compress.compressors. The cluster reports per step: compute (forward + backward, per worker),
 compress (encode, per worker) and exchange (decode every worker's message and reduce: what each
 real worker does after its all-gather). The optimizer update is the rest of the step. In one
 process there is no network, so the all-gather itself costs nothing here; the last column
@@ -34,10 +34,10 @@ def _measure_cluster(name: str, device: str, n_workers: int, batch: int, k, R: f
     """Median per-step seconds of (compute, compress, exchange, update) and bytes per worker."""
     import torch
     import torch.nn.functional as F
-    models = optional_module("gradblock.shim.models")
-    comp = optional_module("gradblock.shim.compressors")
-    workers = optional_module("gradblock.shim.workers")
-    optim = optional_module("gradblock.shim.optim")
+    models = optional_module("gradblock.shim.setup.models")
+    comp = optional_module("gradblock.shim.compress.compressors")
+    workers = optional_module("gradblock.shim.exchange.workers")
+    optim = optional_module("gradblock.shim.exchange.optim")
     build_model = require(models, "build_model")
     layers_of, build_compressor = require(comp, "layers_of", "build_compressor")
     Cluster = require(workers, "SimulatedCluster")

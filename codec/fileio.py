@@ -1,7 +1,7 @@
 """Writing outputs safely: exactly the path asked, atomically, or a named refusal.
 
 Every file gradblock writes goes through here: the one atomic writer, in the bottom layer
-(gradblock.codec) so every layer may use it; `gradblock.fileio` and `gradblock.shim.outputs`
+(gradblock.codec) so every layer may use it; `gradblock.shim.outputs`
 re-export it. Policy about which paths may be written (directories, devices, links) lives in
 `check_output_path`; the write itself in `_atomic_temp`, the one function every writer below
 goes through. The data lands in a temporary file in the

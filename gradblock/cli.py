@@ -39,8 +39,8 @@ COMMANDS = {
     "mutate": ("gradblock.sim.mutation", "mutation_main", "mutation score of the golden set on the datapath RTL"),
     "formal": ("gradblock.hw.formal", "formal_main", "SymbiYosys proofs and covers of the RTL (hw/formal/)"),
     "synth": ("gradblock.hw.ecp5", "synth_main", "ECP5 place-and-route figures (or the generic yosys table)"),
-    "train": ("gradblock.shim.train", "train_main", "train one configuration with a compressor"),
-    "validate": ("gradblock.shim.validate", "validate_main", "dense vs topk vs dlgs vs coarse side by side"),
+    "train": ("gradblock.shim.training.train", "train_main", "train one configuration with a compressor"),
+    "validate": ("gradblock.shim.training.validate", "validate_main", "dense vs topk vs dlgs vs coarse side by side"),
     "bench": ("gradblock.bench.run", "bench_main", "benchmark tables -> docs/benchmarks.md"),
     "demo": ("gradblock.demo", "demo_main", "the main job on the embedded default"),
     "coded": ("gradblock.shim.systems.coded", "coded_main", "CSSGD coded exchange: exactness and load vs uncoded"),
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     had_dist = "torch.distributed" in sys.modules
     status = run_guarded(name, _dispatch, name, rest)
     if _started_collectives(had_dist):         # join gloo's threads before Python finalises
-        from gradblock.shim.process_group import end_process_group
+        from gradblock.shim.exchange.process_group import end_process_group
         end_process_group()
     return status
 

@@ -3,7 +3,7 @@ quantiser, the compress step and the ZRLE codec, as files.
 
 Arrays are .npy files (loaded without pickle); frames are raw little-endian uint32 words.
 Inputs are read with memory bounded by --max-elements (gradblock.npyio); outputs are written
-exactly where asked, atomically, after every output path has been checked (gradblock.fileio).
+exactly where asked, atomically, after every output path has been checked (gradblock.codec.fileio).
 Every user error (missing file, wrong dtype, NaN, malformed frame, a limit passed) prints one
 line `gradblock NAME: ...` on stderr and returns exit status 2 (gradblock.cli's policy).
 """
@@ -16,7 +16,8 @@ from typing import Callable
 
 import numpy as np
 
-from gradblock import fileio, momentum_step
+from gradblock import momentum_step
+from gradblock.codec import fileio
 from gradblock.backends import BACKEND_ENV, host_backend  # noqa: F401  (BACKEND_ENV re-exported)
 from gradblock.backends import BackendUnavailableError as BackendError  # noqa: F401  (the old name)
 from gradblock.codec import errors as frame_errors

@@ -178,7 +178,7 @@ def demo_main(argv: list[str]) -> int:
         steps += _run_jobs(jobs)
     if not args.skip_training:
         steps.append(_step("training validation (Fashion-MNIST, dense vs coarse k=1 + correction)",
-                           "gradblock.shim.validate", "validate_main",
+                           "gradblock.shim.training.validate", "validate_main",
                            ["validate", *VALIDATION_ARGS, "--out", str(out / "validate")]))
         steps[-1]["verified"] = ("coarse k=1 with momentum correction trains on real data "
                                  "through the bit-exact codec and meets validate's requirements "

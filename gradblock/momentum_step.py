@@ -12,7 +12,7 @@ import argparse
 
 import numpy as np
 
-from gradblock import fileio
+from gradblock.codec import fileio
 from gradblock.codec.errors import GradblockError
 from gradblock.npyio import read_npy
 from gradblock.refmodel.momentum import MomentumConfig, MomentumError, MomentumStep

@@ -70,8 +70,8 @@ def capture_real_gradients(cfg: RealGradConfig, compress_layer) -> RealGradients
     import torch
     import torch.nn.functional as F
 
-    from gradblock.shim.data import load_dataset
-    from gradblock.shim.models import build_model
+    from gradblock.shim.setup.data import load_dataset
+    from gradblock.shim.setup.models import build_model
 
     if cfg.source not in REAL_SOURCES:
         raise ValueError(f"real gradient source must be one of {', '.join(REAL_SOURCES)}, "

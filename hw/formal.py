@@ -293,7 +293,7 @@ def formal_main(argv: list[str]) -> int:
     results = run(args.modules, timeout_s=args.timeout, tasks=args.tasks, quick=args.quick)
     ok = bool(results) and all(r.result == "PASS" for r in results)
     if args.json:
-        from gradblock.fileio import write_text
+        from gradblock.codec.fileio import write_text
         doc = {"passed": ok, "seconds": round(time.monotonic() - t0, 1),
                "results": [asdict(r) for r in results]}
         write_text(Path(args.json), json.dumps(doc, indent=2) + "\n")

@@ -15,7 +15,7 @@ not grow with N.
 
 The per-worker pieces (`prepare_worker`, `norm_vector`, `check_sums`, `select_global`,
 `finish_worker`, `average_values`) are what a real worker runs around its two collectives; the
-torch implementation (torchstep/global_select.py) and the DDP hook (shim/global_exchange.py)
+torch implementation (torchstep/global_select.py) and the DDP hook (shim/exchange/global_exchange.py)
 follow them and are tested against `global_step` bit for bit.
 """
 from __future__ import annotations

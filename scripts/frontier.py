@@ -26,8 +26,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from gradblock.shim.config import TrainConfig  # noqa: E402
-from gradblock.shim.report import _mean_std  # noqa: E402
+from gradblock.shim.setup.config import TrainConfig  # noqa: E402
+from gradblock.shim.training.report import _mean_std  # noqa: E402
 
 CORR = dict(local_momentum=0.9, momentum=0.0, range=100.0)
 
@@ -74,8 +74,8 @@ def rows_for(args) -> list[tuple[str, str, dict]]:
 
 
 def run_all(args) -> list[dict]:
-    from gradblock.shim.data import load_dataset
-    from gradblock.shim.trainer import run_training
+    from gradblock.shim.setup.data import load_dataset
+    from gradblock.shim.training.trainer import run_training
     runs_dir = Path(args.out) / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     base = TrainConfig(data=args.data, model=args.model, epochs=args.epochs, workers=4,

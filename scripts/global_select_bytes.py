@@ -21,7 +21,7 @@ import argparse
 import json
 import sys
 
-from gradblock.shim.train import TrainConfig, run_training
+from gradblock.shim.training.train import TrainConfig, run_training
 
 
 def measure(n: int, exchange: str, steps: int) -> dict:
@@ -45,9 +45,9 @@ def timing(n: int = 4, repeats: int = 30) -> dict:
     import numpy as np
     import torch
 
-    from gradblock.shim import global_exchange as ge
-    from gradblock.shim.compressors import StepStats, WorkerState, build_compressor, layers_of
-    from gradblock.shim.models import build_model
+    from gradblock.shim.exchange import global_exchange as ge
+    from gradblock.shim.compress.compressors import StepStats, WorkerState, build_compressor, layers_of
+    from gradblock.shim.setup.models import build_model
     torch.set_num_threads(1)
     layers = layers_of(build_model("lenet5"))
     gen = torch.Generator().manual_seed(0)

@@ -2,7 +2,7 @@
 # The CUDA checks, for a machine with a GPU (docs/network.md, "The all_gather path"):
 #   1. every CUDA test with GRADBLOCK_REQUIRE_CUDA=1 (a CUDA test that skips fails instead);
 #   2. the DDP self-check on NCCL: every compressor through the hook vs the simulation on the
-#      same device, bit for bit, and a corrupted frame named (python -m gradblock.shim.ddp_check);
+#      same device, bit for bit, and a corrupted frame named (python -m gradblock.shim.exchange.ddp_check);
 #   3. one short validation on the GPU (gradblock validate --device cuda --quick);
 #   4. one netbench figure on the GPU when `gradblock netbench` takes --device.
 # Outputs under $GPU_CHECK_OUT (default: a new temporary directory). Exit status: the first failure's.
@@ -25,7 +25,7 @@ echo "== 2. DDP self-check on NCCL"
 ngpu=$(python -c 'import torch; print(min(2, torch.cuda.device_count()))')
 port=$(python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 python -m torch.distributed.run --nnodes 1 --nproc-per-node "$ngpu" --master-addr 127.0.0.1 \
-  --master-port "$port" -m gradblock.shim.ddp_check --out "$out/ddp_check" --device cuda \
+  --master-port "$port" -m gradblock.shim.exchange.ddp_check --out "$out/ddp_check" --device cuda \
   --corrupt-rank $((ngpu - 1))
 python - "$out/ddp_check" "$ngpu" <<'PY'
 import json, sys

@@ -30,10 +30,10 @@ def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    from gradblock.shim.models import build_model
-    from gradblock.shim.compressors import build_compressor, layers_of
-    from gradblock.shim.hook import register
-    from gradblock.shim.optim import GlobalMomentumSGD
+    from gradblock.shim.setup.models import build_model
+    from gradblock.shim.compress.compressors import build_compressor, layers_of
+    from gradblock.shim.exchange.hook import register
+    from gradblock.shim.exchange.optim import GlobalMomentumSGD
     model = build_model("lenet5", seed=0)
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     state = None

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from gradblock.shim.report import format_row_table, plot_acc_compression, write_json
+from gradblock.shim.training.report import format_row_table, plot_acc_compression, write_json
 
 
 def main(argv: list[str]) -> int:

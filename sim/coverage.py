@@ -322,7 +322,7 @@ def annotate(points: dict[Point, int], out_dir: Path) -> list[Path]:
 
 
 def _write(path: Path, text: str) -> None:
-    from gradblock.fileio import write_text       # atomic, refuses what it must
+    from gradblock.codec.fileio import write_text       # atomic, refuses what it must
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, text)
 

@@ -676,7 +676,7 @@ def mutation_main(argv: list[str]) -> int:
 
 
 def _write_json(path: str, mutants: list[Mutant], args=None, seconds: float = 0.0) -> None:
-    from gradblock.fileio import write_text
+    from gradblock.codec.fileio import write_text
     run = {} if args is None else {"argv": sys.argv[1:], "seconds": round(seconds),
                                    "modules": args.modules, "per_module": args.per_module,
                                    "seed": args.seed, "sim": args.sim}

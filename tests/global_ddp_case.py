@@ -1,5 +1,5 @@
 """torchrun entry for tests/test_global_exchange.py: the allreduce exchange (global block
-selection, shim/global_exchange.py) on a real gloo group.
+selection, shim/exchange/global_exchange.py) on a real gloo group.
 
     torchrun --nproc-per-node N -m global_ddp_case OUT_DIR
 
@@ -19,11 +19,11 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from gradblock.shim.compressors import build_compressor, layers_of
-from gradblock.shim.ddp_check import batches, make_model, same_on_all_ranks, snapshot
-from gradblock.shim.hook import register
-from gradblock.shim.optim import GlobalMomentumSGD
-from gradblock.shim.workers import SimulatedCluster
+from gradblock.shim.compress.compressors import build_compressor, layers_of
+from gradblock.shim.exchange.ddp_check import batches, make_model, same_on_all_ranks, snapshot
+from gradblock.shim.exchange.hook import register
+from gradblock.shim.exchange.optim import GlobalMomentumSGD
+from gradblock.shim.exchange.workers import SimulatedCluster
 
 CONFIGS = {
     "k2_dense_below": dict(k=2, dense_below=12),

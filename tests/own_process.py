@@ -61,5 +61,5 @@ def one_rank_gloo_group():
         try:
             yield
         finally:
-            from gradblock.shim.process_group import end_process_group
+            from gradblock.shim.exchange.process_group import end_process_group
             end_process_group()

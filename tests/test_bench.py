@@ -70,7 +70,7 @@ def test_torch_models_match_the_workload_shapes():
 @pytest.mark.torch
 def test_shim_resnet20_has_the_workload_shapes():
     pytest.importorskip("torch")
-    models = pytest.importorskip("gradblock.shim.models")
+    models = pytest.importorskip("gradblock.shim.setup.models")
     model = models.build_model("resnet20", num_classes=10, in_shape=(3, 32, 32))
     assert [tuple(p.shape) for p in model.parameters()] == workloads.resnet20().shapes
 
@@ -689,12 +689,12 @@ def test_cpu_clock_leaves_out_sleep_and_needs_one_thread():
 
 
 def test_bench_has_no_model_or_dataset_of_its_own():
-    """The models and data sets live in shim (shim.models, shim.data); bench builds on them
+    """The models and data sets live in shim (shim.setup.models, shim.setup.data); bench builds on them
     rather than keeping copies (a second ResNet or IDX reader drifts from the first)."""
     import ast
     from pathlib import Path
     pytest.importorskip("torch")
-    models = pytest.importorskip("gradblock.shim.models")
+    models = pytest.importorskip("gradblock.shim.setup.models")
     shim_models = {name for name, obj in vars(models).items()
                    if isinstance(obj, type) and issubclass(obj, models.nn.Module)}
     assert {"ResNet20", "ResNet50", "Bottleneck", "BasicBlock"} <= shim_models
@@ -706,4 +706,4 @@ def test_bench_has_no_model_or_dataset_of_its_own():
                 assert node.name not in shim_models, (path.name, node.name)
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 names = {a.name for a in node.names} | {getattr(node, "module", None) or ""}
-                assert "gzip" not in names, f"{path.name} reads files itself: use shim.data"
+                assert "gzip" not in names, f"{path.name} reads files itself: use shim.setup.data"

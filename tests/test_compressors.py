@@ -1,4 +1,4 @@
-"""shim/compressors.py, shim/optim.py, shim/workers.py and shim/state.py (single process)."""
+"""shim/compress/compressors.py, shim/exchange/optim.py, shim/exchange/workers.py and shim/exchange/state.py (single process)."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,11 +11,11 @@ from gradblock.codec import zrle  # noqa: E402
 from gradblock.refmodel.compress import compress_layer as ref_compress  # noqa: E402
 from gradblock.refmodel.quantiser import NonFiniteError, QuantConfig  # noqa: E402
 from gradblock.refmodel.quantiser import average as ref_average  # noqa: E402
-from gradblock.shim import compressors as C  # noqa: E402
-from gradblock.shim.optim import GlobalMomentumSGD  # noqa: E402
-from gradblock.shim.state import (CheckpointError, compressor_state, load_checkpoint, rank_path,  # noqa: E402
+from gradblock.shim.compress import compressors as C  # noqa: E402
+from gradblock.shim.exchange.optim import GlobalMomentumSGD  # noqa: E402
+from gradblock.shim.exchange.state import (CheckpointError, compressor_state, load_checkpoint, rank_path,  # noqa: E402
                         restore_compressor_state, save_checkpoint)
-from gradblock.shim.workers import SimulatedCluster  # noqa: E402
+from gradblock.shim.exchange.workers import SimulatedCluster  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -402,7 +402,7 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("name", ["topk", "dlgs", "coarse"])
 def test_compressor_state_is_checked_against_the_spec(name):
-    from gradblock.shim.state import check_compressor_state
+    from gradblock.shim.exchange.state import check_compressor_state
     comp = C.build_compressor(name, LAYERS, 2, density=0.2, k=2)
     _, _, _, states = run_workers(comp, steps=3)
     saved = compressor_state(comp, dict(enumerate(states)))
@@ -431,7 +431,7 @@ def test_compressor_parameters_raise_the_contracts_named_errors(name, kw, error)
     value raises the class every other entry point (CLI, kernels) raises."""
     from gradblock.codec import errors as codec_errors
     from gradblock.refmodel import validation
-    from gradblock.shim.compressors import build_compressor, layers_of
+    from gradblock.shim.compress.compressors import build_compressor, layers_of
     cls = getattr(validation, error, None) or getattr(codec_errors, error)
     model = torch.nn.Linear(4, 3)
     with pytest.raises(cls):

@@ -394,8 +394,8 @@ def test_decode_message(backend, ps, data, sizes):
 def real_gradients():
     """Three SGD steps of a small CNN on the digits data set: every parameter's gradient."""
     torch = pytest.importorskip("torch", reason="the real-gradient case trains a torch model")
-    from gradblock.shim.data import load_dataset
-    from gradblock.shim.models import build_model
+    from gradblock.shim.setup.data import load_dataset
+    from gradblock.shim.setup.models import build_model
     try:
         ds = load_dataset("digits")
     except Exception as e:                 # noqa: BLE001

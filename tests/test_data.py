@@ -1,4 +1,4 @@
-"""shim/data.py loaders (tiny synthetic IDX / CIFAR files written here) and shim/models.py."""
+"""shim/setup/data.py loaders (tiny synthetic IDX / CIFAR files written here) and shim/setup/models.py."""
 from __future__ import annotations
 
 import gzip
@@ -8,7 +8,7 @@ import struct
 import numpy as np
 import pytest
 
-from gradblock.shim import data as D
+from gradblock.shim.setup import data as D
 
 
 def idx_bytes(arr: np.ndarray, type_byte: int = 0x08) -> bytes:
@@ -223,7 +223,7 @@ def torch():
     ("resnet20", (3, 32, 32), 269722), ("conv64", (1, 8, 8), 48106),
     ("conv64", (1, 28, 28), 48106), ("lenet5", (3, 32, 32), None)])
 def test_model_forward_shapes(torch, name, in_shape, params):
-    from gradblock.shim.models import build_model
+    from gradblock.shim.setup.models import build_model
     model = build_model(name, 10, in_shape, seed=0)
     out = model(torch.zeros(3, *in_shape))
     assert out.shape == (3, 10)
@@ -233,14 +233,14 @@ def test_model_forward_shapes(torch, name, in_shape, params):
 
 @pytest.mark.torch
 def test_conv64_has_a_64x64x3x3_layer(torch):
-    from gradblock.shim.models import build_model
+    from gradblock.shim.setup.models import build_model
     shapes = [tuple(p.shape) for p in build_model("conv64", 10, (1, 8, 8)).parameters()]
     assert (64, 64, 3, 3) in shapes and (16, 8, 3, 3) in shapes
 
 
 @pytest.mark.torch
 def test_model_init_is_seeded_and_leaves_global_rng_alone(torch):
-    from gradblock.shim.models import build_model
+    from gradblock.shim.setup.models import build_model
     torch.manual_seed(123)
     before = torch.rand(1)
     torch.manual_seed(123)
@@ -256,7 +256,7 @@ def test_model_init_is_seeded_and_leaves_global_rng_alone(torch):
 
 @pytest.mark.torch
 def test_model_errors(torch):
-    from gradblock.shim.models import build_model
+    from gradblock.shim.setup.models import build_model
     with pytest.raises(ValueError, match="unknown model"):
         build_model("vgg", 10, (1, 8, 8))
     with pytest.raises(ValueError, match="too small"):

@@ -41,10 +41,10 @@ def torchrun(args: list[str], nproc: int = 2, timeout: int = 300) -> subprocess.
 
 @pytest.fixture(scope="module")
 def selfcheck(tmp_path_factory):
-    """One 2-process run of shim.ddp_check: every compressor for a few steps, tiny buckets,
+    """One 2-process run of shim.exchange.ddp_check: every compressor for a few steps, tiny buckets,
     an empty all_gather message, and a frame corrupted by rank 1."""
     out = tmp_path_factory.mktemp("ddp_check")
-    proc = torchrun(["gradblock.shim.ddp_check", "--out", str(out), "--corrupt-rank", "1"])
+    proc = torchrun(["gradblock.shim.exchange.ddp_check", "--out", str(out), "--corrupt-rank", "1"])
     reports = {}
     for r in range(2):
         path = out / f"rank{r}.json"
@@ -104,9 +104,9 @@ def test_hook_in_a_one_rank_group(case):
 
 
 def _hooked(name="coarse", seed=0, **kw):
-    from gradblock.shim.compressors import build_compressor, layers_of
-    from gradblock.shim.ddp_check import make_model
-    from gradblock.shim.hook import register
+    from gradblock.shim.compress.compressors import build_compressor, layers_of
+    from gradblock.shim.exchange.ddp_check import make_model
+    from gradblock.shim.exchange.hook import register
     model = make_model("cpu")
     ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.001)
     state = register(ddp, build_compressor(name, layers_of(model), 1, k=2), **kw)
@@ -120,7 +120,7 @@ def _batch(seed):
 
 def _train(model, ddp, state, seeds):
     import torch.nn.functional as F
-    from gradblock.shim.optim import GlobalMomentumSGD
+    from gradblock.shim.exchange.optim import GlobalMomentumSGD
     opt = GlobalMomentumSGD(model.parameters(), lr=0.1, momentum=0.9)
     grads = []
     for s in seeds:
@@ -137,9 +137,9 @@ def case_future_decodes():
     """The hook hands DDP a Future chained on the all_gather, whose value is the bucket's
     averaged gradient; training through it gives the bits of the registered hook."""
     with one_rank_gloo_group():
-        from gradblock.shim.compressors import build_compressor, layers_of
-        from gradblock.shim.ddp_check import make_model
-        from gradblock.shim.hook import GradblockHookState, gradblock_hook
+        from gradblock.shim.compress.compressors import build_compressor, layers_of
+        from gradblock.shim.exchange.ddp_check import make_model
+        from gradblock.shim.exchange.hook import GradblockHookState, gradblock_hook
         model, ddp, state = _hooked()
         _train(model, ddp, state, [1, 2])          # step 2 runs on DDP's rebuilt (tiny) buckets
         spied = make_model("cpu")
@@ -181,7 +181,7 @@ def case_state_dict_resumes():
     """PowerSGD's pattern: state_dict() after two steps, load_state_dict() into a fresh hook on
     a copy of the model; the next step's gradients are the same bits as the original's."""
     with one_rank_gloo_group():
-        from gradblock.shim.state import CheckpointError
+        from gradblock.shim.exchange.state import CheckpointError
         model, ddp, state = _hooked()
         _train(model, ddp, state, [1, 2])
         saved = state.state_dict()
@@ -247,7 +247,7 @@ def test_train_ddp_equals_simulation_and_resumes(tmp_path):
     single-process simulation; a DDP run stopped and resumed from per-rank checkpoints ends
     with the same bits too. 22 steps per epoch: the stop (17) is before the epoch boundary,
     the end (30) after it."""
-    from gradblock.shim.train import TrainConfig, run_training
+    from gradblock.shim.training.train import TrainConfig, run_training
 
     common = ["--data", "digits", "--compressor", "coarse", "--k", "2", "--epochs", "2",
               "--device", "cpu",              # a GPU machine's "auto" would pick CUDA

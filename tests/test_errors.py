@@ -59,7 +59,7 @@ def test_the_walk_finds_the_known_errors():
     """The walk itself must see classes, or the test below passes vacuously."""
     names = {f"{m}.{c}" for m, c in ERROR_CLASSES}
     for known in ("gradblock.codec.errors.ParameterError", "gradblock.refmodel.validation.KError",
-                  "gradblock.shim.data.DatasetError",
+                  "gradblock.shim.setup.data.DatasetError",
                   "gradblock.hw.deps.RtlDependencyError", "gradblock.shim.errors.TrainingError",
                   "gradblock.refmodel.coded.CodedConfigError", "gradblock.codec.fileio.OutputError"):
         assert known in names, known

@@ -15,10 +15,10 @@ torch = pytest.importorskip("torch", reason="training needs torch")
 import torch.distributed as dist  # noqa: E402
 
 from gradblock.bench import faults  # noqa: E402
-from gradblock.shim import resilience as R  # noqa: E402
-from gradblock.shim.config import TrainConfig  # noqa: E402
+from gradblock.shim.exchange import resilience as R  # noqa: E402
+from gradblock.shim.setup.config import TrainConfig  # noqa: E402
 from gradblock.shim.errors import ConfigError  # noqa: E402
-from gradblock.shim.state import rank_path, save_checkpoint  # noqa: E402
+from gradblock.shim.exchange.state import rank_path, save_checkpoint  # noqa: E402
 
 pytestmark = [pytest.mark.torch]
 needs_gloo = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),

@@ -1,7 +1,7 @@
 """Global block selection, the allreduce exchange (docs/spec.md §8): the numpy reference
 (refmodel/global_select.py) against the torch step (torchstep/global_select.py), the spec's
 worked example, the named errors, and DDP (2 and 3 gloo ranks) against the single-process
-simulation (shim/global_exchange.py, tests/global_ddp_case.py)."""
+simulation (shim/exchange/global_exchange.py, tests/global_ddp_case.py)."""
 from __future__ import annotations
 
 import json
@@ -212,7 +212,7 @@ def test_simulation_checkpoint_carries_the_exchange(tmp_path):
     """A run with --exchange allreduce records it (compressor config and run config); a
     resume under the default exchange is refused by name."""
     from gradblock.shim.errors import CheckpointError
-    from gradblock.shim.train import TrainConfig, run_training
+    from gradblock.shim.training.train import TrainConfig, run_training
     common = dict(data="digits", compressor="coarse", k=1, epochs=1, batch_size=16, workers=3,
                   threads=1, progress=False, local_momentum=0.9, momentum=0.0)
     ck = tmp_path / "ck.pt"
@@ -293,7 +293,7 @@ def test_ddp_rank_mismatch_and_nan_raise_on_every_rank(ddp_reports):
 def test_train_ddp_allreduce_equals_simulation(tmp_path):
     """`gradblock train --ddp --exchange allreduce` ends with the simulation's parameters; the
     first epoch (22 steps) runs the dense warm-up compressor through the same hook."""
-    from gradblock.shim.train import TrainConfig, run_training
+    from gradblock.shim.training.train import TrainConfig, run_training
     common = ["--data", "digits", "--compressor", "coarse", "--k", "2", "--epochs", "2",
               "--warmup-epochs", "1",
               "--batch-size", "32", "--threads", "1", "--no-progress", "--max-steps", "27",
@@ -332,8 +332,8 @@ def test_extremes_fit_the_int32_sums(n, method):
 
 
 def test_validate_applies_the_exchange_to_the_coarse_rows_only():
-    from gradblock.shim.config import TrainConfig
-    from gradblock.shim.validate import matrix
+    from gradblock.shim.setup.config import TrainConfig
+    from gradblock.shim.training.validate import matrix
     base = TrainConfig(exchange="allreduce", local_momentum=0.9, momentum=0.0)
     rows = matrix(base, 4, None, uncorrected=True)
     for name, cfg in rows:
@@ -346,7 +346,7 @@ def test_validate_applies_the_exchange_to_the_coarse_rows_only():
 def test_one_worker_trains_exactly_as_the_framed_path(tmp_path):
     """With N = 1 the summed norms are the worker's own (shifted: the ranking can only differ
     on norms within 2**s_n of each other) and s_v = 0: both exchanges give the same bits."""
-    from gradblock.shim.train import TrainConfig, run_training
+    from gradblock.shim.training.train import TrainConfig, run_training
     common = dict(data="digits", compressor="coarse", k=1, epochs=1, batch_size=16, workers=1,
                   threads=1, progress=False, local_momentum=0.9, momentum=0.0, max_steps=12)
     for ex in ("allgather", "allreduce"):

@@ -346,7 +346,7 @@ def test_full_set_has_real_sized_layers(tmp_path):
 
 @pytest.mark.slow
 def test_fashion_mnist_real_source():
-    from gradblock.shim.data import FASHION_MNIST_DIR
+    from gradblock.shim.setup.data import FASHION_MNIST_DIR
     if not FASHION_MNIST_DIR.is_dir():
         pytest.skip(f"Fashion-MNIST not installed at {FASHION_MNIST_DIR}")
     from gradblock.refmodel.compress import compress_layer

@@ -1,4 +1,4 @@
-"""The exchange's fast paths (shim/fastpath.py, shim/hook.py): the ZRLE frame-size bound that
+"""The exchange's fast paths (shim/compress/fastpath.py, shim/exchange/hook.py): the ZRLE frame-size bound that
 lets a bucket be one fixed-width all_gather, the host (numba) encode/decode against the torch
 path, the slot's length word refused by name, and the CUDA variant of the DDP self-check."""
 from __future__ import annotations
@@ -17,10 +17,10 @@ from own_process import one_rank_gloo_group, run_in_own_process  # noqa: E402
 
 from gradblock.codec import errors as E  # noqa: E402
 from gradblock.codec import zrle_numba  # noqa: E402
-from gradblock.shim.compressors import (PacketError, build_compressor, decode_group,  # noqa: E402
+from gradblock.shim.compress.compressors import (PacketError, build_compressor, decode_group,  # noqa: E402
                                         encode_group, layers_of, LayerInfo)
-from gradblock.shim.fastpath import body_words_max, frame_words_bound  # noqa: E402
-from gradblock.shim.warmup import Warmup  # noqa: E402
+from gradblock.shim.compress.fastpath import body_words_max, frame_words_bound  # noqa: E402
+from gradblock.shim.compress.warmup import Warmup  # noqa: E402
 
 pytestmark = [pytest.mark.torch]
 
@@ -158,7 +158,7 @@ def test_host_path_is_bit_identical_to_torch(shapes, k, block_size, lmax_log2, m
 
 def test_host_path_on_real_lenet_gradients():
     import torch.nn.functional as F
-    from gradblock.shim.models import build_model
+    from gradblock.shim.setup.models import build_model
     model = build_model("lenet5", seed=0)
     layers = layers_of(model)
     gen = torch.Generator().manual_seed(1)
@@ -219,8 +219,8 @@ def case_slot_length_word_is_refused_naming_the_peer():
     """A message longer than its slot (a fault-injection filter appends words) goes out cut,
     with its true length: the decode refuses it as a PacketError naming the peer rank."""
     import torch.nn.functional as F
-    from gradblock.shim.ddp_check import make_model
-    from gradblock.shim.hook import register
+    from gradblock.shim.exchange.ddp_check import make_model
+    from gradblock.shim.exchange.hook import register
     with one_rank_gloo_group():
         model = make_model("cpu")
         ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.001)
@@ -256,7 +256,7 @@ def test_ddp_self_check_on_cuda(tmp_path):
         pytest.skip("no CUDA device: the CPU self-check (tests/test_ddp_hook.py) covers the hook")
     from test_ddp_hook import torchrun
     nproc = min(2, torch.cuda.device_count())
-    proc = torchrun(["gradblock.shim.ddp_check", "--out", str(tmp_path), "--device", "cuda",
+    proc = torchrun(["gradblock.shim.exchange.ddp_check", "--out", str(tmp_path), "--device", "cuda",
                      "--corrupt-rank", str(nproc - 1)], nproc=nproc, timeout=600)
     for r in range(nproc):
         rep = json.loads((tmp_path / f"rank{r}.json").read_text())

@@ -3,9 +3,10 @@
 Every .py of every package is parsed (ast, nothing imported), every import -- top level or
 inside a function, absolute or relative -- is resolved to its gradblock.* name and checked against
 what its package may import; and no package's modules import each other in a cycle (function-level
-imports included: a cycle hidden in a function is still a cycle). Inside shim/, the training side
-reaches the papers' systems (shim/systems/) only through the allow-listed seam (SEAM below), and
-the old module names of the systems are aliases of the moved modules."""
+imports included: a cycle hidden in a function is still a cycle). Inside shim/, the subpackages
+import one way too (SHIM_LAYERS below), the training side reaches the papers' systems
+(shim/systems/) only through the allow-listed seam (SEAM below), and no module anywhere is an
+alias of another (an old import path kept alive: issue 28 removed the last of them)."""
 from __future__ import annotations
 
 import ast
@@ -20,16 +21,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # folder -> namespace (pyproject.toml [tool.setuptools.package-dir])
 PACKAGES = {"codec": "gradblock.codec", "refmodel": "gradblock.refmodel",
-            "golden": "gradblock.golden", "hw": "gradblock.hw",
             "fastpath": "gradblock.fastpath",
+            "golden": "gradblock.golden", "hw": "gradblock.hw",
             "sim": "gradblock.sim", "shim": "gradblock.shim", "bench": "gradblock.bench",
             "torchstep": "gradblock.torchstep", "gradblock": "gradblock"}
 SUBPACKAGES = {ns for ns in PACKAGES.values() if ns != "gradblock"}
 CLI = "gradblock (the CLI package)"
-# modules of the gradblock package that are shared utilities, not the CLI: every layer may use
-# them, so they may import only the wire-format layer (checked below). gradblock.fileio only
-# re-exports gradblock.codec.fileio, the atomic writer's home.
-SHARED = {"gradblock.fileio": "gradblock/fileio.py"}
 BELOW_SHIM = {"gradblock.codec", "gradblock.refmodel", "gradblock.fastpath", "gradblock.golden",
               "gradblock.torchstep",
               "gradblock.hw", "gradblock.sim"}
@@ -62,9 +59,6 @@ def _layer_of(name: str) -> str | None:
     for ns in SUBPACKAGES:
         if name == ns or name.startswith(ns + "."):
             return ns
-    for shared in SHARED:                        # gradblock.fileio.write_text: a name in it
-        if name == shared or name.startswith(shared + "."):
-            return shared
     return CLI
 
 
@@ -108,11 +102,9 @@ def _relative(path: Path) -> str:
 @pytest.mark.parametrize("folder", sorted(ALLOWED))
 def test_layer_imports_only_what_it_may(folder):
     own = PACKAGES[folder]
-    allowed = ALLOWED[folder] | {own} | set(SHARED)
+    allowed = ALLOWED[folder] | {own}
     bad = []
     for path in _modules(folder):
-        if _module_name(path) in UPWARD_ALIASES:          # checked by test_alias_files_are_only_aliases
-            continue
         for line, name in _imports(path, own):
             layer = _layer_of(name)
             if layer is not None and layer not in allowed:
@@ -188,32 +180,32 @@ def test_the_cycle_finder_finds_cycles():
     assert _cycles({"a": {"b"}, "b": set()}) == []
     graph = _package_graph("shim")
     assert "gradblock.shim.systems.merge_apply" in graph["gradblock.shim.systems.merge_hook"]
-    # `from .systems import merge_hook` is an edge to the module, not only to the package
-    assert "gradblock.shim.systems.merge_hook" in graph["gradblock.shim.merge_hook"]
+    # `from ..setup import data` would be an edge to the module, not only to the package; this
+    # one is `from .hook_state import HookState`
+    assert "gradblock.shim.exchange.hook_state" in graph["gradblock.shim.exchange.hook"]
 
 
 # ------------------------------------------- shim/: the training shim apart from the papers' systems
 
 SYSTEMS = "gradblock.shim.systems"
-# the old homes of the modules that moved to shim/systems (issue 20 item 6): each is a one-line
-# alias of its new module, so what users code against keeps importing
-ALIASES = {f"gradblock.shim.{m}": f"{SYSTEMS}.{m}" for m in
-           ("merge_plan", "merge_measure", "merge_apply", "merge_hook", "merge_check", "coded")}
-# the golden package's old homes (item 5). refmodel/golden_format.py is the one upward import
-# of the tree: an alias file that imports `sys` and its new home and nothing else
-# (test_old_names_are_aliases_only), so nothing of refmodel depends on it.
-ALIASES.update({"gradblock.refmodel.golden_format": "gradblock.golden.format",
-                "gradblock.golden_check": "gradblock.golden.check",
-                "gradblock.golden_exchange": "gradblock.golden.exchange",
-                "gradblock.sim.datapath_vectors": "gradblock.golden.datapath"})
+# shim/ split by job (issue 28), bottom first: each subpackage may import its own modules and
+# those of the layers before it, never one after it (the systems' seam below is the one
+# exception, inside two functions). The shim's top holds only the error family and the output
+# checks every subpackage shares.
+SHIM_BASE = {"gradblock.shim", "gradblock.shim.errors", "gradblock.shim.outputs"}
+SHIM_LAYERS = ["gradblock.shim.compress",     # a worker's gradients -> frames and back
+               "gradblock.shim.setup",        # one run's settings, data set, model
+               "gradblock.shim.exchange",     # how a step's gradients travel; hooks, peers, state
+               "gradblock.shim.training",     # the trainer and the train / validate commands
+               SYSTEMS]                       # the source papers' systems, on top
 # The one-way seam (shim/systems/__init__.py): the only imports of shim/systems by the training
 # side, importer -> {systems module: the names it may import}. Each sits inside the function that
 # needs it, so importing the training shim loads none of the systems.
 SEAM = {
     # DdpExchange.bind: the merged DDP hook, when a merge plan is given
-    "gradblock.shim.exchange": {f"{SYSTEMS}.merge_hook": {"register_merged"}},
+    "gradblock.shim.exchange.modes": {f"{SYSTEMS}.merge_hook": {"register_merged"}},
     # Trainer._merge_groups: the planner behind --merge-plan
-    "gradblock.shim.trainer": {f"{SYSTEMS}.merge_apply": {"plan_for_run"}},
+    "gradblock.shim.training.trainer": {f"{SYSTEMS}.merge_apply": {"plan_for_run"}},
 }
 
 
@@ -254,17 +246,66 @@ def _import_nodes(path: Path):
 
 
 def _training_side():
-    return {n: p for n, p in _shim_modules().items() if not _is_systems(n) and n not in ALIASES}
+    return {n: p for n, p in _shim_modules().items() if not _is_systems(n)}
+
+
+def _shim_layer(name: str) -> int | None:
+    """-1 for the shim's shared base, i for SHIM_LAYERS[i], None outside shim/."""
+    if name in SHIM_BASE:
+        return -1
+    for i, pkg in enumerate(SHIM_LAYERS):
+        if name == pkg or name.startswith(pkg + "."):
+            return i
+    return None
+
+
+def test_the_shim_top_holds_only_its_base_and_subpackages():
+    """Every module of shim/ sits in a subpackage named by SHIM_LAYERS, or is the shared base."""
+    stray = sorted(n for n in _shim_modules() if _shim_layer(n) is None)
+    assert not stray, f"modules of shim/ outside its subpackages {SHIM_LAYERS}: {stray}"
+    folders = {p.parent for p in _shim_modules().values()} - {ROOT / "shim"}
+    assert {_module_name(f / "__init__.py") for f in folders} == set(SHIM_LAYERS)
+
+
+@pytest.mark.parametrize("package", SHIM_LAYERS)
+def test_each_shim_subpackage_says_its_job(package):
+    """A paragraph of docstring in each subpackage's __init__.py: what it does and what it uses."""
+    doc = ast.get_docstring(ast.parse(_file_of(package + ".__init__").read_text())) or ""
+    assert len(doc.split()) >= 30, f"{package}/__init__.py needs a docstring saying its job"
+
+
+def test_the_shim_subpackages_import_one_way():
+    """A module of SHIM_LAYERS[i] imports nothing of SHIM_LAYERS[j > i] (function-level imports
+    included), but for the allow-listed seam into the systems; the base imports no subpackage."""
+    bad = []
+    for me, path in _shim_modules().items():
+        mine = _shim_layer(me)
+        for node, _, targets in _import_nodes(path):
+            for target, name in targets:
+                theirs = _shim_layer(target)
+                if theirs is None or theirs <= mine:
+                    continue
+                if name in SEAM.get(me, {}).get(target, set()):
+                    continue                      # checked by the seam tests below
+                bad.append(f"{_relative(path)}:{node.lineno} imports {target}")
+    assert not bad, f"shim/'s subpackages import downwards only ({SHIM_LAYERS}):\n" + "\n".join(bad)
+
+
+def test_the_layer_order_of_shim_is_checked():
+    """The checker sees real edges: the trainer imports the exchange, the exchange the compressors."""
+    graph = _package_graph("shim")
+    assert "gradblock.shim.exchange.modes" in graph["gradblock.shim.training.trainer"]
+    assert "gradblock.shim.compress.compressors" in graph["gradblock.shim.exchange.hook"]
+    assert _shim_layer("gradblock.shim.exchange.hook") > _shim_layer("gradblock.shim.compress.fastpath")
 
 
 def test_the_training_side_reaches_the_systems_only_through_the_seam():
-    """Nothing in shim/ outside systems/ imports shim/systems (or an old name aliasing it) but
+    """Nothing in shim/ outside systems/ imports shim/systems but
     the allow-listed seam: the named modules and names, inside a function."""
     bad = []
     for me, path in _training_side().items():
         for node, in_function, targets in _import_nodes(path):
             for target, name in targets:
-                target = ALIASES.get(target, target)
                 if not _is_systems(target):
                     continue
                 allowed = SEAM.get(me, {}).get(target, set())
@@ -289,16 +330,6 @@ def test_the_seam_allow_list_is_in_use():
     assert not missing, f"SEAM lists imports nobody makes: {missing}"
 
 
-def test_old_names_are_aliases_only():
-    """Each old home (shim/<old name>.py, the golden package's) holds nothing but the alias of
-    its moved module: it imports `sys` and that module, and puts it in its own place."""
-    for old, new in ALIASES.items():
-        path = _file_of(old)
-        targets = {t for _, _, ts in _import_nodes(path) for t, _ in ts}
-        assert targets == {"sys", new}, (old, targets)
-        assert "sys.modules[__name__]" in path.read_text(), old
-
-
 def test_the_systems_use_no_private_name_of_the_training_side():
     """merge_apply once used merge_measure's private _fit; the systems import public names only."""
     training = set(_training_side())
@@ -319,13 +350,10 @@ def test_the_systems_subpackage_is_checked_for_cycles():
     systems = {m for m in graph if _is_systems(m)}
     assert {f"{SYSTEMS}.{m}" for m in ("merge_plan", "merge_measure", "merge_apply", "merge_hook",
                                        "merge_check", "coded")} <= systems
-    assert "gradblock.shim.compressors" in graph[f"{SYSTEMS}.merge_hook"]       # systems -> training
-    assert f"{SYSTEMS}.merge_hook" in graph["gradblock.shim.exchange"]          # the seam
+    assert "gradblock.shim.compress.compressors" in graph[f"{SYSTEMS}.merge_hook"]       # systems -> training
+    assert f"{SYSTEMS}.merge_hook" in graph["gradblock.shim.exchange.modes"]          # the seam
     assert not _cycles({m: graph[m] & systems for m in systems})
     assert not _cycles(graph)
-
-
-UPWARD_ALIASES = {"gradblock.refmodel.golden_format"}
 
 
 def _file_of(module: str) -> Path:
@@ -335,19 +363,33 @@ def _file_of(module: str) -> Path:
     raise KeyError(module)
 
 
-def test_only_alias_files_import_upwards():
-    """UPWARD_ALIASES holds alias files only, so the layer test's exemption covers nothing else."""
-    assert UPWARD_ALIASES <= set(ALIASES)
+def _is_alias(tree: ast.Module) -> bool:
+    """A module that only hands on another's names: its body is a docstring, imports, `__all__`
+    and `sys.modules[__name__] = ...`, nothing defined (a package's __init__ is not asked)."""
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue
+        if isinstance(node, ast.Assign) and all(
+                isinstance(t, ast.Subscript) or (isinstance(t, ast.Name) and t.id == "__all__")
+                for t in node.targets):
+            continue
+        return False
+    return True
 
 
-@pytest.mark.parametrize("old", sorted(ALIASES))
-def test_old_import_paths_are_the_moved_modules(old):
-    import importlib
-    pytest.importorskip("torch")
-    mod, new = importlib.import_module(old), importlib.import_module(ALIASES[old])
-    assert mod is new and mod.__name__ == ALIASES[old]
-    public = [n for n in dir(new) if not n.startswith("_")]
-    assert public and all(hasattr(mod, n) for n in public)
+def test_no_module_is_an_alias():
+    """Issue 28 removed the 13 alias modules (old import paths kept alive); none comes back."""
+    aliases = [_relative(p) for folder in PACKAGES for p in _modules(folder)
+               if p.name != "__init__.py" and _is_alias(ast.parse(p.read_text()))]
+    assert not aliases, f"alias modules (import the new home instead): {aliases}"
+
+
+def test_the_alias_finder_finds_aliases():
+    assert _is_alias(ast.parse('"""old home"""\nimport sys\nimport a.b as m\nsys.modules[__name__] = m\n'))
+    assert _is_alias(ast.parse('from a.b import (x, y)  # noqa: F401\n'))
+    assert not _is_alias(ast.parse('from a.b import x\n\ndef f():\n    return x\n'))
 
 
 def test_the_training_shim_loads_none_of_the_systems(tmp_path):
@@ -359,15 +401,6 @@ def test_the_training_shim_loads_none_of_the_systems(tmp_path):
             "print(sorted(m for m in sys.modules if m.startswith('gradblock.shim.systems')))")
     r = _python_outside_checkout(code, tmp_path)
     assert r.returncode == 0 and r.stdout.strip() == "[]", (r.stdout, r.stderr[-2000:])
-
-
-@pytest.mark.parametrize("module", sorted(SHARED))
-def test_shared_utilities_import_only_the_wire_format(module):
-    path = ROOT / SHARED[module]
-    bad = [f"{_relative(path)}:{line} imports {name}" for line, name in _imports(path, "gradblock")
-           if _layer_of(name) not in (None, "gradblock.codec")]
-    assert not bad, f"{module} is importable by every layer, so it may import only gradblock.codec:\n" \
-        + "\n".join(bad)
 
 
 @pytest.mark.parametrize("folder", sorted(PACKAGES) + ["tests"])

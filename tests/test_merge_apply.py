@@ -12,13 +12,13 @@ torch = pytest.importorskip("torch", reason="merge plans run in the torch shim")
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from gradblock.shim.compressors import build_compressor, layers_of  # noqa: E402
-from gradblock.shim.ddp_check import batches, compressor_for, make_model  # noqa: E402
-from gradblock.shim.optim import GlobalMomentumSGD  # noqa: E402
+from gradblock.shim.compress.compressors import build_compressor, layers_of  # noqa: E402
+from gradblock.shim.exchange.ddp_check import batches, compressor_for, make_model  # noqa: E402
+from gradblock.shim.exchange.optim import GlobalMomentumSGD  # noqa: E402
 from gradblock.shim.systems.merge_apply import (MergePlanError, backward_order,  # noqa: E402
                                                 check_groups, groups_from_names, read_plan_file)
 from gradblock.shim.systems.merge_plan import PLANNERS, LayerTimes  # noqa: E402
-from gradblock.shim.workers import SimulatedCluster  # noqa: E402
+from gradblock.shim.exchange.workers import SimulatedCluster  # noqa: E402
 
 from cli_helpers import run  # noqa: E402
 from own_process import one_rank_gloo_group, run_in_own_process  # noqa: E402
@@ -134,7 +134,7 @@ def test_simulated_plans_give_the_bits_of_no_plan(name):
 
 
 def test_simulated_cluster_encodes_once_per_group(monkeypatch):
-    import gradblock.shim.global_step as step     # the simulation's encode goes through it
+    import gradblock.shim.exchange.global_step as step     # the simulation's encode goes through it
     calls = []
     real = step.encode_group
     monkeypatch.setattr(step, "encode_group",
@@ -146,9 +146,9 @@ def test_simulated_cluster_encodes_once_per_group(monkeypatch):
 def test_trainer_merge_plan_changes_no_bits(tmp_path):
     """`gradblock train --merge-plan FILE` (a merge-plan style report) ends with the bits of a
     run without a plan, and records the groups."""
-    from gradblock.shim.problem import build_problem
-    from gradblock.shim.config import TrainConfig
-    from gradblock.shim.trainer import run_training
+    from gradblock.shim.setup.problem import build_problem
+    from gradblock.shim.setup.config import TrainConfig
+    from gradblock.shim.training.trainer import run_training
     base = dict(data="digits", compressor="coarse", k=2, epochs=1, batch_size=32, workers=2,
                 threads=1, max_steps=6, progress=False)
     cfg = TrainConfig(**base)
@@ -169,8 +169,8 @@ def test_trainer_merge_plan_changes_no_bits(tmp_path):
 @pytest.mark.slow
 def test_trainer_measured_exact_plan_changes_no_bits(tmp_path):
     """--merge-plan exact measures this run (backward, compressor, a 2-rank gloo all_gather)."""
-    from gradblock.shim.config import TrainConfig
-    from gradblock.shim.trainer import run_training
+    from gradblock.shim.setup.config import TrainConfig
+    from gradblock.shim.training.trainer import run_training
     base = dict(data="digits", compressor="coarse", k=2, epochs=1, batch_size=32, workers=2,
                 threads=1, max_steps=4, progress=False)
     plain = run_training(TrainConfig(**base, out=str(tmp_path / "plain")))
@@ -192,8 +192,8 @@ def test_trainer_measured_exact_plan_changes_no_bits(tmp_path):
     (lambda o: "not a plan", "expected a non-empty list"),
 ])
 def test_cli_refuses_a_bad_plan_file(tmp_path, capsys, mangle, message):
-    from gradblock.shim.config import TrainConfig
-    from gradblock.shim.problem import build_problem
+    from gradblock.shim.setup.config import TrainConfig
+    from gradblock.shim.setup.problem import build_problem
     p = build_problem(TrainConfig(data="digits"), 2, torch.device("cpu"))
     order = backward_order(p.model, p.x_train[:8], p.y_train[:8])
     plan = tmp_path / "plan.json"
@@ -222,7 +222,7 @@ def test_merged_hook_in_a_one_rank_group(case):
 
 
 def _ddp_run(groups, seeds, cap=0.001, name="coarse", state_in=None, filt=None):
-    from gradblock.shim.hook import register
+    from gradblock.shim.exchange.hook import register
     from gradblock.shim.systems.merge_hook import register_merged
     model = make_model("cpu")
     ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cap)
@@ -250,7 +250,7 @@ def case_merged_equals_plain(cap: str):
     group): the bits of the plain hook; one compress call per group per step."""
     cap = float(cap)
     with one_rank_gloo_group():
-        import gradblock.shim.hook as mh            # the hook state's send() makes the compress call
+        import gradblock.shim.exchange.hook as mh            # the hook state's send() makes the compress call
         plain, _ = _ddp_run(None, [1, 2, 3], cap)
         for seed in range(3):
             groups = _random_groups(8, seed)
@@ -288,7 +288,7 @@ def case_merged_decode_error_keeps_its_class():
     too short to show here; tests/test_ddp_hook.py tests drain() directly)."""
     with one_rank_gloo_group():
         from gradblock.codec import errors as E
-        from gradblock.shim.hook import GradblockHookState
+        from gradblock.shim.exchange.hook import GradblockHookState
         from test_ddp_hook import flip_last_crc
         started = []
         track = GradblockHookState.track
@@ -334,8 +334,8 @@ def test_train_ddp_with_measured_plan_equals_simulation(tmp_path):
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("torch.distributed with gloo is not available")
     from test_ddp_hook import torchrun
-    from gradblock.shim.config import TrainConfig
-    from gradblock.shim.trainer import run_training
+    from gradblock.shim.setup.config import TrainConfig
+    from gradblock.shim.training.trainer import run_training
     common = ["--data", "digits", "--compressor", "coarse", "--k", "2", "--epochs", "1",
               "--device", "cpu",              # a GPU machine's "auto" would pick CUDA
               "--batch-size", "32", "--threads", "1", "--no-progress", "--max-steps", "5"]

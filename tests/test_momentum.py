@@ -271,8 +271,8 @@ def test_backends_raise_the_same_error_first(what, rng):
 # ------------------------------------------------------------------ real gradients
 @pytest.fixture(scope="module")
 def digits_model():
-    from gradblock.shim.data import load_dataset
-    from gradblock.shim.models import build_model
+    from gradblock.shim.setup.data import load_dataset
+    from gradblock.shim.setup.models import build_model
     try:
         ds = load_dataset("digits", None)
     except Exception as e:       # noqa: BLE001

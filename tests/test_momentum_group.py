@@ -59,7 +59,7 @@ def test_group_momentum_equals_reference(shapes, k, m, mask, scale, seed, R):
 
 
 def test_group_momentum_real_gradients():
-    from gradblock.shim.models import build_model
+    from gradblock.shim.setup.models import build_model
     torch.manual_seed(0)
     model = build_model("lenet5", 10, (1, 28, 28), seed=0)
     params = list(model.parameters())

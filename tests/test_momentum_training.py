@@ -11,11 +11,11 @@ import pytest
 torch = pytest.importorskip("torch", reason="training needs torch")
 
 from gradblock.refmodel import momentum as ref  # noqa: E402
-from gradblock.shim.compressors import (LayerInfo, build_compressor, decode_group,  # noqa: E402
+from gradblock.shim.compress.compressors import (LayerInfo, build_compressor, decode_group,  # noqa: E402
                                         encode_group)
-from gradblock.shim.config import TrainConfig  # noqa: E402
+from gradblock.shim.setup.config import TrainConfig  # noqa: E402
 from gradblock.shim.errors import ConfigError  # noqa: E402
-from gradblock.shim.warmup import Warmup  # noqa: E402
+from gradblock.shim.compress.warmup import Warmup  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -124,7 +124,7 @@ def test_local_and_global_momentum_together_are_refused(capsys):
 
 
 def test_validate_seeds_rows_and_figure(tmp_path, capsys):
-    from gradblock.shim.validate import validate_main
+    from gradblock.shim.training.validate import validate_main
     out = tmp_path / "val"
     assert validate_main(["--data", "digits", "--epochs", "1", "--train-subset", "256",
                           "--test-subset", "100", "--threads", "1", "--no-progress",
@@ -154,7 +154,7 @@ def test_demo_validation_cycles_fc1_blocks():
     """The demo's validation is long enough for k = 1 to send each of fc1's 120 rows more
     than twice, with correction on, and its arguments parse."""
     from gradblock.demo import VALIDATION_ARGS
-    from gradblock.shim.validate import build_parser
+    from gradblock.shim.training.validate import build_parser
     args = build_parser().parse_args(VALIDATION_ARGS)
     steps = args.train_subset // (4 * args.batch_size) * args.epochs
     assert steps >= 3 * 120 and args.local_momentum == 0.9 and args.momentum == 0.0
@@ -167,7 +167,7 @@ def test_ddp_with_correction_and_warmup_equals_simulation_and_resumes(tmp_path):
     (2 ranks, gloo): the parameters of the single-process simulation, bit for bit, also after
     a stop and resume from per-rank checkpoints (velocities included)."""
     from tests.test_ddp_hook import torchrun
-    from gradblock.shim.train import run_training
+    from gradblock.shim.training.train import run_training
 
     common = ["--data", "digits", "--compressor", "coarse", "--k", "1", "--epochs", "2",
               "--local-momentum", "0.9", "--momentum", "0", "--sparsity-warmup-steps", "12",

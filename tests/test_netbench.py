@@ -1,5 +1,5 @@
 """The network testbed (bench/netns.py), `gradblock netbench` (bench/netbench.py) and torch's
-DDP peers in the harness (shim/peers.py).
+DDP peers in the harness (shim/exchange/peers.py).
 
 The testbed tests need root (network namespaces) and the `ip` / `tc` tools; they skip with that
 reason elsewhere. Every one of them checks that the namespaces it created are gone afterwards.
@@ -296,8 +296,8 @@ def test_peer_refuses_what_it_cannot_honour(capsys):
 
 
 def test_validate_matrix_has_peer_rows_only_when_asked():
-    from gradblock.shim.config import TrainConfig
-    from gradblock.shim.validate import matrix
+    from gradblock.shim.setup.config import TrainConfig
+    from gradblock.shim.training.validate import matrix
     base = TrainConfig(workers=2)
     assert not {"allreduce", "fp16"} & {n for n, _ in matrix(base, 4, None)}
     rows = dict(matrix(base, 4, None, peers=True))
@@ -326,10 +326,10 @@ def test_from_json_renders_a_saved_run_without_privileges(tmp_path, monkeypatch,
 
 
 def test_a_failed_rank_stops_the_others_at_once(tmp_path):
-    """shim.peers.wait_ranks: rank 1 dies, rank 0 (which would wait forever) is killed and the
+    """shim.exchange.peers.wait_ranks: rank 1 dies, rank 0 (which would wait forever) is killed and the
     error names rank 1 with the end of its output; a silent hang ends at the timeout."""
     from gradblock.shim.errors import TrainingError
-    from gradblock.shim.peers import wait_ranks
+    from gradblock.shim.exchange.peers import wait_ranks
 
     def start(code: str, name: str):
         log = tmp_path / name

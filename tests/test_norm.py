@@ -229,8 +229,8 @@ def test_shim_coarse_compressor_carries_the_norm():
     its config, which checkpoints compare, names an L2 norm; an L1 config stays as before, so
     an older checkpoint resumes as L1."""
     torch = pytest.importorskip("torch", reason="the shim is torch")
-    from gradblock.shim.compressors import LayerInfo, WorkerState, build_compressor
-    from gradblock.shim.config import TrainConfig
+    from gradblock.shim.compress.compressors import LayerInfo, WorkerState, build_compressor
+    from gradblock.shim.setup.config import TrainConfig
     layers = [LayerInfo(0, "w", (2, 6))]
     g = np.zeros((2, 6), np.float32)
     g[0] = 1.0

@@ -91,30 +91,22 @@ def test_one_atomic_writer():
                     "write_text, ...), not a copy:\n" + "\n".join(bad)
 
 
-def test_the_cli_package_re_exports_the_writer():
-    from gradblock import fileio
-    from gradblock.codec import fileio as home
-    assert fileio.atomic_open is home.atomic_open and fileio.OutputError is home.OutputError
-
-
 # ---------------------------------------------------------------------- documented import paths
 
 # What users code against (docs/training.md's own-training-loop example, docs/architecture.md)
-# and the old homes of what issue 20 moved: each must keep importing.
+# each must keep importing.
 DOCUMENTED = [
-    ("gradblock.shim.compressors", "build_compressor"), ("gradblock.shim.compressors", "layers_of"),
-    ("gradblock.shim.hook", "register"), ("gradblock.shim.optim", "GlobalMomentumSGD"),
-    ("gradblock.shim.models", "build_model"), ("gradblock.shim.data", "load_dataset"),
+    ("gradblock.shim.compress.compressors", "build_compressor"), ("gradblock.shim.compress.compressors", "layers_of"),
+    ("gradblock.shim.exchange.hook", "register"), ("gradblock.shim.exchange.optim", "GlobalMomentumSGD"),
+    ("gradblock.shim.setup.models", "build_model"), ("gradblock.shim.setup.data", "load_dataset"),
     ("gradblock.backends", "get_backend"), ("gradblock.backends", "available_backends"),
-    ("gradblock.fileio", "atomic_open"), ("gradblock.fileio", "write_text"),      # moved to codec
-    ("gradblock.fileio", "OutputError"), ("gradblock.commands", "backend"),
+    ("gradblock.codec.fileio", "atomic_open"), ("gradblock.codec.fileio", "write_text"),
+    ("gradblock.codec.fileio", "OutputError"), ("gradblock.commands", "backend"),
     ("gradblock.commands", "BACKEND_ENV"), ("gradblock.commands", "BackendError"),
     ("gradblock.refmodel.validation", "ParameterError"), ("gradblock.refmodel.validation", "LmaxError"),
-    ("gradblock.shim.merge_measure", "measure_comm"),                            # moved to merge_apply
+    ("gradblock.shim.systems.merge_apply", "measure_comm"),
     ("gradblock.shim.outputs", "atomic_write"),
-    # docs/golden.md's "From Python" before the golden package (item 5), and its new paths
-    ("gradblock.refmodel.golden_format", "load_golden"), ("gradblock.golden_check", "check_golden"),
-    ("gradblock.golden_compute", "generate_golden"), ("gradblock.golden_cases", "real_specs"),
+    # docs/golden.md's "From Python"
     ("gradblock.golden.format", "load_golden"), ("gradblock.golden.check", "check_golden"),
     ("gradblock.golden.compute", "generate_golden"),
 ]

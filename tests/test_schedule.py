@@ -1,6 +1,6 @@
 """Weight decay and local gradient clipping on the worker, learning-rate schedules, and the GRU
 model: exact float steps, resume across a schedule change, every compressor on the GRU, and
-`train --ddp` against the simulation (shim/schedule.py, shim/models.py)."""
+`train --ddp` against the simulation (shim/training/schedule.py, shim/setup/models.py)."""
 from __future__ import annotations
 
 import json
@@ -11,10 +11,10 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="training needs torch")
 
-from gradblock.shim.config import TrainConfig  # noqa: E402
+from gradblock.shim.setup.config import TrainConfig  # noqa: E402
 from gradblock.shim.errors import ConfigError  # noqa: E402
-from gradblock.shim.schedule import clip_threshold, lr_at, worker_grad  # noqa: E402
-from gradblock.shim.trainer import run_training  # noqa: E402
+from gradblock.shim.training.schedule import clip_threshold, lr_at, worker_grad  # noqa: E402
+from gradblock.shim.training.trainer import run_training  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -92,7 +92,7 @@ def test_worker_grad_is_the_documented_float_steps():
 def test_clipping_bounds_every_layers_update():
     """One dense step, no momentum: each layer moves by lr * (mean of the N clipped gradients),
     so by at most lr * C / sqrt(N) in L2 norm; with one worker the clipped layers sit at it."""
-    from gradblock.shim.trainer import Trainer
+    from gradblock.shim.training.trainer import Trainer
     C, lr, N = 0.05, 0.5, 1
     cfg = TrainConfig(**dict(BASE, compressor="dense", momentum=0.0, lr=lr, clip_norm=C,
                              max_steps=1, workers=N))
@@ -110,7 +110,7 @@ def test_clipping_bounds_every_layers_update():
 def test_weight_decay_reaches_the_compressor():
     """One dense step without momentum, with and without decay: the two differ by
     lr * wd * w (what the workers added to their gradients before compression)."""
-    from gradblock.shim.trainer import Trainer
+    from gradblock.shim.training.trainer import Trainer
     cfg = TrainConfig(**dict(BASE, compressor="dense", momentum=0.0, lr=0.1, weight_decay=0.5,
                              max_steps=1))
     trainer = Trainer(cfg)
@@ -159,7 +159,7 @@ def test_cosine_horizon_is_kept_by_the_checkpoint(tmp_path):
     """A cosine run of 1 epoch resumed with --epochs 2 stays on the 1-epoch curve (the
     checkpoint's horizon), and a different horizon is refused by name."""
     from gradblock.shim.errors import CheckpointError
-    from gradblock.shim.trainer import Trainer
+    from gradblock.shim.training.trainer import Trainer
     ckpt = str(tmp_path / "ck.pt")
     cfg = dict(BASE, compressor="dense", lr_schedule="cosine", epochs=1)
     run_training(TrainConfig(**cfg, checkpoint=ckpt))
@@ -174,8 +174,8 @@ def test_cosine_horizon_is_kept_by_the_checkpoint(tmp_path):
 
 def test_gru_blocks_are_rows_of_the_stacked_gates():
     from gradblock.refmodel.selection import block_layout
-    from gradblock.shim.compressors import layers_of
-    from gradblock.shim.models import build_model
+    from gradblock.shim.compress.compressors import layers_of
+    from gradblock.shim.setup.models import build_model
     m = build_model("gru", 10, (1, 28, 28))
     layers = {lay.name: lay for lay in layers_of(m)}
     for name, cols in (("gru.weight_ih_l0", 28), ("gru.weight_hh_l0", 128)):
@@ -190,9 +190,9 @@ def test_gru_blocks_are_rows_of_the_stacked_gates():
 
 
 def _compressors():
-    from gradblock.shim.compressors import COMPRESSORS
+    from gradblock.shim.compress.compressors import COMPRESSORS
     try:
-        from gradblock.shim.peers import PEERS
+        from gradblock.shim.exchange.peers import PEERS
     except ImportError:
         PEERS = ()
     # the peers start N gloo processes (~15 s each): slow

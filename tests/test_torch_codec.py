@@ -189,7 +189,7 @@ def test_group_nan_names_the_layer(device):
 
 
 def _real_gradient_steps(model_name, x, y, device, steps=3):
-    from gradblock.shim.models import build_model
+    from gradblock.shim.setup.models import build_model
     model = build_model(model_name, 10, tuple(x.shape[1:]), seed=0).to(device)
     params = [p for p in model.parameters()]
     grads_per_step = []
@@ -228,7 +228,7 @@ def _check_real_gradients(grads_per_step, k):
 
 @pytest.mark.parametrize("k", [1, 4])
 def test_real_gradients_digits(device, k):
-    from gradblock.shim.data import load_dataset
+    from gradblock.shim.setup.data import load_dataset
     ds = load_dataset("digits")
     x, y = torch.from_numpy(ds.x_train[:96]), torch.from_numpy(ds.y_train[:96])
     _check_real_gradients(_real_gradient_steps("digits-cnn", x, y, device), k)
@@ -236,7 +236,7 @@ def test_real_gradients_digits(device, k):
 
 @pytest.mark.slow
 def test_real_gradients_fashion_mnist(device):
-    from gradblock.shim.data import DatasetError, load_dataset
+    from gradblock.shim.setup.data import DatasetError, load_dataset
     try:
         ds = load_dataset("fashion-mnist")
     except DatasetError as e:

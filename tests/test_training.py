@@ -8,10 +8,10 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="training needs torch")
 
-from gradblock.shim.report import format_table  # noqa: E402
+from gradblock.shim.training.report import format_table  # noqa: E402
 from gradblock.shim.errors import ConfigError  # noqa: E402
 from gradblock import cli  # noqa: E402
-from gradblock.shim.train import TrainConfig, run_training  # noqa: E402
+from gradblock.shim.training.train import TrainConfig, run_training  # noqa: E402
 
 
 def train_main(argv: list[str]) -> int:
@@ -68,7 +68,7 @@ def test_stopped_and_resumed_run_is_bit_identical(tmp_path, compressor, stops, e
 
 
 def test_lr_warmup_and_dense_warmup(tmp_path):
-    from gradblock.shim.train import Trainer
+    from gradblock.shim.training.train import Trainer
     cfg = TrainConfig(**dict(BASE, lr=0.05, lr_warmup_epochs=1.0))
     trainer = Trainer(cfg)
     assert trainer.problem.steps_per_epoch == 11
@@ -151,7 +151,7 @@ def test_report_table_rows_and_deltas():
 
 @pytest.mark.slow
 def test_validate_matrix_writes_table_json_and_png(tmp_path, capsys):
-    from gradblock.shim.validate import validate_main
+    from gradblock.shim.training.validate import validate_main
     out = tmp_path / "val"
     assert validate_main(["--data", "digits", "--epochs", "1", "--threads", "1", "--no-progress",
                           "--k-large", "3", "--out", str(out)]) == 0
@@ -174,7 +174,7 @@ def test_validate_matrix_writes_table_json_and_png(tmp_path, capsys):
 
 def _no_training(monkeypatch):
     """Fail the test if the run gets as far as building its data and model."""
-    import gradblock.shim.trainer as trainer
+    import gradblock.shim.training.trainer as trainer
 
     def boom(*a, **k):
         raise AssertionError("training started before the path was checked")
@@ -235,7 +235,7 @@ def test_outputs_are_written_atomically(tmp_path, monkeypatch):
 
     def broken_write(path, text):
         return outputs.atomic_write(path, lambda tmp: (tmp.write_text(text[:10]), 1 / 0))
-    monkeypatch.setattr("gradblock.shim.trainer.atomic_write_text", broken_write)
+    monkeypatch.setattr("gradblock.shim.training.trainer.atomic_write_text", broken_write)
     with pytest.raises(ZeroDivisionError):
         run_training(TrainConfig(**cfg, out=str(out)))
     assert (out / "result.json").read_text() == before
@@ -332,7 +332,7 @@ def test_intact_checkpoint_resumes(tmp_path, saved_checkpoint):
 
 def test_validate_matrix_survives_a_failing_row(tmp_path, monkeypatch, capsys):
     """One row raising a named error is reported; the other rows still run and are written."""
-    import gradblock.shim.validate as V
+    import gradblock.shim.training.validate as V
     from gradblock.refmodel.quantiser import NonFiniteError
 
     def fake_run(cfg, progress=None, dataset=None):
@@ -359,7 +359,7 @@ def test_validate_matrix_survives_a_failing_row(tmp_path, monkeypatch, capsys):
 
 
 def test_validate_refuses_unwritable_out_before_training(tmp_path, monkeypatch, capsys):
-    import gradblock.shim.validate as V
+    import gradblock.shim.training.validate as V
     monkeypatch.setattr(V, "run_training", lambda *a, **k: pytest.fail("trained"))
     (tmp_path / "f").write_text("x")
     assert cli.main(["validate", "--data", "digits", "--no-progress", "--out", str(tmp_path / "f")]) == 2
@@ -401,7 +401,7 @@ def test_rerun_replaces_its_own_outputs(tmp_path):
 
 
 def test_validate_replaces_only_its_own_outputs(tmp_path, monkeypatch, capsys):
-    import gradblock.shim.validate as V
+    import gradblock.shim.training.validate as V
     monkeypatch.setattr(V, "run_training", lambda cfg, progress=None, dataset=None: fake_run_ok(cfg))
     out = tmp_path / "val"
     args = ["--data", "digits", "--epochs", "1", "--no-progress", "--compressors", "dense",
@@ -442,7 +442,7 @@ REAL_ARGS = ["--data", "digits", "--epochs", "8", "--threads", "1", "--no-progre
 def test_validate_trains_for_real_and_require_gives_the_verdict(tmp_path, capsys):
     """A real (small) run learns, and --require judges it: one requirement it meets and one it
     misses -> exit status 1 naming the missed one; validate.json records both verdicts."""
-    from gradblock.shim.validate import validate_main
+    from gradblock.shim.training.validate import validate_main
     out = tmp_path / "val"
     rc = validate_main([*REAL_ARGS, "--out", str(out),
                         "--require", "coarseK:max_drop=15,min_compression=8",
@@ -463,7 +463,7 @@ def test_validate_trains_for_real_and_require_gives_the_verdict(tmp_path, capsys
 
 
 def test_validate_require_passes_a_run_that_meets_it(tmp_path, capsys):
-    from gradblock.shim.validate import validate_main
+    from gradblock.shim.training.validate import validate_main
     out = tmp_path / "val"
     args = ["--data", "digits", "--epochs", "1", "--threads", "1", "--no-progress",
             "--compressors", "dense", "coarse1", "--out", str(out)]
@@ -487,7 +487,7 @@ def test_validate_require_passes_a_run_that_meets_it(tmp_path, capsys):
 ])
 def test_malformed_require_is_a_named_error_before_training(tmp_path, monkeypatch, capsys,
                                                             bad, needle):
-    import gradblock.shim.validate as V
+    import gradblock.shim.training.validate as V
     monkeypatch.setattr(V, "run_training", lambda *a, **k: pytest.fail("trained"))
     assert cli.main(["validate", "--data", "digits", "--no-progress", "--compressors", "dense",
                      "coarse1", "--out", str(tmp_path / "v"), "--require", bad]) == 2
@@ -495,7 +495,7 @@ def test_malformed_require_is_a_named_error_before_training(tmp_path, monkeypatc
 
 
 def test_require_judges_missing_rows_and_both_keys():
-    from gradblock.shim.validate import judge
+    from gradblock.shim.training.validate import judge
     rows = [{"name": "dense", "delta_vs_dense_pts": 0.0, "compression": 1.0},
             {"name": "coarse1", "delta_vs_dense_pts": -2.5, "compression": 70.0}]
     req = lambda row, d, c: {"row": row, "max_drop": d, "min_compression": c}  # noqa: E731

@@ -11,7 +11,7 @@ A worker turns each layer's gradient into a *packet* (a 1-D int32 tensor, the wi
 a group of layers (a DDP bucket, or the whole model) is one *message*, the packets
 concatenated in layer order. Every worker then decodes every worker's message and reduces the
 contributions to the averaged float32 gradient. `encode_group` / `decode_group` are that code
-path, shared by the DDP hook (shim/hook.py) and the single-process simulation (shim/workers.py).
+path, shared by the DDP hook (shim/exchange/hook.py) and the single-process simulation (shim/exchange/workers.py).
 
 Packet formats (all 32-bit words, so one int32 collective carries every method):
 * dense : n words, the float32 bit patterns.
@@ -33,7 +33,7 @@ gradient; factor masking (on unless `momentum_mask=False`) zeroes u where the la
   ordinary momentum carried by the worker.
 The global optimiser must then run without momentum (the trainer refuses both).
 
-Sparsity warm-up (`warmup=Warmup(steps, start_fraction)`, shim/warmup.py): topk / dlgs / coarse
+Sparsity warm-up (`warmup=Warmup(steps, start_fraction)`, shim/compress/warmup.py): topk / dlgs / coarse
 send more blocks / elements during their first compressed steps, decaying to the target.
 """
 from __future__ import annotations
@@ -148,7 +148,7 @@ class Compressor:
     """Base class: dense packets for small layers, the method's own packets otherwise."""
 
     name = "base"
-    # CPU tensors go through the numba kernels (shim/fastpath.py; bit-identical frames and
+    # CPU tensors go through the numba kernels (shim/compress/fastpath.py; bit-identical frames and
     # sums); False keeps the torch ops everywhere (tests compare the two)
     host_fast = True
     # messages are ZRLE v1 frames (spec §3): whole-message numba decoding and the host view of
@@ -246,7 +246,7 @@ class Compressor:
             ws.layers[i] = {"velocity": u}
         return out
 
-    # -- the exchange's fixed slot (shim/hook.py): every packet's size is known in advance
+    # -- the exchange's fixed slot (shim/exchange/hook.py): every packet's size is known in advance
     def packet_bound(self, layer: LayerInfo, ws: WorkerState) -> int | None:
         """Most words `layer`'s next packet from this worker state can take, the same on
         every worker (layer shapes, the configuration and the step counters only); None when
@@ -518,7 +518,7 @@ class CoarseCompressor(Compressor):
                  dense_below: int = 0, norm: str = "l1", exchange: str = "allgather", **kw):
         super().__init__(layers, n_workers, dense_below=dense_below, **kw)
         self.norm = check_norm(norm)                             # NormError
-        if exchange not in ("allgather", "allreduce"):     # allreduce: shim/global_exchange.py
+        if exchange not in ("allgather", "allreduce"):     # allreduce: shim/exchange/global_exchange.py
             raise ValueError(f"exchange must be allgather or allreduce, got {exchange!r}")
         if exchange == "allreduce" and self.norm != "l1":
             raise ValueError("the allreduce exchange (global block selection) sums L1 block "
@@ -598,7 +598,7 @@ class CoarseCompressor(Compressor):
     def _encode_layers(self, layers, grads, ws):
         """All the group's layers in one pass of the torch codec (torchstep.compress_group),
         frames bit-identical to compress_layer's (momentum_layer's with momentum correction).
-        CPU tensors take the numba kernels instead (shim/fastpath.py, same frames)."""
+        CPU tensors take the numba kernels instead (shim/compress/fastpath.py, same frames)."""
         ks = self._ks(layers, self.compressed_step(layers[0], ws))
         if self.host_fast and all(g.device.type == "cpu" for g in grads):
             from .fastpath import encode_coarse_host
@@ -661,7 +661,7 @@ def build_compressor(name: str, layers: Sequence[LayerInfo], n_workers: int, *,
                      exchange: str = "allgather") -> Compressor:
     """A compressor by name. For topk / dlgs, density 'match' keeps per layer as many elements
     as coarse selection with the same k would send. `exchange="allreduce"` (coarse only):
-    global block selection (docs/spec.md §8, shim/global_exchange.py)."""
+    global block selection (docs/spec.md §8, shim/exchange/global_exchange.py)."""
     if exchange != "allgather" and name != "coarse":
         raise ValueError(f"exchange {exchange!r} needs the coarse compressor, not {name!r}")
     common = dict(dense_below=dense_below, local_momentum=local_momentum,
@@ -748,7 +748,7 @@ def decode_group(compressor: Compressor, layers: Sequence[LayerInfo],
 def _decode_group_host(compressor, layers: Sequence[LayerInfo], messages: Sequence[torch.Tensor],
                        ranks: Sequence[int]) -> list[torch.Tensor]:
     """decode_group for coarse messages in host memory: each peer's run of frames validated
-    and summed into one int64 buffer by one jitted call (shim/fastpath.py), dense packets as
+    and summed into one int64 buffer by one jitted call (shim/compress/fastpath.py), dense packets as
     the torch path decodes them. Same averages, same errors in the same order."""
     from .fastpath import decode_coarse_host, host_words
     dense = [compressor.sends_dense(lay) for lay in layers]

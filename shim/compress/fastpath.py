@@ -120,9 +120,9 @@ def encode_coarse_host(comp, layers, grads, ws, ks):
     frames, residuals, velocities and statistics as the torch path; `ws` changes only when
     every layer encoded. -> [(frame, (bytes, nonzeros, sat_quant, sat_feedback,
     sat_momentum))] (the caller makes its StepStats)."""
-    from gradblock.refmodel.fast import compress_message
+    from gradblock.fastpath.fast import compress_message
     from gradblock.refmodel.plan import message_plan
-    from gradblock.refmodel.step_schedule import nan_error
+    from gradblock.fastpath.step_schedule import nan_error
 
     names = [lay.name for lay in layers]
     shapes = [lay.shape for lay in layers]
@@ -174,7 +174,7 @@ def encode_coarse_host(comp, layers, grads, ws, ks):
 def _encode_momentum_host(comp, layers, grads, ws, plan, state):
     """Momentum correction (docs/spec.md §7) one layer at a time through
     refmodel.momentum_numba (bit-exact with the torch group path)."""
-    from gradblock.refmodel.momentum_numba import momentum_layer
+    from gradblock.fastpath.momentum_numba import momentum_layer
 
     steps = []
     for j, (lay, g, st) in enumerate(zip(layers, grads, state)):

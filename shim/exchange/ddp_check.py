@@ -1,6 +1,6 @@
 """Self-check of the DDP hook on a real process group (a torchrun entry module).
 
-    torchrun --nproc-per-node 2 -m gradblock.shim.ddp_check --out DIR [--device cuda]
+    torchrun --nproc-per-node 2 -m gradblock.shim.exchange.ddp_check --out DIR [--device cuda]
 
 For every compressor, a few steps of a small conv net with BatchNorm are trained through
 DistributedDataParallel with the gradblock hook, with tiny buckets so every step spans
@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from .compressors import COMPRESSORS, build_compressor, layers_of
+from ..compress.compressors import COMPRESSORS, build_compressor, layers_of
 from .hook import all_gather_varlen, register
 from .optim import GlobalMomentumSGD
 from .workers import SimulatedCluster
@@ -143,7 +143,7 @@ def check_corruption(bad_rank: int, rank: int, world: int, device, data) -> dict
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gradblock.shim.ddp_check", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m gradblock.shim.exchange.ddp_check", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="directory for rank{r}.json")
     p.add_argument("--device", default="cpu", help="cpu (gloo) or cuda (NCCL)")
     p.add_argument("--compressors", nargs="+", default=list(COMPRESSORS), choices=COMPRESSORS)
@@ -151,13 +151,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="also check that a corrupted frame from this rank is reported")
     args = p.parse_args(argv)
     if "RANK" not in os.environ:
-        print("gradblock.shim.ddp_check must be started by torchrun", file=sys.stderr)
+        print("gradblock.shim.exchange.ddp_check must be started by torchrun", file=sys.stderr)
         return 2
     torch.set_num_threads(1)
     local = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cuda", local) if args.device.startswith("cuda") else torch.device("cpu")
     if device.type == "cuda":
-        from .problem import deterministic_cuda
+        from ..setup.problem import deterministic_cuda
         torch.cuda.set_device(device)
         deterministic_cuda()
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")

@@ -24,9 +24,9 @@ NCCL's links). Layers sent dense (`--dense-below`) are all_gathered as float32 w
 the default path (the same bits: a float sum must be taken in rank order); so is every layer
 under the dense warm-up compressor (`--warmup-epochs`), which the trainer swaps in.
 
-The per-group steps live in shim/global_step.py, which the single-process simulation
-(shim/workers.py) runs too, so DDP and simulation give the same bits
-(tests/test_global_exchange.py). This module does not import shim/hook.py (hook.register
+The per-group steps live in shim/exchange/global_step.py, which the single-process simulation
+(shim/exchange/workers.py) runs too, so DDP and simulation give the same bits
+(tests/test_global_exchange.py). This module does not import shim/exchange/hook.py (hook.register
 imports it): its state offers the same API as GradblockHookState (`reset_step`, `backward`,
 `stats`, `times`, `state_dict` / `load_state_dict`, `compressor` and `worker_state` swappable).
 """
@@ -40,8 +40,8 @@ import torch.distributed as dist
 from gradblock.refmodel.global_select import RankMismatchError
 
 from .device import sync_device
-from .errors import TrainingError
-from .compressors import Compressor, WorkerState
+from ..errors import TrainingError
+from ..compress.compressors import Compressor, WorkerState
 from .global_step import (EXCHANGES, GroupPrep, average_group, exchange_of, finish_group,
                           is_global, prepare_group)
 from .hook_state import HookState
@@ -52,14 +52,14 @@ __all__ = ["EXCHANGES", "exchange_of", "is_global", "GlobalHookState", "global_h
 
 class ExchangeModeError(TrainingError):
     """The allreduce hook was handed a compressor it cannot exchange: one that compresses
-    layers but whose exchange is not allreduce (register it with shim.hook.register)."""
+    layers but whose exchange is not allreduce (register it with shim.exchange.hook.register)."""
 
 
 # ------------------------------------------------------------------------------ DDP hook
 
 class GlobalHookState(HookState):
-    """The allreduce hook's state: the shared part (shim/hook_state.py, the API of
-    shim.hook.GradblockHookState) plus the buckets whose lengths the ranks agreed on."""
+    """The allreduce hook's state: the shared part (shim/exchange/hook_state.py, the API of
+    shim.exchange.hook.GradblockHookState) plus the buckets whose lengths the ranks agreed on."""
 
     def __init__(self, compressor: Compressor, model: torch.nn.Module, process_group=None,
                  worker_state: WorkerState | None = None, timed: bool = False,

@@ -1,5 +1,5 @@
 """Global block selection (docs/spec.md §8) for a group of layers, shared by the DDP hook
-(shim/global_exchange.py) and the single-process simulation (shim/workers.py): one worker's
+(shim/exchange/global_exchange.py) and the single-process simulation (shim/exchange/workers.py): one worker's
 prepare (a, block norms: collective 1's vector) and finish (selection by the summed norms,
 collective 2's vector, new residuals and velocities), and the average. The simulation's entry
 points `encode_for` / `decode_for` fall back to encode_group / decode_group when the
@@ -19,7 +19,7 @@ import torch
 from gradblock.refmodel.quantiser import NonFiniteError
 from gradblock.torchstep import global_select as gs
 
-from .compressors import (Compressor, LayerInfo, StepStats, WorkerState, decode_group,
+from ..compress.compressors import (Compressor, LayerInfo, StepStats, WorkerState, decode_group,
                           encode_group)
 
 EXCHANGES = ("allgather", "allreduce")

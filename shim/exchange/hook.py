@@ -13,7 +13,7 @@ and DDP's backward goes on computing the next buckets' gradients while the messa
   after the first iteration.
 * all_gather needs equal sizes (gloo rejects anything else). Every packet's size is bounded
   in advance by what every rank knows alike (`Compressor.message_bound`: a coarse frame by its
-  k_eff blocks, shim/fastpath.py; sparse top-k and dense packets are fixed), so a bucket is
+  k_eff blocks, shim/compress/fastpath.py; sparse top-k and dense packets are fixed), so a bucket is
   ONE all_gather of fixed-width slots: word 0 the message's true length, then the message,
   zeros after. No size round trip, no `.item()` before the collective. A slot whose length
   word does not fit its width is refused by name (PacketError naming the peer rank). Only
@@ -23,7 +23,7 @@ and DDP's backward goes on computing the next buckets' gradients while the messa
   a collective launched from a completion callback could reach the ranks in different
   orders and cross-match with another bucket's.
 * Decoding runs on the host: the gathered slots are copied off the device once (CUDA), the
-  coarse frames validated and summed by the numba decoder (shim/fastpath.py), and the
+  coarse frames validated and summed by the numba decoder (shim/compress/fastpath.py), and the
   averages written into the bucket's own gradient views (`bucket.gradients()`, which keep
   the parameters' strides: channels_last stays right).
 * Every rank decodes every peer's message, so a malformed frame raises the same error on all
@@ -43,13 +43,13 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from .compressors import Compressor, LayerInfo, WorkerState, decode_group, encode_group
+from ..compress.compressors import Compressor, LayerInfo, WorkerState, decode_group, encode_group
 from .device import sync_device
 from .hook_state import HookState
 
 
 class GradblockHookState(HookState):
-    """The all_gather hook's state: the shared part (shim/hook_state.py) plus the outgoing
+    """The all_gather hook's state: the shared part (shim/exchange/hook_state.py) plus the outgoing
     message filter and `send`."""
 
     def __init__(self, compressor: Compressor, model: torch.nn.Module, process_group=None,
@@ -111,7 +111,7 @@ def all_gather_slots_async(message: torch.Tensor, bound: int, group=None):
     each rank's message on the host, or raises PacketError naming the peer whose length word
     does not fit its slot. A local message longer than `bound` (a fault-injection filter) is
     sent cut with its true length, so every rank refuses it by name instead of hanging."""
-    from .compressors import PacketError
+    from ..compress.compressors import PacketError
     world = dist.get_world_size(group)
     width = int(bound) + 1
     n = message.numel()
@@ -197,7 +197,7 @@ def gradblock_hook(state: GradblockHookState, bucket: dist.GradBucket
 def register(ddp_model: torch.nn.parallel.DistributedDataParallel, compressor: Compressor,
              worker_state: WorkerState | None = None, **kw) -> GradblockHookState:
     """Build the hook state for `ddp_model` and register the hook; returns the state. A
-    compressor with exchange "allreduce" gets shim/global_exchange.py's hook."""
+    compressor with exchange "allreduce" gets shim/exchange/global_exchange.py's hook."""
     if getattr(compressor, "exchange", "allgather") == "allreduce":
         from .global_exchange import register_global
         return register_global(ddp_model, compressor, worker_state=worker_state, **kw)

@@ -1,5 +1,5 @@
-"""What every gradblock DDP hook keeps across calls (shim/hook.py's all_gather hook,
-shim/global_exchange.py's allreduce hook): the compressor and this rank's state of it, the
+"""What every gradblock DDP hook keeps across calls (shim/exchange/hook.py's all_gather hook,
+shim/exchange/global_exchange.py's allreduce hook): the compressor and this rank's state of it, the
 parameter -> layer map, the per-step statistics, the step's outstanding work, and PowerSGD's
 `state_dict()` / `load_state_dict()` pattern. Each hook's state adds only what its exchange
 needs."""
@@ -11,7 +11,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from .compressors import Compressor, LayerInfo, StepStats, WorkerState, layers_of
+from ..compress.compressors import Compressor, LayerInfo, StepStats, WorkerState, layers_of
 from .device import sync_device
 from .workers import StepTimes
 

@@ -1,10 +1,10 @@
 """How a training step's gradients travel between workers: one object per mode, so the
 Trainer holds no `if ddp` branches.
 
-* `SimulatedExchange`: N workers in this process (shim/workers.py's SimulatedCluster); the
+* `SimulatedExchange`: N workers in this process (shim/exchange/workers.py's SimulatedCluster); the
   process holds every worker's compressor state and loss.
 * `DdpExchange`: one worker per process under torchrun; DistributedDataParallel with the
-  gradblock communication hook (shim/hook.py); gloo on CPU, NCCL on CUDA.
+  gradblock communication hook (shim/exchange/hook.py); gloo on CPU, NCCL on CUDA.
 
 Both run the same `encode_group` / `decode_group` code, so they give the same bits.
 """
@@ -20,10 +20,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .compressors import Compressor, LayerInfo, StepStats, WorkerState
+from ..compress.compressors import Compressor, LayerInfo, StepStats, WorkerState
 from .device import sync_device
-from .errors import ConfigError
-from .problem import Problem, resolve_device, worker_batch
+from ..errors import ConfigError
+from ..setup.problem import Problem, resolve_device, worker_batch
 from .resilience import restart_count
 from .state import rank_path
 from .workers import SimulatedCluster, StepTimes
@@ -162,7 +162,7 @@ class DdpExchange(Exchange):
                                  timed=self.timed)
         else:
             # the one way into the papers' systems from the exchange (shim/systems/__init__.py)
-            from .systems.merge_hook import register_merged
+            from ..systems.merge_hook import register_merged
             self.hook = register_merged(self.ddp_model, compressor, groups,
                                         worker_state=states[self.rank], timed=self.timed)
 

@@ -17,7 +17,7 @@ a process group, so every peer run is a real multi-process DDP run:
 * without `--ddp` (`gradblock train`, and the peer rows of `gradblock validate`):
   `run_peer_locally` starts N local processes (gloo on 127.0.0.1, one torch thread each), runs
   the same `--ddp` training in them and returns rank 0's result. The data order, model
-  initialisation and optimiser are the harness's (shim/problem.py), as for gradblock's own
+  initialisation and optimiser are the harness's (shim/setup/problem.py), as for gradblock's own
   methods, so the accuracy rows compare like with like. Peer runs are not bit-identical to a
   simulation (gloo sums floats in its own order); gradblock's methods are.
 
@@ -45,16 +45,16 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from .compressors import Compressor, LayerInfo, StepStats
+from ..compress.compressors import Compressor, LayerInfo, StepStats
 from .device import sync_device
-from .errors import TrainingError
-from .exchange import DdpExchange, StepOutcome
-from .problem import worker_batch
+from ..errors import TrainingError
+from .modes import DdpExchange, StepOutcome
+from ..setup.problem import worker_batch
 from .workers import StepTimes
 
-# the names, constants and settings check live below the trainer (shim/peer_config.py), so
+# the names, constants and settings check live below the trainer (shim/setup/peer_config.py), so
 # TrainConfig.check can use them without importing this module's exchange
-from .peer_config import (PEERS, POWERSGD_MIN_COMPRESSION_RATE,  # noqa: F401  (re-exported)
+from ..setup.peer_config import (PEERS, POWERSGD_MIN_COMPRESSION_RATE,  # noqa: F401  (re-exported)
                           POWERSGD_START_ITER, check_peer_config)
 
 
@@ -263,7 +263,7 @@ def run_peer_locally(cfg, progress=None, timeout: float = 6 * 3600) -> dict:
             logs.append(log)
             with open(log, "w") as fh:
                 procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "gradblock.shim.peer_rank", str(tmp / "config.json"),
+                    [sys.executable, "-m", "gradblock.shim.training.peer_rank", str(tmp / "config.json"),
                      str(tmp / "result.json")], env=rank_env(r, n, port), stdout=fh,
                     stderr=subprocess.STDOUT, start_new_session=True, cwd=_package_root()))
         wait_ranks(procs, logs, timeout)
@@ -272,6 +272,6 @@ def run_peer_locally(cfg, progress=None, timeout: float = 6 * 3600) -> dict:
         progress.update(result["steps"])
     result["mode"] = "ddp-local"                 # N local processes, started here
     if cfg.out:
-        from .outputs import atomic_write_text
+        from ..outputs import atomic_write_text
         atomic_write_text(Path(cfg.out) / "result.json", json.dumps(result, indent=2) + "\n")
     return result

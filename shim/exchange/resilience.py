@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import ConfigError, TrainingError
+from ..errors import ConfigError, TrainingError
 from .state import is_checkpoint, rank_path
 
 KEEP = 2                      # elastic checkpoints each rank keeps

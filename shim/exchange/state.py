@@ -21,9 +21,9 @@ from typing import Any, Sequence
 
 import torch
 
-from .compressors import Compressor, LayerInfo, StepStats, WorkerState
-from .errors import CheckpointError
-from .outputs import atomic_write
+from ..compress.compressors import Compressor, LayerInfo, StepStats, WorkerState
+from ..errors import CheckpointError
+from ..outputs import atomic_write
 from .workers import StepTimes
 
 FORMAT = "gradblock-train-checkpoint-v1"

@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from .compressors import Compressor, LayerInfo, StepStats, WorkerState, decode_group, encode_group
+from ..compress.compressors import Compressor, LayerInfo, StepStats, WorkerState, decode_group, encode_group
 from .device import sync_device
 
 

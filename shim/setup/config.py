@@ -12,7 +12,7 @@ from gradblock.refmodel.momentum import MomentumConfig, check_momentum_pair
 from gradblock.refmodel.validation import (check_block_size, check_k, check_lmax_log2, check_norm,
                                              check_range)
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 DATASETS = ("fashion-mnist", "digits", "mnist", "cifar10")
 
@@ -40,7 +40,7 @@ class TrainConfig:
     momentum: float = 0.9               # global momentum (the optimiser's)
     local_momentum: float = 0.0         # momentum correction (docs/spec.md §7); needs momentum 0
     momentum_mask: bool = True          # factor masking of the local velocity
-    sparsity_warmup_steps: int = 0      # DGC's exponential sparsity warm-up (shim/warmup.py)
+    sparsity_warmup_steps: int = 0      # DGC's exponential sparsity warm-up (shim/compress/warmup.py)
     sparsity_warmup_fraction: float = 0.25
     seed: int = 0
     train_subset: int | None = None
@@ -60,8 +60,8 @@ class TrainConfig:
     check_every: int = 0                # cross-rank checksum every this many steps (--ddp)
     progress: bool = True
     merge_plan: str | None = None       # none | greedy | exact | a plan file (shim/systems/merge_apply.py)
-    exchange: str = "allgather"         # allreduce: global block selection (shim/global_exchange.py)
-    powersgd_rank: int = 1              # --compressor powersgd: matrix approximation rank (shim/peers.py)
+    exchange: str = "allgather"         # allreduce: global block selection (shim/exchange/global_exchange.py)
+    powersgd_rank: int = 1              # --compressor powersgd: matrix approximation rank (shim/exchange/peers.py)
     # the worker's gradient before compression (DGC), and the learning-rate schedule
     # (docs/training.md "Weight decay, clipping, schedules"); defaults: off / constant
     weight_decay: float = 0.0           # g = float32(g + float32(wd * w)) on every worker
@@ -99,7 +99,7 @@ class TrainConfig:
 
     def check(self) -> "TrainConfig":
         """Refuse values no run can use (ConfigError naming the field); returns self."""
-        from .compressors import COMPRESSORS
+        from ..compress.compressors import COMPRESSORS
 
         def need(ok: bool, name: str, what: str) -> None:
             if not ok:

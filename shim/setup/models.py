@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 MODELS = ("lenet5", "digits-cnn", "resnet20", "resnet50", "conv64", "gru")
 ALIASES = {"lenet": "lenet5", "lenet5": "lenet5", "digits-cnn": "digits-cnn",

@@ -1,9 +1,9 @@
-"""torch's DDP peers by name (shim/peers.py runs them): the names, PowerSGD's fixed settings,
-and the check of the training settings a peer cannot honour. Kept apart from shim/peers.py so
+"""torch's DDP peers by name (shim/exchange/peers.py runs them): the names, PowerSGD's fixed settings,
+and the check of the training settings a peer cannot honour. Kept apart from shim/exchange/peers.py so
 that `TrainConfig.check` and the argument parser can use them without importing the exchange."""
 from __future__ import annotations
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 PEERS = ("allreduce", "fp16", "powersgd")
 POWERSGD_START_ITER = 2

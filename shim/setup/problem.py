@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from .config import TrainConfig
-from .errors import ConfigError
+from ..errors import ConfigError
 
 EVAL_BATCH = 1000
 
@@ -75,7 +75,7 @@ class Problem:
 
 
 def build_problem(cfg: TrainConfig, n_workers: int, device: torch.device, dataset=None) -> Problem:
-    """`dataset`: an already loaded shim.data.Dataset for cfg.data (validate loads it once)."""
+    """`dataset`: an already loaded shim.setup.data.Dataset for cfg.data (validate loads it once)."""
     from .data import load_dataset
     from .models import DEFAULT_MODEL, build_model, canonical_model_name
 

@@ -15,12 +15,10 @@ Imports go one way. These modules may import the training modules (compressors, 
 exchange, optim, workers, data, models, ...). The training side uses them only through a narrow
 seam, each import inside the function that needs it, so importing the shim loads none of this:
 
-* `shim/exchange.py`: `DdpExchange.bind` imports `merge_hook.register_merged` when a merge
+* `shim/exchange/modes.py`: `DdpExchange.bind` imports `merge_hook.register_merged` when a merge
   plan is given;
-* `shim/trainer.py`: `Trainer._merge_groups` imports `merge_apply.plan_for_run` (the planner
+* `shim/training/trainer.py`: `Trainer._merge_groups` imports `merge_apply.plan_for_run` (the planner
   for `--merge-plan`).
 
-The old names (`gradblock.shim.merge_plan`, ..., `gradblock.shim.coded`) are aliases of these
-modules (the same module objects). tests/test_layering.py checks the seam and that there is no
-import cycle.
+tests/test_layering.py checks the seam and that there is no import cycle.
 """

@@ -25,9 +25,9 @@ from gradblock.codec import fileio
 from gradblock.refmodel import coded
 from gradblock.refmodel.quantiser import QuantConfig, average, quantise
 
-from ..data import load_dataset
-from ..models import build_model
-from ..process_group import end_process_group
+from ..setup.data import load_dataset
+from ..setup.models import build_model
+from ..exchange.process_group import end_process_group
 
 
 @dataclass

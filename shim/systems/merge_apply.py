@@ -1,5 +1,5 @@
 """A DLGS merge plan (shim/systems/merge_plan.py) turned into groups of a model's layers, for the DDP
-hook (shim/systems/merge_hook.py) and the simulated cluster (shim/workers.py).
+hook (shim/systems/merge_hook.py) and the simulated cluster (shim/exchange/workers.py).
 
 A plan lists groups of parameter names in backward order: the order autograd finishes the
 gradients, which `backward_order` records with post-accumulate-grad hooks on a copy of the
@@ -35,10 +35,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from ..compressors import Compressor, LayerInfo, WorkerState
-from ..device import sync_device
+from ..compress.compressors import Compressor, LayerInfo, WorkerState
+from ..exchange.device import sync_device
 from ..errors import ConfigError
-from ..process_group import end_process_group
+from ..exchange.process_group import end_process_group
 from .merge_plan import PLANNERS, LayerTimes, fit_line
 
 PLAN_KINDS = ("none", "greedy", "exact")

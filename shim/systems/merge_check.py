@@ -1,5 +1,5 @@
 """Merge plans over a real gloo group: the DDP hook with a plan gives the bits of the plain hook
-and of the single-process simulation (shim/ddp_check.py's model, data and compressors).
+and of the single-process simulation (shim/exchange/ddp_check.py's model, data and compressors).
 
     check_merged(world=2, plans={"name": groups, ...}, out_dir)   # spawns `world` ranks
 
@@ -22,12 +22,12 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from ..compressors import layers_of
-from ..ddp_check import batches, compressor_for, make_model, same_on_all_ranks
-from ..hook import register
-from ..optim import GlobalMomentumSGD
-from ..process_group import end_process_group
-from ..workers import SimulatedCluster
+from ..compress.compressors import layers_of
+from ..exchange.ddp_check import batches, compressor_for, make_model, same_on_all_ranks
+from ..exchange.hook import register
+from ..exchange.optim import GlobalMomentumSGD
+from ..exchange.process_group import end_process_group
+from ..exchange.workers import SimulatedCluster
 from .merge_hook import register_merged
 
 BUCKET_CAPS_MB = (0.001, 0.002, 25.0)     # ~one parameter per bucket, a few, all in one

@@ -20,7 +20,7 @@ the second. Small buckets (`bucket_cap_mb`) let groups start during backward; wi
 bucket every group starts after the last gradient.
 
 Merging changes the call structure only: each layer's packet, sum and average are the bits
-the plain hook (shim/hook.py) and the simulation produce. Statistics, timing, the decode error
+the plain hook (shim/exchange/hook.py) and the simulation produce. Statistics, timing, the decode error
 re-raised by `backward()` and `state_dict()` / `load_state_dict()` (this rank's residuals per
 layer) are the plain hook state's.
 """
@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from ..compressors import Compressor, WorkerState, decode_group
-from ..device import sync_device
-from ..hook import GradblockHookState, write_averages
+from ..compress.compressors import Compressor, WorkerState, decode_group
+from ..exchange.device import sync_device
+from ..exchange.hook import GradblockHookState, write_averages
 from .merge_apply import Groups, check_groups
 
 

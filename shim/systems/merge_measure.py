@@ -33,8 +33,8 @@ import torch.multiprocessing as mp
 from gradblock.codec import fileio
 from gradblock.codec.errors import UsageError
 
-from ..models import build_model
-from ..process_group import end_process_group
+from ..setup.models import build_model
+from ..exchange.process_group import end_process_group
 from .merge_apply import measure_comm  # noqa: F401  (re-exported: merge-plan's measurement)
 from .merge_plan import PLANNERS, LayerTimes, fit_line, iteration_time, timeline
 
@@ -179,7 +179,7 @@ def _execute_worker(rank: int, world: int, init_file: str, model_name: str, batc
 
 def _ddp_compressor(layers, world: int):
     """What `--execute ddp` runs: the training path's coarse compressor, k = 1, R = 10."""
-    from ..compressors import build_compressor
+    from ..compress.compressors import build_compressor
     return build_compressor("coarse", layers, world, k=1, R=10.0)
 
 
@@ -189,10 +189,10 @@ def _execute_ddp_worker(rank: int, world: int, init_file: str, model_name: str, 
     (shim/systems/merge_hook.py; one encode call and one all_gather per group), DDP buckets of about
     one parameter so the plan, not DDP's bucketing, decides what travels together. An
     iteration is forward + backward, which returns once every bucket's future is complete;
-    the plans take turns iteration by iteration. A plan of None is the baseline: the plain hook (shim/hook.py) on DDP's default buckets."""
-    from ..compressors import layers_of
-    from ..exchange import MERGE_BUCKET_CAP_MB
-    from ..hook import register
+    the plans take turns iteration by iteration. A plan of None is the baseline: the plain hook (shim/exchange/hook.py) on DDP's default buckets."""
+    from ..compress.compressors import layers_of
+    from ..exchange.modes import MERGE_BUCKET_CAP_MB
+    from ..exchange.hook import register
     from .merge_hook import register_merged
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
@@ -239,7 +239,7 @@ def _execute_ddp_worker(rank: int, world: int, init_file: str, model_name: str, 
 def ddp_inputs(times: LayerTimes, model_name: str, repeats: int, world: int) -> LayerTimes:
     """`times` with the sparsify fit and frame bytes of what `--execute ddp` runs (the torch
     codec's coarse compressor) instead of the numba step's."""
-    from ..compressors import layers_of
+    from ..compress.compressors import layers_of
     from .merge_apply import measure_compress
     layers = {lay.name: lay for lay in layers_of(build_model(model_name, 10, IN_SHAPES[model_name]))}
     ordered = [layers[n] for n in times.names]

@@ -12,10 +12,10 @@ import math
 from gradblock.codec.zrle import LMAX_LOG2_MAX, LMAX_LOG2_MIN
 from gradblock.refmodel.validation import parse_k   # the one k parser shared by every command
 
-from .compressors import COMPRESSORS
-from .peer_config import PEERS
-from .config import DATASETS, TrainConfig
-from .models import ALIASES as MODEL_ALIASES
+from ..compress.compressors import COMPRESSORS
+from ..setup.peer_config import PEERS
+from ..setup.config import DATASETS, TrainConfig
+from ..setup.models import ALIASES as MODEL_ALIASES
 
 
 __all__ = ["parse_k", "parse_density", "positive_int", "nonneg_int", "positive_float",
@@ -190,7 +190,7 @@ def build_parser(description: str = "train one configuration with one gradient c
     add_common_arguments(p)
     p.add_argument("--compressor", default="coarse", choices=COMPRESSORS + PEERS,
                    help="gradblock's methods, or a torch peer: allreduce (DDP, no hook), fp16 "
-                        "(fp16_compress_hook), powersgd (powerSGD_hook; shim/peers.py)")
+                        "(fp16_compress_hook), powersgd (powerSGD_hook; shim/exchange/peers.py)")
     p.add_argument("--rank", "--powersgd-rank", dest="powersgd_rank", type=positive_int, default=1,
                    metavar="R", help="--compressor powersgd: matrix approximation rank")
     p.add_argument("--k", type=parse_k, default=1,

@@ -1,6 +1,6 @@
-"""One rank of `shim.peers.run_peer_locally` (started as `python -m gradblock.shim.peer_rank
+"""One rank of `shim.exchange.peers.run_peer_locally` (started as `python -m gradblock.shim.training.peer_rank
 CONFIG.json RESULT.json` with torchrun's environment): trains the peer and, on rank 0, writes
-the result. A module of its own: it imports the trainer, which imports shim/peers.py."""
+the result. A module of its own: it imports the trainer, which imports shim/exchange/peers.py."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,7 @@ import torch
 
 from gradblock.codec.fileio import write_text
 
-from .config import TrainConfig
+from ..setup.config import TrainConfig
 from .trainer import run_training
 
 

@@ -6,7 +6,7 @@ import json
 import math
 from pathlib import Path
 
-from .outputs import atomic_write, atomic_write_text
+from ..outputs import atomic_write, atomic_write_text
 
 
 def _fmt(v, spec: str, missing: str = "n/a") -> str:

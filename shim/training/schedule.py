@@ -49,7 +49,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .config import TrainConfig
+from ..setup.config import TrainConfig
 
 
 def clip_threshold(clip_norm: float, n_workers: int) -> float:
@@ -110,8 +110,8 @@ def resolve_horizon(cfg: TrainConfig, checkpoint_file: Path | None) -> None:
     if cfg.lr_schedule != "cosine" or cfg.lr_schedule_epochs is not None:
         return
     if checkpoint_file is not None:
-        from .errors import CheckpointError
-        from .state import load_checkpoint
+        from ..errors import CheckpointError
+        from ..exchange.state import load_checkpoint
         try:
             saved = load_checkpoint(checkpoint_file).get("run_config")
         except CheckpointError:

@@ -1,6 +1,6 @@
 """`gradblock train`: train one configuration with one gradient compressor.
 
-The command line only: parse, run (shim/trainer.py), print one line. Every refusal the
+The command line only: parse, run (shim/training/trainer.py), print one line. Every refusal the
 library raises (shim/errors.py, a missing dataset, a diverged run's NaN gradient, a
 malformed peer frame) is a GradblockError, which gradblock/cli.py turns into one line on
 stderr and exit status 2, as for the other commands; argparse's own errors exit 2 too. The modules behind it:
@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 
 from .arguments import build_parser, config_from_args, parse_k  # noqa: F401  (re-exported)
-from .config import TrainConfig  # noqa: F401  (re-exported)
-from .data import DatasetError
-from .errors import CheckpointError, ConfigError, OutputPathError, TrainingError  # noqa: F401
+from ..setup.config import TrainConfig  # noqa: F401  (re-exported)
+from ..setup.data import DatasetError
+from ..errors import CheckpointError, ConfigError, OutputPathError, TrainingError  # noqa: F401
 from .trainer import Trainer, run_training  # noqa: F401  (re-exported)
 
 # what a row of `gradblock validate` records and goes on after (run_matrix); every named error

@@ -22,21 +22,21 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .compressors import DenseCompressor, StepStats, WorkerState, build_compressor, layers_of
-from .config import TrainConfig
-from .errors import CheckpointError
-from .exchange import Exchange, StepOutcome, make_exchange
-from .optim import GlobalMomentumSGD
-from .peers import PEERS, build_peer, make_peer_exchange, run_peer_locally
-from .outputs import atomic_write, atomic_write_text, check_output_dir, check_output_file
-from .problem import build_problem, epoch_shards, evaluate, worker_batch
-from .resilience import (FaultInjector, check_replicas, common_step, is_comm_failure, note,
+from ..compress.compressors import DenseCompressor, StepStats, WorkerState, build_compressor, layers_of
+from ..setup.config import TrainConfig
+from ..errors import CheckpointError
+from ..exchange.modes import Exchange, StepOutcome, make_exchange
+from ..exchange.optim import GlobalMomentumSGD
+from ..exchange.peers import PEERS, build_peer, make_peer_exchange, run_peer_locally
+from ..outputs import atomic_write, atomic_write_text, check_output_dir, check_output_file
+from ..setup.problem import build_problem, epoch_shards, evaluate, worker_batch
+from ..exchange.resilience import (FaultInjector, check_replicas, common_step, is_comm_failure, note,
                          peer_lost, prune, restart_count, step_path)
-from .warmup import Warmup
+from ..compress.warmup import Warmup
 from .schedule import lr_at, register_worker_grad_hooks, resolve_horizon
-from .state import (CheckpointExpectation, check_checkpoint, compressor_state, is_checkpoint,
+from ..exchange.state import (CheckpointExpectation, check_checkpoint, compressor_state, is_checkpoint,
                     load_checkpoint, rng_state, save_checkpoint, set_rng_state)
-from .workers import StepTimes
+from ..exchange.workers import StepTimes
 
 PHASES = tuple(f.name for f in fields(StepTimes))
 
@@ -82,7 +82,7 @@ class Trainer:
             check_output_dir(cfg.out, "--out")
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
-        if exchange is None and cfg.compressor in PEERS:    # torch's own DDP hooks (shim/peers.py)
+        if exchange is None and cfg.compressor in PEERS:    # torch's own DDP hooks (shim/exchange/peers.py)
             exchange = make_peer_exchange(cfg)
         self.exchange = exchange or make_exchange(cfg.ddp, cfg.workers, cfg.device, cfg.time_phases,
                                                   cfg.timeout)
@@ -152,7 +152,7 @@ class Trainer:
         else:
             self.states = {w: self.compressor.new_worker_state() for w in ex.worker_ids}
         self.merge_groups = self._merge_groups() if cfg.merge_plan else None
-        # weight decay and local clipping on each worker's gradient (shim/schedule.py)
+        # weight decay and local clipping on each worker's gradient (shim/training/schedule.py)
         self.grad_hooks = register_worker_grad_hooks(
             [p for p in model.parameters() if p.requires_grad], cfg, self.n)
         ex.bind(model, self.layers, self.compressor, self.states, self.merge_groups)
@@ -160,7 +160,7 @@ class Trainer:
     def _merge_groups(self) -> list[list[int]]:
         """The `--merge-plan` groups (shim/systems/merge_apply.py), planned on this run's first
         batch."""
-        from .systems.merge_apply import plan_for_run
+        from ..systems.merge_apply import plan_for_run
         p = self.problem
         shard = epoch_shards(len(p.y_train), self.n, self.cfg.seed, 0)[self.exchange.worker_ids[0]]
         x, y = worker_batch(p, shard, 0, self.cfg.batch_size)
@@ -216,7 +216,7 @@ class Trainer:
     # -- one step
     def lr_at(self, step: int) -> float:
         """The learning rate of global step `step` (0-based): the schedule, then the linear
-        warm-up (shim/schedule.py). A function of the step alone, so a resumed run uses the
+        warm-up (shim/training/schedule.py). A function of the step alone, so a resumed run uses the
         same rates."""
         return lr_at(self.cfg, self.problem.steps_per_epoch, step)
 

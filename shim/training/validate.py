@@ -33,9 +33,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from .arguments import add_common_arguments, parse_k
-from .config import TrainConfig
-from .errors import ConfigError
-from .outputs import atomic_write_text, check_output_dir, check_output_file
+from ..setup.config import TrainConfig
+from ..errors import ConfigError
+from ..outputs import atomic_write_text, check_output_dir, check_output_file
 from .report import (NO_ROWS, describe_run, format_row_table, format_table, is_own_output,
                      plot_acc_compression, plot_curves, summarise_rows, write_json)
 from .train import USER_ERRORS
@@ -45,7 +45,7 @@ QUICK = {"epochs": 2, "train_subset": 6000, "test_subset": 2000}
 ROWS = ("dense", "topk", "dlgs", "coarse1", "coarseK")
 OUTPUTS = ("validate.json", "validate.md", "validate.png", "validate_acc_compression.png")
 PLAIN_ROWS = ("coarse1_plain", "coarseK_plain")     # with --local-momentum: no correction
-# torch's own DDP peers (shim/peers.py), run in N local gloo processes; only when asked
+# torch's own DDP peers (shim/exchange/peers.py), run in N local gloo processes; only when asked
 PEER_ROWS = ("allreduce", "fp16", "powersgd1", "powersgd2", "powersgd4")
 
 
@@ -222,7 +222,7 @@ def validate_main(argv: list[str]) -> int:
 
     from tqdm import tqdm
 
-    from .data import load_dataset
+    from ..setup.data import load_dataset
     out = Path(args.out)
     seeds = list(dict.fromkeys(args.seeds)) if args.seeds else [base.seed]
     rows = matrix(base, args.k_large, args.compressors, args.uncorrected, args.peers)
