@@ -46,6 +46,7 @@ class GroupPlan:
     n_blocks: int
     norm: str = "l1"                       # block norm kind (docs/spec.md §2.3)
     norm_shift_of_elem: torch.Tensor | None = None   # (n,) int64 L2 shift per element; None: L1
+    sparsified_of_elem: torch.Tensor | None = None   # (n,) bool: the layer has k_eff < n_blocks
 
     @property
     def n_layers(self) -> int:
@@ -94,7 +95,9 @@ def plan_group(shapes, *, k: int | float | list = 1, block_size: int | None | li
                      t(block_of_elem), t(np.repeat(np.arange(L, dtype=np.int64), nbs)), t(bstarts),
                      t(np.asarray(k_effs, dtype=np.int64)), t(is_start), t(headers), total, n_blocks,
                      norm, None if norm == "l1" else t(np.repeat(
-                         np.array([p.norm_shift for p in plans], dtype=np.int64), sizes)))
+                         np.array([p.norm_shift for p in plans], dtype=np.int64), sizes)),
+                     t(np.repeat(np.array([ke < lay.n_blocks for ke, lay in zip(k_effs, layouts)],
+                                          dtype=bool), sizes)))
 
 
 @dataclass
@@ -117,6 +120,63 @@ def _segment_counts_rows(flags: torch.Tensor, plan: GroupPlan) -> torch.Tensor:
     cs = torch.cumsum(flags, dim=1, dtype=torch.int64)
     cs = torch.cat([cs.new_zeros(cs.shape[0], 1), cs], dim=1)
     return cs[:, plan.elem_end] - cs[:, plan.elem_start]
+
+
+@dataclass
+class FlatStep:
+    """compress_group's arithmetic on the flat concatenation, as device tensors (no host
+    sync): the payload to encode, the new residual and velocity, and the per-element flags
+    (NaN, |g| > R, feedback saturation[, momentum saturation]) for the caller to count."""
+    payload: torch.Tensor
+    residual: torch.Tensor
+    velocity: torch.Tensor | None
+    flags: tuple
+
+
+def step_flat(plan: GroupPlan, flat_g: torch.Tensor, flat_r: torch.Tensor, cfg: QuantConfig,
+              flat_u: torch.Tensor | None = None, m_fix: int | None = None,
+              mask: bool = True) -> FlatStep:
+    """§1, §2 (and §7 with `m_fix`) over a group's flat float32 gradient and int32 residual
+    (and velocity) in plan order, without a host sync and in a number of ops that does not
+    depend on the number of layers. Inputs are the caller's to check."""
+    dev = flat_g.device
+    momentum = m_fix is not None
+    q, absbits = quantise_lazy(flat_g, cfg)
+    u64 = u_new64 = None
+    if momentum:                      # u' = sat(mul(m, u) + Q(g)) replaces Q(g) below
+        u64 = scale_velocity_flat(flat_u, m_fix) + q.to(torch.int64)
+        u_new64 = u64.clamp(-QMAX, QMAX)
+        q = u_new64.to(torch.int32)
+    s = flat_r.to(torch.int64) + q.to(torch.int64)
+    acc = s.clamp(-QMAX, QMAX)
+    flags = (absbits > NAN_BITS, absbits > cfg.range_bits, s != acc) + \
+        ((u64 != u_new64,) if momentum else ())
+
+    # block norms and per-layer selection: blocks grouped by layer, norm descending, index
+    # ascending (two stable sorts), then the first k_eff of each layer
+    norms = torch.zeros(plan.n_blocks, dtype=torch.int64, device=dev)
+    terms = acc.abs()
+    if plan.norm_shift_of_elem is not None:          # L2: (|a| >> s)**2, s per layer
+        terms = terms >> plan.norm_shift_of_elem
+        terms = terms * terms
+    norms.index_add_(0, plan.block_of_elem, terms)
+    by_norm = torch.sort(-norms, stable=True).indices
+    order = by_norm[torch.sort(plan.layer_of_block[by_norm], stable=True).indices]
+    layer_of_ranked = plan.layer_of_block[order]
+    rank = torch.arange(plan.n_blocks, device=dev) - plan.block_start[layer_of_ranked]
+    block_mask = torch.zeros(plan.n_blocks, dtype=torch.bool, device=dev)
+    block_mask.scatter_(0, order, rank < plan.k_eff[layer_of_ranked])   # no boolean indexing
+    elem_mask = block_mask[plan.block_of_elem]
+    acc32 = acc.to(torch.int32)
+    payload = acc32 * elem_mask                       # a on selected blocks, 0 elsewhere
+    residual_out = acc32 - payload                    # so payload + residual = a exactly
+    u_new = None
+    if momentum:
+        u_new = q
+        if mask:                      # factor masking on sparsified layers only
+            masked = elem_mask & plan.sparsified_of_elem
+            u_new = torch.where(masked, torch.zeros((), dtype=torch.int32, device=dev), u_new)
+    return FlatStep(payload, residual_out, u_new, flags)
 
 
 def compress_group(plan: GroupPlan, grads: list[torch.Tensor], residuals: list[torch.Tensor | None],
@@ -167,21 +227,15 @@ def compress_group(plan: GroupPlan, grads: list[torch.Tensor], residuals: list[t
     flat_r = torch.cat([torch.zeros(plan.sizes[j], dtype=torch.int32, device=dev) if r is None
                         else r.reshape(-1) for j, r in enumerate(residuals)]) if L else \
         torch.zeros(0, dtype=torch.int32, device=dev)
-
-    q, absbits = quantise_lazy(flat_g, cfg)
-    if momentum:                      # u' = sat(mul(m, u) + Q(g)) replaces Q(g) below
+    flat_u = None
+    if momentum:
         flat_u = torch.cat([torch.zeros(plan.sizes[j], dtype=torch.int32, device=dev) if u is None
                             else u.reshape(-1) for j, u in enumerate(velocities)]) if L else \
             torch.zeros(0, dtype=torch.int32, device=dev)
-        u64 = scale_velocity_flat(flat_u, m_fix) + q.to(torch.int64)
-        u_new64 = u64.clamp(-QMAX, QMAX)
-        q = u_new64.to(torch.int32)
-    s = flat_r.to(torch.int64) + q.to(torch.int64)
-    acc = s.clamp(-QMAX, QMAX)
+    fs = step_flat(plan, flat_g, flat_r, cfg, flat_u, m_fix, mask)
     # NaN, |g| > R, |r + q| > QMAX (and |mul(m, u) + Q(g)| > QMAX): totals in one host sync,
     # per layer only when any is nonzero
-    flags = (absbits > NAN_BITS, absbits > cfg.range_bits, s != acc) + \
-        ((u64 != u_new64,) if momentum else ())
+    flags = fs.flags
     if any(torch.stack([f.sum() for f in flags]).tolist()):
         counts = _segment_counts_rows(torch.stack(flags).to(torch.int32), plan).tolist()
     else:
@@ -194,35 +248,11 @@ def compress_group(plan: GroupPlan, grads: list[torch.Tensor], residuals: list[t
             start = int(plan.elem_start[j])
             first = int(torch.argmax(is_nan[start:start + plan.sizes[j]].to(torch.uint8)).item())
             raise NonFiniteError(int(c), first, names[j] if names else f"layer {plan.layer_ids[j]}")
-
-    # block norms and per-layer selection: blocks grouped by layer, norm descending, index
-    # ascending (two stable sorts), then the first k_eff of each layer
-    norms = torch.zeros(plan.n_blocks, dtype=torch.int64, device=dev)
-    terms = acc.abs()
-    if plan.norm_shift_of_elem is not None:          # L2: (|a| >> s)**2, s per layer
-        terms = terms >> plan.norm_shift_of_elem
-        terms = terms * terms
-    norms.index_add_(0, plan.block_of_elem, terms)
-    by_norm = torch.sort(-norms, stable=True).indices
-    order = by_norm[torch.sort(plan.layer_of_block[by_norm], stable=True).indices]
-    layer_of_ranked = plan.layer_of_block[order]
-    rank = torch.arange(plan.n_blocks, device=dev) - plan.block_start[layer_of_ranked]
-    block_mask = torch.zeros(plan.n_blocks, dtype=torch.bool, device=dev)
-    block_mask[order[rank < plan.k_eff[layer_of_ranked]]] = True
-    elem_mask = block_mask[plan.block_of_elem]
-    acc32 = acc.to(torch.int32)
-    payload = acc32 * elem_mask                       # a on selected blocks, 0 elsewhere
-    residual_out = acc32 - payload                    # so payload + residual = a exactly
+    payload, residual_out = fs.payload, fs.residual
     velocity_list = None
     if momentum:
-        u_new = q
-        if mask:                      # factor masking on sparsified layers only
-            masked = elem_mask & (plan.k_eff < torch.tensor(
-                [lay.n_blocks for lay in plan.layouts], dtype=torch.int64, device=dev))[
-                plan.layer_of_elem]
-            u_new = torch.where(masked, torch.zeros((), dtype=torch.int32, device=dev), u_new)
         velocity_list = [t.view(shape) for t, shape in
-                         zip(torch.split(u_new, list(plan.sizes)), plan.shapes)]
+                         zip(torch.split(fs.velocity, list(plan.sizes)), plan.shapes)]
 
     message, frame_words, nonzeros = encode_frames(payload, plan.headers, plan.elem_start,
                                                    plan.elem_end, plan.layer_of_elem,
