@@ -42,7 +42,12 @@ from gradblock.codec import zrle
 from gradblock.codec.crc32_torch import crc32_spans
 from gradblock.refmodel.quantiser import QMAX, QuantConfig
 
-__all__ = ["BucketLayout", "bucket_layout", "decode_slots", "slot_messages"]
+__all__ = ["BucketLayout", "bucket_layout", "decode_slots", "slot_messages", "encode_slot",
+           "NONFINITE_WORD"]
+
+# the length word of a slot whose sender had a NaN gradient: every rank still enters the
+# collective, and every rank raises (a peer's: PeerNonFiniteError)
+NONFINITE_WORD = -2
 
 _MASK32 = 0xFFFFFFFF
 _PAD = 8                     # zero words after a row: header / trailer reads never leave it
@@ -95,12 +100,20 @@ class BucketLayout:
         n_f = sizes[frames]
         acc_off = np.concatenate([[0], np.cumsum(n_f)]).astype(np.int64)
         coarse_map = cat([flat_off[j] + np.arange(sizes[j], dtype=np.int64) for j in frames])
+        dense = np.flatnonzero(~framed)
+        dense_layer = cat([np.full(sizes[j], j, dtype=np.int64) for j in dense])
+        dense_in_layer = cat([np.arange(sizes[j], dtype=np.int64) for j in dense])
+        dense_sizes = sizes[dense]
+        dense_bounds = np.concatenate([[0], np.cumsum(dense_sizes)]).astype(np.int64)
         t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
         return dict(F=F, gaps=gaps.tolist(), gaps_t=t(gaps), id_table=t(id_table), n_f=t(n_f),
                     acc_off=t(acc_off[:-1]), acc_total=int(acc_off[-1]),
                     dense_gap=t(cat(gap_i)), dense_inner=t(cat(inner)),
                     dense_map=t(cat(dense_map)), coarse_map=t(coarse_map),
-                    dense_total=int(sum(gaps)),
+                    dense_total=int(sum(gaps)), frame_pos=t(frames),
+                    static_len=t(np.where(framed, 0, sizes)), dense_layer=t(dense_layer),
+                    dense_in_layer=t(dense_in_layer), dense_start=t(dense_bounds[:-1]),
+                    dense_end=t(dense_bounds[1:]), dense_pos=dense.tolist(),
                     identity=bool(F == len(self.sizes)))
 
 
@@ -297,3 +310,93 @@ def decode_slots(layout: BucketLayout, slots: torch.Tensor) -> tuple[torch.Tenso
             total = total + vals[r].to(torch.float64)
         out.index_copy_(0, T["dense_map"], (total / n).to(torch.float32))
     return out, bad
+
+
+def encode_slot(layout: BucketLayout, plan, payload: torch.Tensor, dense_words: torch.Tensor | None,
+                width: int, lmax: int, nonfinite: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's slot for the bucket's all_gather, built on the device without a host sync:
+    [message length, the message, zeros], width `width` (the bound every rank computes from
+    shapes, plus one). The message is the bucket's packets in layer order: the ZRLE v1 frame
+    of each framed layer (payload: the flat int32 payload of the framed layers in plan order,
+    `plan` a torchstep.group.GroupPlan of them; bit-identical to codec.zrle.encode_frame of
+    each layer's payload) and the dense layers' words (`dense_words`, int32, in bucket order).
+    Frames lie at offsets computed on the device from their token and literal counts; their
+    CRCs come from one pass (crc32_spans). With `nonfinite` (0-d bool) True the length word
+    is NONFINITE_WORD. A message longer than width - 1 (a wrong bound) keeps its true length
+    in the length word and is cut, so every receiver refuses it.
+    Returns (slot, frame lengths in words (F,) int64)."""
+    dev = payload.device
+    T_ = layout.tensors(dev)
+    i64 = torch.int64
+    F = T_["F"]
+    out = torch.zeros(width + 1, dtype=torch.int32, device=dev)
+    dummy = width
+    frame_len = torch.zeros(F, dtype=i64, device=dev)
+    if F:
+        n = payload.numel()
+        i = torch.arange(n, dtype=i64, device=dev)
+        nz = payload != 0
+        start = plan.is_layer_start
+        false1 = torch.zeros(1, dtype=torch.bool, device=dev)
+        prev_nz = torch.cat([false1, nz[:-1]]) & ~start
+        run_s = torch.cummax(torch.where(nz & ~prev_nz, i, torch.full_like(i, -1)), 0).values \
+            if n else i
+        idx_in_run = i - run_s
+        tok = nz & (idx_in_run % lmax == 0)
+        brk = ~nz | start
+        nb = torch.flip(torch.cummin(torch.flip(torch.where(brk, i, torch.full_like(i, n)), [0]),
+                                     0).values, [0]) if n else i
+        run_end = torch.cat([nb[1:], torch.full((1,), n, dtype=i64, device=dev)]) if n else i
+        L_tok = torch.clamp(run_end - i, max=lmax)
+        last_nz = torch.cummax(torch.where(nz, i, torch.full_like(i, -1)), 0).values if n else i
+        prev_nz_pos = torch.cat([torch.full((1,), -1, dtype=i64, device=dev), last_nz[:-1]]) \
+            if n else i
+        lay = plan.layer_of_elem
+        prev_end = torch.maximum(prev_nz_pos + 1, plan.elem_start[lay])
+        z_tok = torch.where(idx_in_run == 0, i - prev_end, torch.zeros_like(i))
+        zero1 = torch.zeros(1, dtype=i64, device=dev)
+        ctok = torch.cat([zero1, torch.cumsum(tok.to(i64), 0)])     # tokens in [0, k)
+        cnz = torch.cat([zero1, torch.cumsum(nz.to(i64), 0)])
+        tok_base, nz_base = ctok[plan.elem_start], cnz[plan.elem_start]
+        T_run = ctok[plan.elem_end] - tok_base
+        NZ = cnz[plan.elem_end] - nz_base
+        last_in = torch.cat([torch.full((1,), -1, dtype=i64, device=dev), last_nz])[plan.elem_end]
+        tail = plan.elem_end - torch.maximum(last_in + 1, plan.elem_start)
+        has_tail = tail > 0
+        T = T_run + has_tail.to(i64)
+        frame_len = zrle.HEADER_WORDS + 2 * T + NZ + zrle.TRAILER_WORDS
+    plen = T_["static_len"].clone()
+    if F:
+        plen.index_copy_(0, T_["frame_pos"], frame_len)
+    poff = 1 + torch.cumsum(plen, 0) - plen
+    total = plen.sum()
+
+    def put(idx: torch.Tensor, mask, src: torch.Tensor) -> None:
+        ok = (idx < width) if mask is None else mask & (idx < width)
+        out.scatter_(0, torch.where(ok, idx, torch.full_like(idx, dummy)), src.to(torch.int32))
+
+    if F:
+        foff = poff[T_["frame_pos"]]
+        hdr_idx = foff.unsqueeze(1) + torch.arange(zrle.HEADER_WORDS, dtype=i64, device=dev)
+        put(hdr_idx.reshape(-1), None, plan.headers.reshape(-1))
+        fo = foff[lay]
+        trel = ctok[:-1] - tok_base[lay]               # tokens before element i in its layer
+        nzrel = cnz[:-1] - nz_base[lay]                # nonzeros before element i in its layer
+        tpos = fo + zrle.HEADER_WORDS + 2 * trel + nzrel
+        put(tpos, tok, z_tok)
+        put(tpos + 1, tok, L_tok)
+        lpos = fo + zrle.HEADER_WORDS + 2 * (ctok[1:] - tok_base[lay]) + nzrel
+        put(lpos, nz, payload)
+        put(foff + zrle.HEADER_WORDS + 2 * T_run + NZ, has_tail, tail)
+        t0 = foff + frame_len - 2
+        put(t0, None, T)
+        crc = crc32_spans((out[:width].to(i64) & _MASK32).unsqueeze(0), foff.unsqueeze(0),
+                          (t0 + 1).unsqueeze(0)).squeeze(0)
+        put(t0 + 1, None, _signed(crc))
+    if dense_words is not None and dense_words.numel():
+        put(poff[T_["dense_layer"]] + T_["dense_in_layer"], None, dense_words)
+    length = total if nonfinite is None else torch.where(
+        nonfinite, torch.full_like(total, NONFINITE_WORD), total)
+    out[:1] = length.to(torch.int32)
+    return out[:width], frame_len
