@@ -261,7 +261,11 @@ def validate_main(argv: list[str]) -> int:
                                 for f in failures)
                       + "".join(f"\nrequirement {describe_requirement(v)}\n" for v in verdicts))
     written = [out / "validate.json", out / "validate.md"]
-    if results:
+    import importlib.util
+    if results and importlib.util.find_spec("matplotlib") is None:
+        # matplotlib is the torch extra's; a bare GPU image (scripts/gpu-check.sh) lacks it
+        print("gradblock validate: no matplotlib: the plots are not drawn")
+    elif results:
         written.append(plot_curves(results, out / "validate.png", title=header))
         written.append(plot_acc_compression(row_stats, out / "validate_acc_compression.png",
                                             title=header))
