@@ -204,7 +204,7 @@ def engine_runs(records: list[dict]) -> list[EngineRun]:
         beats = rec.get("axi_beats")
         if not isinstance(beats, dict):
             raise ValueError(f"compress_engine record of {rec.get('case')} has no axi_beats "
-                             "(sim/tb_compress_engine.py counts them in `throughput`)")
+                             "(sim/benches/tb_compress_engine.py counts them in `throughput`)")
         vel = rec.get("vel_axi_beats") or {}
         out.append(EngineRun(str(rec["case"]), int(rec["words"]), int(rec["k_eff"]),
                              int(rec["selected"]), int(rec["cycles"]), int(beats["ar"]),

@@ -58,7 +58,7 @@ DEFAULT_SEED = 20240517
 PARAMETERS_ENV = "GRADBLOCK_HDL_PARAMETERS"    # JSON {name: value} of the build, for the testbench
 
 # cocotb's subprocess gets sys.path as PYTHONPATH: the repository root must be on it so that the
-# test module (sim.tb_*) and the reference code (codec, refmodel) import in the simulator.
+# test module (sim.benches.tb_*) and the reference code (codec, refmodel) import in the simulator.
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 

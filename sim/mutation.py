@@ -71,32 +71,28 @@ class Check:
         return f"{self.dut}:{self.tests}"
 
 
-_STAGE_TESTS = "golden_cases,reset_mid_stream,throughput"
-_ENCODER_TESTS = "reset_mid_frame,config_clamp,ready_paths,throughput"
-_ENCODER = (
-    # the codec's synthetic token-grammar edge cases for lmax_log2 1, 2, 3, 8 and every
-    # dedicated test (tests/test_rtl_codec.py test_encoder_synthetic)
-    Check("zrle_encoder", "encode_cases," + _ENCODER_TESTS, {"LMAX_LOG2_MAX": 8}, None),
-    # the golden frames of each vector directory (test_encoder_golden, verify)
-    Check("zrle_encoder", "encode_cases", {"LMAX_LOG2_MAX": 8}, "each"),
-)
+_GOLDEN = {"golden": "dirs", "each": "each", None: None}
+
+
+def _checks_from_table() -> dict[str, tuple[Check, ...]]:
+    """file -> the checks that judge its mutants, from the DUT table (sim/duts.py): each
+    entry's `mutation` runs, for every file in its `mutates`, in table order (so a block's own
+    checks come before those of an entry that also covers it: crc32_word, then the encoder)."""
+    from .duts import DUTS
+    out: dict[str, list[Check]] = {}
+    for dut in DUTS.values():
+        for file in dut.mutates:
+            out.setdefault(file, []).extend(
+                Check(dut.name, run.tests,
+                      None if run.parameters is None else dict(run.parameters),
+                      _GOLDEN[run.vectors], dict(run.env)) for run in dut.mutation)
+    return {f: tuple(c) for f, c in out.items()}
+
 
 # datapath file -> the checks that judge its mutants: the golden cases of the block and the
 # tests tests/test_rtl_datapath.py, test_rtl_momentum.py and test_rtl_codec.py run on it
-# (Icarus's builds: quantiser UW 1, topk_select K_MAX 16 and 1)
-CHECKS: dict[str, tuple[Check, ...]] = {
-    "quantiser": (Check("quantiser", _STAGE_TESTS + ",config_extremes", {"UW": 1}),),
-    "ef_add": (Check("ef_add", _STAGE_TESTS, {}),),
-    "momentum": (Check("momentum", "golden_cases,vector_cases,reset_mid_stream,throughput,"
-                           "clamp_boundaries", {}),),
-    "block_l1": (Check("block_l1", _STAGE_TESTS, {}),),
-    "topk_select": (Check("topk_select", "golden_cases,shuffled_order,random_ties,k_out_of_range,"
-                          "reset_mid_stream,throughput,ready_after_reset", {"K_MAX": 16}),
-                    # the K_MAX 1 build (its own g_one branch), as test_rtl_datapath runs it
-                    Check("topk_select", "golden_cases,k_out_of_range", {"K_MAX": 1})),
-    "zrle_run_encoder": _ENCODER,
-    "crc32_word": (Check("crc32_word", "known_values,random_streams", {}, None), *_ENCODER),
-}
+# (Icarus's builds: quantiser UW 1, topk_select K_MAX 16 and 1), read from the DUT table
+CHECKS: dict[str, tuple[Check, ...]] = _checks_from_table()
 # the registry entry each file's golden cases go through (kept for callers of the old table)
 TARGETS = {f: c[0].dut for f, c in CHECKS.items()}
 

@@ -4,7 +4,7 @@ per (module, case).
 Each RTL block is an entry of the DUT table, sim/duts.py (REGISTRY: the entries that check a
 golden stage). A testbench taking part reads the golden directory from
 TB_GOLDEN_DIR, runs every case that has its stage, and writes one record per case to the JSON
-file named by TB_CASE_RESULTS (sim.tb_util.write_case_results); a testbench with one cocotb test
+file named by TB_CASE_RESULTS (sim.benches.tb_util.write_case_results); a testbench with one cocotb test
 per traffic profile writes one record per case and profile, merged here (worst wins). Sources
 come from hw/deps.py and HDL parameters reach the testbench through the runner. Entries whose sources or
 testbench do not exist yet are left out (and said so), so blocks join as they are written.
@@ -25,7 +25,7 @@ from gradblock.codec.errors import UsageError
 from gradblock.golden.compute import generate_golden
 from gradblock.golden.format import load_exchange, load_golden
 
-from .duts import Dut, verified
+from .duts import DUTS, Dut, Run, verified
 from .harness import HW_DIR, SIMULATORS, hw_sources, run_rtl, simulator_available
 
 
@@ -33,47 +33,22 @@ from .harness import HW_DIR, SIMULATORS, hw_sources, run_rtl, simulator_availabl
 REGISTRY: dict[str, Dut] = verified()
 
 DEFAULT_TRAFFIC = "0:0,0.4:0.4"
-# every profile the testbenches define by default (sim/tb_util.traffic_profiles) plus the
+# every profile the testbenches define by default (sim/benches/tb_util.traffic_profiles) plus the
 # verify default: idle input, back-pressure, both
 COVERAGE_TRAFFIC = "0:0,0.3:0,0:0.5,0.4:0.4,0.6:0.7"
 
 _SEVERITY = {"pass": 0, "skip": 1, "fail": 2, "error": 3}
 
 
-@dataclass(frozen=True)
-class Dedicated:
-    """One run of a block's dedicated cocotb tests (the non-golden ones tests/test_rtl_*.py
-    run), which `verify --coverage` makes under the same coverage build after the golden
-    cases. vectors: "golden": the golden directory (the tests pick their layers there);
-    "edge": golden/datapath.py's edge cases only (golden_cases then runs those corner cases,
-    not the golden set again); None: the testbench makes its own cases (codec, momentum)."""
-    tests: str                      # comma-separated cocotb test names
-    vectors: str | None = "golden"
-    env: tuple[tuple[str, str], ...] = ()
-
-
-_EDGE = Dedicated("golden_cases", "edge")
-# sim/functional_bins.py's testbench bins (decoder errors, every engine error code, a reset
-# in every FSM state) are reached here; throughput tests are left out (their traffic profile,
-# none, is one of the golden runs')
-DEDICATED_TESTS: dict[str, tuple[Dedicated, ...]] = {
-    "zrle_encoder": (Dedicated("encode_cases,reset_mid_frame,config_clamp,ready_paths", None),),
-    "zrle_decoder": (Dedicated("decode_cases,decode_errors,reset_mid_frame,ready_paths", None,
-                               (("TB_FUZZ", "200"),)),),
-    "quantiser": (_EDGE, Dedicated("reset_mid_stream")),
-    "ef_add": (_EDGE, Dedicated("reset_mid_stream")),
-    "momentum": (Dedicated("vector_cases,reset_mid_stream", None),),
-    "block_l1": (_EDGE, Dedicated("reset_mid_stream")),
-    "topk_select": (_EDGE, Dedicated("shuffled_order,random_ties,k_out_of_range,"
-                                     "reset_mid_stream")),
-    "compress_top": (_EDGE, Dedicated("config_errors,empty_layer,misplaced_tlast,"
-                                      "reset_mid_stream,reset_in_every_state")),
-    "compress_engine": (_EDGE, Dedicated("config_errors,misplaced_tlast,reset_mid_layer,"
-                                         "memory_errors,empty_layer,nan_inputs,gap_stall,"
-                                         "reset_in_every_state")),
-    "aggregate_engine": (Dedicated("config_errors,reset_mid_layer,memory_errors,"
-                                   "reset_in_every_state"),),
-}
+# One run of a block's dedicated cocotb tests (the non-golden ones tests/test_rtl_*.py run),
+# which `verify --coverage` makes under the same coverage build after the golden cases: the DUT
+# table's `dedicated` runs (sim/duts.py, Run: vectors "golden" is the golden directory, "edge"
+# golden/datapath.py's edge cases only, None the testbench's own cases). sim/functional_bins.py's
+# testbench bins (decoder errors, every engine error code, a reset in every FSM state) are
+# reached there; throughput tests are left out (their traffic profile, none, is one of the
+# golden runs').
+DEDICATED_TESTS: dict[str, tuple[Run, ...]] = {n: d.dedicated for n, d in DUTS.items()
+                                              if d.dedicated}
 
 
 def merge_case_records(records: list[dict]) -> dict[str, dict]:
@@ -134,7 +109,7 @@ def run_module(mod: Dut, sim: str, golden: Path, traffic: str, waves: bool,
     return rows, res.report()
 
 
-def run_dedicated(mod: Dut, ded: Dedicated, tag: str, golden: Path, edge: Path | None,
+def run_dedicated(mod: Dut, ded: Run, tag: str, golden: Path, edge: Path | None,
                   work: Path, coverage_dir: Path, build_root: Path | None = None,
                   sources=None) -> tuple[list[Row], str]:
     """One run of `mod`'s DEDICATED_TESTS on Verilator under the coverage build of its golden
@@ -300,32 +275,27 @@ def verify_main(argv: list[str], make_golden: Callable[[Path], object] | None = 
     return 1 if counts["fail"] or counts["error"] else 0
 
 
-SNAPSHOT_MARKER = ".gradblock-snapshot"     # the names of the files the last snapshot wrote
-
-
 def snapshot_sources(dest: Path) -> Path:
     """Copy hw/*.sv to `dest` (what `verify --coverage` builds from): the line numbers in the
     coverage files, the annotated tree and the waivers' source text then all refer to the same
     bytes, even if hw/ is edited while the run goes on. Returns `dest`.
 
-    Only files an earlier snapshot wrote (listed in its marker) are replaced or removed: a
-    `dest` holding anything else is the user's, and the run stops (UsageError) before
-    touching it."""
+    Only files an earlier snapshot wrote and that still hold those bytes are replaced or removed
+    (codec/fileio.py's output policy): a `dest` holding anything else is the user's, and the run
+    stops (ForeignFileError) before touching it."""
     dest.mkdir(parents=True, exist_ok=True)
-    marker = dest / SNAPSHOT_MARKER
-    ours = set(marker.read_text().split()) if marker.is_file() else set()
-    foreign = sorted(p.name for p in dest.iterdir() if p.name != SNAPSHOT_MARKER and p.name not in ours)
+    foreign = sorted(p.name for p in dest.iterdir()
+                     if p.name != fileio.LEDGER and not fileio.written_by_gradblock(p))
     if foreign:
-        raise UsageError(f"{dest} holds files gradblock did not write ({', '.join(foreign[:3])}"
-                         f"{', ...' if len(foreign) > 3 else ''}); name another --coverage DIR")
-    for name in ours:
-        if "/" not in name and name.endswith(".sv"):
-            (dest / name).unlink(missing_ok=True)
-    names = []
-    for src in sorted(HW_DIR.glob("*.sv")):
-        shutil.copyfile(src, dest / src.name)
-        names.append(src.name)
-    fileio.write_text(marker, "\n".join(names) + "\n")
+        raise fileio.ForeignFileError(f"{dest} holds files gradblock did not write "
+                                      f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}"
+                                      f"); name another --coverage DIR")
+    sources = sorted(HW_DIR.glob("*.sv"))
+    for old in dest.iterdir():                  # copies of files since removed from hw/
+        if old.name != fileio.LEDGER and old.name not in {s.name for s in sources}:
+            fileio.remove_own(old)
+    for src in sources:
+        fileio.write_own(dest / src.name, lambda tmp, src=src: shutil.copyfile(src, tmp))
     return dest
 
 

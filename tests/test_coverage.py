@@ -134,11 +134,12 @@ def test_dedicated_tests_record_every_testbench_bin(tmp_path, golden_quick):
 def test_a_dedicated_test_that_does_not_pass_is_a_failing_row(tmp_path, golden_quick):
     """run_dedicated gives one row per cocotb test; a test that fails or never runs is a
     fail / error row, which makes `verify` exit 1 like a failing golden case."""
-    from gradblock.sim.verify import Dedicated, run_dedicated
+    from gradblock.sim.duts import Run
+    from gradblock.sim.verify import run_dedicated
     if simulator_available("verilator"):
         pytest.skip("verilator unavailable")
     mod = DUTS["quantiser"]
-    rows, report = run_dedicated(mod, Dedicated("reset_mid_stream,no_such_test"), "t",
+    rows, report = run_dedicated(mod, Run("reset_mid_stream,no_such_test"), "t",
                                  golden_quick, None, tmp_path, tmp_path / "cov")
     got = {r.case: r.status for r in rows}
     assert got["[reset_mid_stream]"] == "pass", report
@@ -148,23 +149,30 @@ def test_a_dedicated_test_that_does_not_pass_is_a_failing_row(tmp_path, golden_q
 
 def test_snapshot_replaces_only_its_own_files(tmp_path):
     """verify --coverage's source snapshot: a second run replaces what the first wrote; a
-    DIR/sources holding a file gradblock did not write stops the run and is left as it was."""
-    from gradblock.codec.errors import UsageError
+    DIR/sources holding a file gradblock did not write (or a copy edited since) stops the run
+    and is left as it was."""
+    from gradblock.codec.fileio import LEDGER, ForeignFileError, write_own_text
     from gradblock.sim.harness import HW_DIR
-    from gradblock.sim.verify import SNAPSHOT_MARKER, snapshot_sources
+    from gradblock.sim.verify import snapshot_sources
     dest = tmp_path / "sources"
     snapshot_sources(dest)
     names = sorted(p.name for p in HW_DIR.glob("*.sv"))
     assert sorted(p.name for p in dest.glob("*.sv")) == names
-    (dest / names[0]).write_text("stale copy")
-    snapshot_sources(dest)                          # its own files: replaced
+    (dest / names[0]).unlink()
+    write_own_text(dest / "gone.sv", "module gone; endmodule\n")      # a copy hw/ no longer has
+    snapshot_sources(dest)                          # its own files: replaced, or removed
     assert (dest / names[0]).read_bytes() == (HW_DIR / names[0]).read_bytes()
+    assert not (dest / "gone.sv").exists()
+    (dest / names[0]).write_text("edited copy")
+    with pytest.raises(ForeignFileError, match="did not write"):
+        snapshot_sources(dest)
+    assert (dest / names[0]).read_text() == "edited copy"
     users = tmp_path / "theirs"
     users.mkdir()
     (users / "mine.sv").write_text("module mine; endmodule\n")
     (users / names[0]).write_text("their own edit")
-    with pytest.raises(UsageError, match="did not write"):
+    with pytest.raises(ForeignFileError, match="did not write"):
         snapshot_sources(users)
     assert (users / "mine.sv").read_text() == "module mine; endmodule\n"
     assert (users / names[0]).read_text() == "their own edit"
-    assert not (users / SNAPSHOT_MARKER).exists()
+    assert not (users / LEDGER).exists()

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import re
 import shutil
-from pathlib import Path
 
 import pytest
 
 from gradblock.sim import harness, mutation
-from gradblock.sim.duts import DUTS
+from gradblock.sim.duts import DUTS, TB_LIBRARY
 
 HW = harness.HW_DIR
 
@@ -84,15 +83,14 @@ def test_checks_name_tests_their_testbenches_have():
     silently drop out of the mutation run otherwise) and every datapath file has checks."""
     assert set(mutation.CHECKS) == {"quantiser", "ef_add", "momentum", "block_l1",
                                     "topk_select", "zrle_run_encoder", "crc32_word"}
-    root = Path(mutation.__file__).parent
     for f, checks in mutation.CHECKS.items():
         assert checks, f
         for c in checks:
             dut = DUTS[c.dut]
             assert f in dut.sources, (f, c.dut)
-            tb = (root / f"{dut.test_module.rsplit('.', 1)[-1]}.py").read_text()
+            tb = dut.bench_path.read_text()
             if "stage_tests(" in tb:       # tb_util.StageBench: the three shared tests
-                tb += (root / "tb_util.py").read_text()
+                tb += TB_LIBRARY.read_text()
             for t in c.tests.split(","):
                 assert re.search(rf"async def {t}\b", tb), (f, c.dut, t)
 

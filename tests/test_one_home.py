@@ -105,7 +105,7 @@ DOCUMENTED = [
     ("gradblock.commands", "BACKEND_ENV"), ("gradblock.commands", "BackendError"),
     ("gradblock.refmodel.validation", "ParameterError"), ("gradblock.refmodel.validation", "LmaxError"),
     ("gradblock.shim.systems.merge_apply", "measure_comm"),
-    ("gradblock.shim.outputs", "atomic_write"),
+    ("gradblock.codec.fileio", "write_own"), ("gradblock.codec.fileio", "check_replaceable"),
     # docs/golden.md's "From Python"
     ("gradblock.golden.format", "load_golden"), ("gradblock.golden.check", "check_golden"),
     ("gradblock.golden.compute", "generate_golden"),
@@ -127,7 +127,7 @@ def test_documented_paths_import(module, name):
 # --------------------------------------------------------------- the DUT table (item 7)
 
 DUT_TABLE = ROOT / "sim" / "duts.py"
-TB_LIBRARY = ROOT / "sim" / "tb_util.py"
+TB_LIBRARY = ROOT / "sim" / "benches" / "tb_util.py"
 # where a block is built or run: the table's readers (tests, verify, bench) and the testbenches
 DUT_READERS = ("sim", "bench", "tests", "gradblock")
 
@@ -220,14 +220,14 @@ def test_golden_quick_is_defined_once():
 
 
 def test_one_testbench_library():
-    """sim/tb_util.py is the testbenches' one helper library: every other sim/tb_*.py is a
+    """sim/benches/tb_util.py is the testbenches' one helper library: every other file there is a
     testbench of the DUT table, and no helper is written twice (the same top-level function
     in two testbenches, or a testbench redefining one of the library's)."""
     from gradblock.sim.duts import DUTS
-    tb_files = {p.stem for p in (ROOT / "sim").glob("tb_*.py")}
+    tb_files = {p.stem for p in TB_LIBRARY.parent.glob("*.py")} - {"__init__"}
     testbenches = {d.test_module.rsplit(".", 1)[-1] for d in DUTS.values()}
     assert tb_files - {TB_LIBRARY.stem} == testbenches, \
-        f"sim/tb_*.py that are neither the library nor a DUT's testbench: " \
+        f"sim/benches/ files that are neither the library nor a DUT's testbench: " \
         f"{sorted(tb_files - {TB_LIBRARY.stem} - testbenches)}"
     lib = ast.parse(TB_LIBRARY.read_text())
     library = {n.name for n in lib.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef,
@@ -235,7 +235,7 @@ def test_one_testbench_library():
     seen: dict[str, str] = {}
     bad = []
     for stem in sorted(testbenches):
-        path = ROOT / "sim" / f"{stem}.py"
+        path = TB_LIBRARY.parent / f"{stem}.py"
         for node in ast.parse(path.read_text()).body:
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.decorator_list:
                 continue                      # cocotb tests are decorated: each module's own
@@ -246,4 +246,4 @@ def test_one_testbench_library():
             if key in seen:
                 bad.append(f"{path.name}:{node.lineno} repeats {seen[key]}'s {node.name}")
             seen.setdefault(key, path.name)
-    assert not bad, "testbench helpers belong in sim/tb_util.py, once:\n" + "\n".join(bad)
+    assert not bad, "testbench helpers belong in sim/benches/tb_util.py, once:\n" + "\n".join(bad)

@@ -29,10 +29,9 @@ from gradblock.sim.harness import REPO_ROOT, setup_verilator, simulator_availabl
 QUICK_TRAFFIC = "0:0,0.5:0.6"
 FULL_TRAFFIC = "0:0,0.3:0,0:0.5,0.6:0.7"
 QUICK_MAX_N = 300
-ALL_TESTS = ("golden_cases", "config_errors", "reset_mid_layer", "memory_errors",
-             "reset_in_every_state", "throughput")
 FIELDS = {"generator": "gradblock tests/test_rtl_aggregate.py", "seed": 0}
 AGGREGATE = DUTS["aggregate_engine"]
+ALL_TESTS = AGGREGATE.tests          # every cocotb test of the testbench (the DUT table's list)
 
 
 def need(sim: str) -> None:

@@ -26,15 +26,8 @@ pytestmark = pytest.mark.sim
 QUICK_TRAFFIC = "0:0,0.5:0.6"
 FULL_TRAFFIC = "0:0,0.3:0,0:0.5,0.6:0.7"
 QUICK_MAX_N = 300
-TESTS = {
-    "quantiser": {"golden_cases", "reset_mid_stream", "throughput"},
-    "ef_add": {"golden_cases", "reset_mid_stream", "throughput"},
-    "block_l1": {"golden_cases", "reset_mid_stream", "throughput"},
-    "topk_select": {"golden_cases", "shuffled_order", "random_ties", "k_out_of_range",
-                    "reset_mid_stream", "throughput"},
-    "compress_top": {"golden_cases", "config_errors", "empty_layer", "misplaced_tlast",
-                     "reset_mid_stream", "throughput"},
-}
+# the blocks this file runs; each one's full list of cocotb tests is the DUT table's
+BLOCKS = ("quantiser", "ef_add", "block_l1", "topk_select", "compress_top")
 
 
 def need(sim: str) -> None:
@@ -85,7 +78,7 @@ def run_block(top: str, sim: str, dirs, tmp_path, parameters=None, env=None, tes
                         run_name=run_name)
     assert res.passed, res.report()
     ran = {t.name.split("/")[0] for t in res.tests}     # golden_cases/traffic=... -> golden_cases
-    wanted = set(testcase.split(",")) if testcase else TESTS[top]
+    wanted = set(testcase.split(",")) if testcase else set(DUTS[top].tests)
     assert wanted <= ran, f"tests missing from the run: {sorted(wanted - ran)}"
     profiles = (env or {}).get("TB_TRAFFIC", QUICK_TRAFFIC).count(",") + 1
     if "golden_cases" in wanted:
@@ -139,7 +132,7 @@ def test_quantiser(sim, golden_quick, edge_vectors, tmp_path, request):
     if not quick:
         dirs += (request.getfixturevalue("sweep_vectors"),)
     verdicts, recs = run_block("quantiser", sim, dirs, tmp_path, quick=quick,
-                               parameters={"UW": 1 if quick else 32})
+                               parameters=DUTS["quantiser"].build("uw1" if quick else "uw32"))
     expect_verdicts(verdicts, manifest_cases(*dirs), stage_of("quantiser"), QUICK_MAX_N if quick else None)
     full_rate(recs, "quantiser", {"in", "out"})
 
@@ -164,20 +157,25 @@ def test_block_l1(sim, golden_quick, edge_vectors, tmp_path):
     full_rate(recs, "block_l1", {"in", "out (block_size 1)"})
 
 
-TOPK_BUILDS = [pytest.param(sim, k, id=f"{sim}-K_MAX{k}", marks=slow_unless(sim == "icarus"
-                                                                          and k == 16))
-               for sim, k in (("icarus", 16), ("verilator", 16), ("icarus", 1), ("icarus", 128))]
+TOPK = DUTS["topk_select"]
+# (sim, build variant of the DUT table; None: the reference build, K_MAX 128)
+TOPK_BUILDS = [pytest.param(sim, b, id=f"{sim}-K_MAX{TOPK.build(b)['K_MAX'] if b else 128}",
+                            marks=slow_unless(sim == "icarus" and b == "k16"))
+               for sim, b in (("icarus", "k16"), ("verilator", "k16"), ("icarus", "k1"),
+                              ("icarus", None))]
 
 
-@pytest.mark.parametrize("sim,k_max", TOPK_BUILDS)
-def test_topk_select(sim, k_max, golden_quick, edge_vectors, tmp_path):
+@pytest.mark.parametrize("sim,build", TOPK_BUILDS)
+def test_topk_select(sim, build, golden_quick, edge_vectors, tmp_path):
     """Rank order and ties on every case; cases with k_eff > K_MAX give the first K_MAX
     indices with cfg_err (K_MAX 1 makes that most of them, 128 none of the golden set)."""
     need(sim)
-    quick = sim == "icarus" and k_max == 16
+    quick = sim == "icarus" and build == "k16"
+    params = TOPK.build(build) if build else dict(TOPK.parameters)
+    k_max = params["K_MAX"]
     dirs = (golden_quick, edge_vectors)
     verdicts, recs = run_block("topk_select", sim, dirs, tmp_path, quick=quick,
-                               parameters={"K_MAX": k_max})
+                               parameters=params)
     cases = manifest_cases(*dirs)
     expect_verdicts(verdicts, cases, stage_of("topk_select"), QUICK_MAX_N if quick else None)
     over = {n for n, v in verdicts.items() if "> K_MAX" in v["detail"]}
@@ -190,9 +188,10 @@ TOP = DUTS["compress_top"]
 TOP_STAGE = stage_of("compress_top")
 
 
-def top_params(n_max: int, k_max: int, lmax_log2_max: int = 8) -> dict:
-    """compress_top's build parameters (the runner hands them to the testbench itself)."""
-    return {**TOP.parameters, "N_MAX": n_max, "K_MAX": k_max, "LMAX_LOG2_MAX": lmax_log2_max}
+def top_params(build: str) -> dict:
+    """compress_top's build variant `build` of the DUT table (the runner hands the parameters
+    to the testbench itself)."""
+    return TOP.build(build)
 
 
 def refused(verdicts: dict) -> set[str]:
@@ -205,14 +204,14 @@ def test_compress_top_quick(golden_quick, edge_vectors, tmp_path):
     layer; cases with k_eff > 16 refused with err_code 5; config errors, n = 0, a misplaced
     tlast, resets in both passes, full-rate input and residual."""
     need("icarus")
-    params = top_params(4096, 16)
+    params = top_params("quick")
     dirs = (golden_quick, edge_vectors)
     verdicts, recs = run_block("compress_top", "icarus", dirs, tmp_path, parameters=params,
                                quick=True)
     cases = manifest_cases(*dirs)
     expect_verdicts(verdicts, cases, TOP_STAGE, QUICK_MAX_N)
     assert refused(verdicts) == {c["name"] for c in cases if c["name"] in verdicts
-                                 and c["k_eff"] > 16}
+                                 and c["k_eff"] > params["K_MAX"]}
     full_rate(recs, "compress_top", {"in (pass 1)", "residual (pass 2)"})
 
 
@@ -246,7 +245,7 @@ def test_compress_top_icarus_large_k(golden_quick, edge_vectors, tmp_path):
     """Icarus, K_MAX 128: no golden case is refused, so every one (k_eff up to 80) goes through
     the whole datapath under all four traffic profiles."""
     need("icarus")
-    params = top_params(2048, 128)
+    params = top_params("large_k")
     dirs = (golden_quick, edge_vectors)
     verdicts, _ = run_block("compress_top", "icarus", dirs, tmp_path, parameters=params,
                             env={"TB_TRAFFIC": FULL_TRAFFIC}, testcase="golden_cases")
@@ -263,7 +262,7 @@ def test_compress_top_verilator_k_max_128(golden_quick, edge_vectors, tmp_path):
     none refused (k_eff <= 80)."""
     need("verilator")
     from gradblock.sim.harness import build_dir_for, verilator_pch_make_args
-    params = top_params(4096, 128)
+    params = top_params("split_model")
     dirs = (golden_quick, edge_vectors)
     verdicts, _ = run_block("compress_top", "verilator", dirs, tmp_path, parameters=params,
                             env={"TB_TRAFFIC": "0.3:0.3"}, testcase="golden_cases")
@@ -281,7 +280,7 @@ def test_lmax_above_build_is_refused(golden_quick, tmp_path):
     """A build with LMAX_LOG2_MAX 3 refuses the lmax_log2 8 layers (err_code 6) and still
     compresses the lmax_log2 2 and 3 ones exactly."""
     need("icarus")
-    params = top_params(2048, 16, lmax_log2_max=3)
+    params = top_params("lmax3")
     names = ["lmax2_runs", "lmax3_runs", "one_element", "special_floats"]
     verdicts, _ = run_block("compress_top", "icarus", (golden_quick,), tmp_path,
                             parameters=params, testcase="golden_cases",
@@ -298,12 +297,13 @@ def test_verify_registry_matches_sources():
     shared package where the block uses it, its testbench exists and is the block's own, and
     no entry hands the testbench a copy of a build parameter (the runner does that)."""
     from gradblock.sim.verify import REGISTRY
-    for top in TESTS:
+    for top in BLOCKS:
         assert top in REGISTRY, f"{top} is not in the DUT table (sim/duts.py) with a stage"
         entry = REGISTRY[top]
         assert entry.missing() == [], (top, entry.missing())
         assert entry.sources[entry.sources.index(top):][0] == top
-        assert entry.test_module == f"gradblock.sim.tb_{top}" and entry.testcase == "golden_cases"
+        assert entry.test_module == f"gradblock.sim.benches.tb_{top}"
+        assert entry.testcase == "golden_cases" and entry.bench_path.is_file()
         assert not [k for k in entry.env if k.startswith("TB_") and k[3:] in entry.parameters]
     assert "gradblock_pkg" in REGISTRY["compress_top"].sources
 

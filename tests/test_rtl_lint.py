@@ -41,10 +41,12 @@ LIMITS = {
 
 
 def used_builds() -> dict[str, list[dict]]:
-    """top -> the parameter sets the project builds it with: each DUT's reference build
-    (sim/duts.py, the one DUT table) and each ECP5 run (hw/ecp5.py), none repeated."""
+    """top -> the parameter sets the project builds it with: each DUT's reference build and
+    named build variants (sim/duts.py, the one DUT table) and each ECP5 run (hw/ecp5.py), none
+    repeated."""
     out: dict[str, list[dict]] = {}
     pairs = [(d.toplevel, dict(d.parameters)) for d in DUTS.values()]
+    pairs += [(d.toplevel, d.build(b)) for d in DUTS.values() for b in d.builds]
     pairs += [(r.top, dict(r.parameters)) for r in ecp5.RUNS]
     for top, params in pairs:
         if params and params not in out.setdefault(top, []):

@@ -1,6 +1,6 @@
 """hw/momentum.sv (docs/spec.md §7.2) in cocotb on Icarus Verilog and Verilator against the
 numpy reference: corner and random vectors with m_fix changing between layers, four traffic
-profiles, a mid-stream reset, and one element per cycle at full rate (sim/tb_momentum.py).
+profiles, a mid-stream reset, and one element per cycle at full rate (sim/benches/tb_momentum.py).
 Verilator builds take about a minute, so its run is marked slow."""
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import random
 import cocotb
 from cocotbext.axi import AxiStreamFrame
 
-from gradblock.sim import tb_util
+from gradblock.sim.benches import tb_util
 
 
 class Bench(tb_util.StageBench):

@@ -17,7 +17,7 @@ from cocotb.triggers import ClockCycles
 from cocotbext.axi import AxiStreamFrame
 
 from gradblock.refmodel.selection import select_blocks
-from gradblock.sim import tb_util
+from gradblock.sim.benches import tb_util
 
 MODULE = "topk_select"
 

@@ -26,8 +26,8 @@ from cocotbext.axi import AxiStreamFrame
 
 from gradblock.hw.sv_constants import codes, package_constants
 from gradblock.golden.format import case_norm
-from gradblock.sim import tb_util
-from gradblock.sim.tb_util import hdl_parameter as param   # the build's, from the runner
+from gradblock.sim.benches import tb_util
+from gradblock.sim.benches.tb_util import hdl_parameter as param   # the build's, from the runner
 from gradblock.sim.duts import DUTS
 from gradblock.sim import functional_bins
 from gradblock.sim.functional_bins import record as record_bins

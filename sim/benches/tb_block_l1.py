@@ -8,7 +8,7 @@ from cocotbext.axi import AxiStreamFrame
 
 from gradblock.hw.sv_constants import package_constants
 from gradblock.golden.format import case_norm
-from gradblock.sim import tb_util
+from gradblock.sim.benches import tb_util
 
 # cfg_norm per norm kind (gradblock_pkg::NORM_L1 / NORM_L2; docs/spec.md §2.3)
 NORM_BIT = {"l1": package_constants()["NORM_L1"], "l2": package_constants()["NORM_L2"]}

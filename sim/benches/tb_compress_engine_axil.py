@@ -7,7 +7,7 @@ GRAD_DATA, the frame read from FRAME_DATA while STATUS.frame_valid, INT_STATUS.d
 four counters read from their registers. Nothing but the clock, the reset and the AXI4-Lite
 port is driven; the residual (and the velocity of the momentum cases) sits in cocotbext-axi
 AxiRams behind the engine's two AXI4 masters, loaded and checked word for word (guard words
-around each region untouched) as sim/tb_compress_engine.py does, whose configuration and error
+around each region untouched) as sim/benches/tb_compress_engine.py does, whose configuration and error
 model this bench reuses. A case the build cannot hold must be refused with its code (through
 STATUS.err_code and INT_STATUS.error), memory untouched.
 
@@ -24,8 +24,8 @@ import cocotb
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
-from gradblock.sim import tb_util
-from gradblock.sim.tb_compress_engine import (
+from gradblock.sim.benches import tb_util
+from gradblock.sim.benches.tb_compress_engine import (
     BASE, GUARD, GUARD_WORDS, VEL_GUARD, config_of, expected_error, is_momentum,
     load_engine_cases, vel_base_for)
 

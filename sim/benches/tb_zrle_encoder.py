@@ -8,7 +8,7 @@ Tests
   ready_paths      s_tready and cfg_ready do not change when only m_tready does
   throughput       unthrottled cycle counts against an ideal streaming encoder (TB_METRICS)
 
-Settings come from the environment (see sim/tb_util.py); LMAX_LOG2_MAX is the build's own
+Settings come from the environment (see sim/benches/tb_util.py); LMAX_LOG2_MAX is the build's own
 (tb_util.hdl_parameter): cases above it are skipped (and logged).
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge, Timer, with_ti
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
 from gradblock.codec import zrle
-from gradblock.sim import tb_util as tb
+from gradblock.sim.benches import tb_util as tb
 
 
 def lmax_log2_max() -> int:

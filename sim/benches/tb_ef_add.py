@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from cocotbext.axi import AxiStreamFrame
 
-from gradblock.sim import tb_util
+from gradblock.sim.benches import tb_util
 
 
 class Bench(tb_util.StageBench):

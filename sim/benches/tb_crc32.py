@@ -10,7 +10,7 @@ import cocotb
 import numpy as np
 from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge
 
-from gradblock.sim import tb_util as tb
+from gradblock.sim.benches import tb_util as tb
 
 
 def zlib_crc(words) -> int:

@@ -22,8 +22,8 @@ from cocotbext.axi import AxiStreamFrame
 from gradblock.codec import zrle
 from gradblock.hw.sv_constants import codes
 from gradblock.golden.format import load_exchange
-from gradblock.sim import tb_util
-from gradblock.sim.tb_util import hdl_parameter as param   # the build's, from the runner
+from gradblock.sim.benches import tb_util
+from gradblock.sim.benches.tb_util import hdl_parameter as param   # the build's, from the runner
 from gradblock.sim import functional_bins
 from gradblock.sim.functional_bins import record as record_bins
 

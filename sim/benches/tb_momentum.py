@@ -17,7 +17,7 @@ from cocotbext.axi import AxiStreamFrame
 
 from gradblock.refmodel.momentum import scale_velocity, velocity_update
 from gradblock.refmodel.quantiser import QMAX
-from gradblock.sim import tb_util
+from gradblock.sim.benches import tb_util
 
 MODULE = "momentum"
 M_FIX_VALUES = (0, 1, 32768, 58982, 65535)

@@ -29,7 +29,7 @@ from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStream
 
 from gradblock.codec import errors as E
 from gradblock.codec import zrle
-from gradblock.sim import tb_util as tb
+from gradblock.sim.benches import tb_util as tb
 from gradblock.sim.functional_bins import record as record_bins
 
 MASK = 0xFFFFFFFF

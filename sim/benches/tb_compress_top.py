@@ -19,8 +19,8 @@ from cocotbext.axi import AxiStreamFrame
 from gradblock.codec.zrle import encode_frame
 from gradblock.hw.sv_constants import package_constants
 from gradblock.golden.format import case_norm
-from gradblock.sim import tb_util
-from gradblock.sim.tb_util import hdl_parameter as build_param   # the build's, from the runner
+from gradblock.sim.benches import tb_util
+from gradblock.sim.benches.tb_util import hdl_parameter as build_param   # the build's, from the runner
 from gradblock.sim import functional_bins
 from gradblock.sim.functional_bins import record as record_bins
 
