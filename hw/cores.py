@@ -1,36 +1,60 @@
-"""FuseSoC CAPI2 cores for the RTL, generated from the one dependency resolver (hw/deps.py).
+"""FuseSoC CAPI2 cores for the RTL, one per module or package, generated from the one dependency
+resolver (hw/deps.py), the DUT table (sim/duts.py) and the HDL itself (parameters, read by slang).
 
-hw/cores/<module>.core exists for every module of hw/ (the blocks and both engines); its
-`rtl` fileset is exactly `deps.sources(module)` (packages first), so a core never keeps a file
-list of its own: `python -m gradblock.hw.cores` rewrites them after the RTL gains a module,
-and tests/test_fusesoc.py fails while a committed core differs from what this module writes.
+hw/<name>.core sits beside hw/<name>.sv and lists that one file; everything else it needs comes
+by `depend:` on the cores of the modules it instantiates and the packages it uses (hw/deps.py's
+`direct`), so FuseSoC assembles a design from cores, each file once, and a system core that
+depends on both engines builds without duplicate modules. `python -m gradblock.hw.cores`
+rewrites them after the RTL changes; tests/test_fusesoc.py fails while a committed core differs
+from what this module writes.
 
-Targets of every core (legacy CAPI2 `default_tool` form, run by FuseSoC 2.x through edalize):
-  lint   verilator --lint-only -Wall
-  sim    Icarus Verilog (-g2012): elaborates and runs the top on its own (no stimulus)
-  synth  yosys synth_ecp5 (the FPGA family of docs/hw.md's figures)
-Usage (from the repository root):
-  fusesoc --cores-root hw/cores run --target lint gradblock:ip:compress_engine
+Each module's core has a `parameters:` section with every HDL parameter of the module (name,
+default, the comment beside it), so `fusesoc run --target lint gradblock:ip:compress_engine
+--K_MAX=16` builds that variant, and these targets (flow API, edalize):
+  lint   flow lint, Verilator --lint-only -Wall
+  sim    flow sim, Icarus Verilog with the module's cocotb testbench (sim/benches/, the DUT
+         table's test_module): only for modules that have one. cocotb 2 needs GPI_USERS in the
+         environment (edalize predates it):
+           export GPI_USERS="$(cocotb-config --libpython);$(cocotb-config --pygpi-entry-point)"
+         and a datapath testbench its golden vectors (TB_GOLDEN_DIR; docs/hw.md)
+  synth  flow generic, yosys synth_ecp5 (the FPGA family of docs/hw.md's figures)
+Usage (from anywhere): fusesoc --cores-root hw run --target lint gradblock:ip:compress_engine
 """
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
 from gradblock.hw import deps
 
-CORES_DIR = deps.HW_DIR / "cores"
+CORES_DIR = deps.HW_DIR
 VENDOR, LIBRARY, VERSION = "gradblock", "ip", "0.1.0"
+# Icarus command file for the cocotb runs: every hw/ file starts with `resetall, which drops a
+# `timescale given on the command line, so the time scale cocotb's 10 ns clock needs comes as
+# the default for modules without one (+timescale, as cocotb's own runner does it)
+ICARUS_CMD = "icarus_cocotb.f"
+ICARUS_CMD_TEXT = ("# written by `python -m gradblock.hw.cores`: Icarus's default time scale for "
+                   "the cores' cocotb runs\n+timescale+1ns/1ps\n")
 
 
-def vlnv(module: str) -> str:
-    return f"{VENDOR}:{LIBRARY}:{module}:{VERSION}"
+def vlnv(name: str) -> str:
+    return f"{VENDOR}:{LIBRARY}:{name}:{VERSION}"
 
 
-def _first_comment(module: str) -> str:
-    """The first sentence of the module's header comment, as the core's description."""
+def core_path(name: str) -> Path:
+    return CORES_DIR / f"{name}.core"
+
+
+def _work_dir(name: str) -> str:
+    """Where FuseSoC copies the core's files, relative to the build's work root."""
+    return f"src/{vlnv(name).replace(':', '_')}"
+
+
+def _first_comment(name: str) -> str:
+    """The first sentence of the file's header comment, as the core's description."""
     words = []
-    for line in (deps.HW_DIR / f"{module}.sv").read_text().splitlines():
+    for line in (deps.HW_DIR / f"{name}.sv").read_text().splitlines():
         s = line.strip()
         if not s.startswith("//"):
             if s or words:
@@ -42,73 +66,125 @@ def _first_comment(module: str) -> str:
             break
     text = " ".join(words).replace('"', "'")
     text = text[:text.index(". ") + 1] if ". " in text else text
-    return (text[:117] + "...") if len(text) > 120 else (text or module)
+    return (text[:117] + "...") if len(text) > 120 else (text or name)
 
 
-def core_text(module: str) -> str:
-    files = "\n".join(f"      - ../{p.name}" for p in deps.sources(module))
-    return f"""CAPI=2:
-# written by `python -m gradblock.hw.cores` from hw/deps.py: do not edit by hand
-name: {vlnv(module)}
-description: "{_first_comment(module)}"
+def parameters(module: str) -> list[tuple[str, int, str]]:
+    """(name, default, description) of every parameter of `module` a user may set (not the
+    localparams), in declaration order: the values from slang's elaboration, the description
+    from the comment on the parameter's line."""
+    from gradblock.hw import slang_lint
+    view = slang_lint.View(f"top:{module}", tuple(deps.sources(module)), module)
+    d = slang_lint._driver(view)
+    d.parseAllSources()
+    inst = next(i for i in d.createCompilation().getRoot().topInstances if i.name == module)
+    text = (deps.HW_DIR / f"{module}.sv").read_text()
+    out = []
+    for p in inst.body.parameters:
+        if p.isLocalParam or not p.isPortParam:
+            continue
+        value = str(p.value)
+        m = re.fullmatch(r"(?:\d+)?'s?([bdhoBDHO])([0-9a-fA-F_]+)", value)
+        default = int(m.group(2).replace("_", ""), {"b": 2, "d": 10, "h": 16, "o": 8}[
+            m.group(1).lower()]) if m else int(value)
+        c = re.search(rf"\bparameter\b[^\n]*?\b{p.name}\s*=[^\n]*?//\s*([^\n]*)"
+                      rf"((?:\n[ \t]*//[^\n]*)*)", text)       # and its continuation lines
+        desc = " ".join([c.group(1).strip()] + [s.strip().lstrip("/").strip()
+                                                for s in c.group(2).splitlines() if s.strip()]
+                        ) if c else ""
+        desc = desc or f"HDL parameter {p.name}"
+        out.append((p.name, default, desc.replace('"', "'")))
+    return out
+
+
+def _dut_bench(module: str) -> str | None:
+    """The cocotb module of the DUT whose top level is `module` (built from hw/ alone)."""
+    from gradblock.sim.duts import DUTS
+    for dut in DUTS.values():
+        if dut.toplevel == module and dut.sources_fn is None:
+            return dut.test_module
+    return None
+
+
+def core_text(name: str) -> str:
+    kind = deps.scan(deps.HW_DIR / f"{name}.sv")[0]
+    modules, packages = deps.direct(name)
+    depend = "".join(f"\n      - {VENDOR}:{LIBRARY}:{d}" for d in packages + modules)
+    head = f"""CAPI=2:
+# written by `python -m gradblock.hw.cores` from hw/deps.py, sim/duts.py and the HDL: do not edit
+name: {vlnv(name)}
+description: "{_first_comment(name)}"
 
 filesets:
   rtl:
     files:
-{files}
+      - {name}.sv
     file_type: systemVerilogSource
-
+"""
+    if depend:
+        head += f"    depend:{depend}\n"
+    if kind == "package":
+        return head + "\ntargets:\n  default:\n    filesets: [rtl]\n"
+    bench = _dut_bench(name)
+    if bench:
+        head += f"""  cocotb:
+    files:
+      - {ICARUS_CMD}: {{file_type: user}}
+"""
+    params = parameters(name)
+    body = ""
+    if params:
+        body += "\nparameters:\n"
+        for pname, default, desc in params:
+            body += (f"  {pname}:\n    datatype: int\n    paramtype: vlogparam\n"
+                     f"    default: {default}\n    description: \"{desc}\"\n")
+    plist = f"\n    parameters: [{', '.join(p for p, _, _ in params)}]" if params else ""
+    body += f"""
 targets:
   default: &default
     filesets: [rtl]
-    toplevel: {module}
+    toplevel: {name}
 
   lint:
-    <<: *default
-    default_tool: verilator
-    tools:
-      verilator:
-        mode: lint-only
-        verilator_options: [-Wall]
-
+    <<: *default{plist}
+    flow: lint
+    flow_options:
+      tool: verilator
+      verilator_options: [-Wall]
+"""
+    if bench:
+        body += f"""
   sim:
     <<: *default
-    default_tool: icarus
-    tools:
-      icarus:
-        iverilog_options: [-g2012]
-
-  synth:
-    <<: *default
-    default_tool: yosys
-    tools:
-      yosys:
-        arch: ecp5
-        output_format: json
+    filesets: [rtl, cocotb]{plist}
+    flow: sim
+    flow_options:
+      tool: icarus
+      cocotb_module: {bench}
+      iverilog_options: [-g2012, -c, {_work_dir(name)}/{ICARUS_CMD}]
 """
+    body += f"""
+  synth:
+    <<: *default{plist}
+    flow: generic
+    flow_options:
+      tool: yosys
+      arch: ecp5
+      output_format: json
+"""
+    return head + body
 
 
-def core_files(core: Path) -> list[str]:
-    """The `rtl` fileset of a .core file, as hw/ file names (read without a YAML library)."""
-    out, inside = [], False
-    for line in Path(core).read_text().splitlines():
-        s = line.strip()
-        if s == "files:":
-            inside = True
-            continue
-        if inside:
-            if not s.startswith("- "):
-                break
-            out.append(Path(s[2:].strip()).name)
-    return out
+def names() -> list[str]:
+    """Every module and package of hw/ (each gets a core)."""
+    return list(deps.available())
 
 
-def write_all(cores_dir: Path = CORES_DIR) -> list[Path]:
-    cores_dir.mkdir(exist_ok=True)
+def write_all() -> list[Path]:
     written = []
-    for module in deps.tops():
-        path = cores_dir / f"{module}.core"
-        text = core_text(module)
+    wanted = {core_path(n): core_text(n) for n in names()}
+    wanted[CORES_DIR / ICARUS_CMD] = ICARUS_CMD_TEXT
+    for path, text in wanted.items():
         if not path.is_file() or path.read_text() != text:
             path.write_text(text)
             written.append(path)

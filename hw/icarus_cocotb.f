@@ -1,0 +1,2 @@
+# written by `python -m gradblock.hw.cores`: Icarus's default time scale for the cores' cocotb runs
++timescale+1ns/1ps
