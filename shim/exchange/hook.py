@@ -22,10 +22,20 @@ and DDP's backward goes on computing the next buckets' gradients while the messa
   Collectives are issued from the hook itself, in bucket order, never from a callback:
   a collective launched from a completion callback could reach the ranks in different
   orders and cross-match with another bucket's.
-* Decoding runs on the host: the gathered slots are copied off the device once (CUDA), the
-  coarse frames validated and summed by the numba decoder (shim/compress/fastpath.py), and the
-  averages written into the bucket's own gradient views (`bucket.gradients()`, which keep
-  the parameters' strides: channels_last stays right).
+* Where the codec runs (`compressor.codec`, shim/exchange/device_codec.py): on the device
+  for gradients off the CPU ("auto"; "device" forces it on the CPU too, the same code): the
+  bucket is encoded straight into its slot and the gathered slots validated, decoded, summed
+  and averaged where they are, without a host sync, the decode chained on the collective's
+  (CUDA-aware) future so the hook returns at once and backward goes on. On the host ("host",
+  and "auto" on CPU tensors) the slots are copied off the device once and the coarse frames
+  validated and summed by the numba decoder (shim/compress/fastpath.py). Either way the
+  averages are written into the bucket's own gradient views (`bucket.gradients()`, which
+  keep the parameters' strides: channels_last stays right) by the one helper every hook uses
+  (device_codec.write_views).
+* A NaN gradient does not stop this rank before its collective (the others would wait until
+  the timeout): the slot's length word carries it, every rank enters the all_gather, and
+  every rank raises -- NonFiniteError where the NaN was, PeerNonFiniteError naming the rank
+  on the others -- and no rank's compressor state moves.
 * Every rank decodes every peer's message, so a malformed frame raises the same error on all
   ranks. DDP reports an error raised in a callback as a RuntimeError; the state keeps the
   original (its codec.errors class, message naming the peer rank and the layer) and
@@ -43,8 +53,14 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from ..compress.compressors import Compressor, LayerInfo, WorkerState, decode_group, encode_group
+from gradblock.refmodel.quantiser import NonFiniteError
+from gradblock.torchstep.bucket import NONFINITE_WORD
+
+from ..compress.compressors import (Compressor, LayerInfo, StepStats, WorkerState, decode_group,
+                                    encode_group)
 from .device import sync_device
+from .device_codec import (bucket_error, decode_bucket, encode_bucket, nonfinite_slot_error,
+                           resolve_codec, write_views)
 from .hook_state import HookState
 
 
@@ -68,15 +84,28 @@ class GradblockHookState(HookState):
     def send(self, layers: list[LayerInfo], grads: list[torch.Tensor]):
         """Encode `layers` in one call, pass the message through the outgoing filter and start
         its all_gather (one fixed-width collective when the message size is bounded); the
-        statistics and compress time are counted here. Returns (future, messages, t_sent):
-        once the future is done, `messages()` gives every rank's message (host tensors, rank
-        order) or raises PacketError naming a peer whose length word is out of range."""
+        statistics and compress time are counted here. Returns (future, received, t_sent):
+        once the future is done, `received.finish(state, views)` decodes every rank's message
+        and writes the averages into `views` (the layers' gradients), or raises the step's
+        error (PacketError naming a peer whose length word is out of range, a frame error
+        naming the peer and layer, NonFiniteError / PeerNonFiniteError for a NaN)."""
         t0 = time.perf_counter()
-        bound = self.compressor.message_bound(layers, self.worker_state)
-        message, stats = encode_group(self.compressor, layers, grads, self.worker_state)
-        if message.device != grads[0].device:
-            message = message.to(grads[0].device)
-        if self.outgoing_filter is not None:
+        comp, ws = self.compressor, self.worker_state
+        bound = comp.message_bound(layers, ws)
+        device = grads[0].device
+        if bound is not None and resolve_codec(comp, layers, device) == "device":
+            return self._send_device(layers, grads, bound, t0)
+        own_nan = None
+        try:
+            message, stats = encode_group(comp, layers, grads, ws)
+        except NonFiniteError as e:
+            if bound is None:            # dlgs between threshold steps: no slot to carry it
+                raise
+            # every rank still enters the collective; the length word carries the NaN
+            own_nan, message, stats = e, torch.zeros(0, dtype=torch.int32), StepStats()
+        if message.device != device:
+            message = message.to(device)
+        if self.outgoing_filter is not None and own_nan is None:
             message = self.outgoing_filter(message, layers, self.rank)
         if self.timed:
             sync_device(message)
@@ -87,13 +116,72 @@ class GradblockHookState(HookState):
             def messages() -> list[torch.Tensor]:
                 return [g[:n].cpu() for g, n in zip(gathered, lengths)]
         else:
-            fut, messages, width = all_gather_slots_async(message, bound, self.group)
+            fut, messages, width = all_gather_slots_async(message, bound, self.group,
+                                                          rank=self.rank, own_error=own_nan)
         self.track(fut)
         with self._lock:
             self.stats.add(stats)
             self.padded_bytes += 4 * width
             self.times.compress_s += t_sent - t0
-        return fut, messages, t_sent
+        return fut, HostReceived(layers, messages), t_sent
+
+    def _send_device(self, layers, grads, bound: int, t0: float):
+        """send() on the device path: the slot encoded where the gradients are, no host sync."""
+        width = bound + 1
+        sent = encode_bucket(self.compressor, layers, grads, self.worker_state, width)
+        if self.outgoing_filter is not None:      # fault injection (tests): via the host
+            n = int(sent.slot[0])
+            if n != NONFINITE_WORD:
+                msg = self.outgoing_filter(sent.slot[1:1 + n].clone(), layers, self.rank)
+                sent.slot = slot_of(msg, width - 1)
+        if self.timed:
+            sync_device(sent.slot)
+        t_sent = time.perf_counter()
+        world = self.world_size
+        out = torch.empty(world * width, dtype=torch.int32, device=sent.slot.device)
+        work = dist.all_gather(list(out.chunk(world)), sent.slot, group=self.group, async_op=True)
+        fut = work.get_future()
+        self.track(fut)
+        self.add_device_stats(sent.stats)
+        with self._lock:
+            self.padded_bytes += 4 * width
+            self.times.compress_s += t_sent - t0
+        self.arm_final_check(sent.slot.device)
+        return fut, DeviceReceived(sent, out.view(world, width)), t_sent
+
+
+class HostReceived:
+    """A bucket's messages reached through the host: the reference / numba decode."""
+
+    def __init__(self, layers, messages):
+        self.layers, self.messages = layers, messages
+
+    def finish(self, state: HookState, views: list[torch.Tensor]) -> None:
+        write_views(views, decode_group(state.compressor, self.layers, self.messages()))
+
+
+class DeviceReceived:
+    """A bucket's gathered slots on the device: decoded and written without a host sync; the
+    validity flag is read per bucket or once per step (HookState.check_later)."""
+
+    def __init__(self, sent, gathered: torch.Tensor):
+        self.sent, self.gathered = sent, gathered
+
+    def finish(self, state: HookState, views: list[torch.Tensor]) -> None:
+        self.sent.views = list(views)
+        bad = decode_bucket(self.sent, self.gathered)
+        state.check_later(bad, lambda: bucket_error(state.compressor, self.sent, self.gathered,
+                                                    state.rank, state.worker_state))
+
+
+def slot_of(message: torch.Tensor, bound: int, nonfinite: bool = False) -> torch.Tensor:
+    """[length, message, zeros] of width bound + 1; a message longer than `bound` is cut with
+    its true length, so every rank refuses it by name instead of hanging."""
+    n = message.numel()
+    slot = torch.zeros(bound + 1, dtype=torch.int32, device=message.device)
+    slot[0] = NONFINITE_WORD if nonfinite else n
+    slot[1:1 + min(n, bound)] = message[:bound]
+    return slot
 
 
 def _gather_sizes(message: torch.Tensor, group=None) -> list[int]:
@@ -104,26 +192,29 @@ def _gather_sizes(message: torch.Tensor, group=None) -> list[int]:
     return sizes.tolist()                                   # one host copy, not one per rank
 
 
-def all_gather_slots_async(message: torch.Tensor, bound: int, group=None):
+def all_gather_slots_async(message: torch.Tensor, bound: int, group=None, rank: int = 0,
+                           own_error: BaseException | None = None):
     """Launch ONE all_gather of fixed-width slots for a message of at most `bound` words:
     slot = [length, message..., zeros], width bound + 1, the same on every rank without
     asking the others. -> (future, messages, width); messages() (after the future) returns
     each rank's message on the host, or raises PacketError naming the peer whose length word
     does not fit its slot. A local message longer than `bound` (a fault-injection filter) is
-    sent cut with its true length, so every rank refuses it by name instead of hanging."""
+    sent cut with its true length, so every rank refuses it by name instead of hanging. With
+    `own_error` (this rank's NaN) the length word says so and every rank raises: this rank
+    `own_error`, the others PeerNonFiniteError naming `rank`."""
     from ..compress.compressors import PacketError
     world = dist.get_world_size(group)
     width = int(bound) + 1
-    n = message.numel()
-    slot = torch.zeros(width, dtype=torch.int32, device=message.device)
-    slot[0] = n
-    slot[1:1 + min(n, bound)] = message[:bound]
+    slot = slot_of(message, int(bound), own_error is not None)
     out = torch.empty(world * width, dtype=torch.int32, device=message.device)
     work = dist.all_gather(list(out.chunk(world)), slot, group=group, async_op=True)
 
     def messages() -> list[torch.Tensor]:
         host = out.cpu().view(world, width)          # one copy off the device for all ranks
         lengths = host[:, 0].tolist()
+        err = nonfinite_slot_error(lengths, rank, own_error)
+        if err is not None:
+            raise err
         got = []
         for r, n_r in enumerate(lengths):
             if not 0 <= n_r <= width - 1:
@@ -160,31 +251,18 @@ def all_gather_varlen(message: torch.Tensor, group=None) -> tuple[list[torch.Ten
     return [g[:n] for g, n in zip(gathered, lengths)], width
 
 
-def write_averages(views: list[torch.Tensor], averaged: list[torch.Tensor]) -> None:
-    """Copy each layer's average (host or device) into its gradient view of the bucket (the
-    parameter's own strides); on CUDA wait until the copies are done, so the bucket's future
-    is complete whichever stream or callback wrote it."""
-    if len(views) != len(averaged):
-        raise RuntimeError(f"bucket holds {len(views)} gradients, {len(averaged)} averages")
-    for v, avg in zip(views, averaged):
-        v.copy_(avg.reshape(v.shape))
-    if views and views[0].device.type == "cuda":
-        torch.cuda.current_stream(views[0].device).synchronize()
-
-
 def gradblock_hook(state: GradblockHookState, bucket: dist.GradBucket
                    ) -> torch.futures.Future[torch.Tensor]:
     # real (not string) annotations: DDP checks them when the hook is registered
     grads = bucket.gradients()
     layers = [state.layer_of(p) for p in bucket.parameters()]
-    fut, messages, t1 = state.send(layers, grads)
+    fut, received, t1 = state.send(layers, grads)
     buffer = bucket.buffer()
 
     def decode(done: torch.futures.Future) -> torch.Tensor:
         done.wait()                               # surfaces a failed collective
         try:
-            averaged = decode_group(state.compressor, layers, messages())
-            write_averages(grads, averaged)
+            received.finish(state, grads)
         except Exception as e:
             state.keep_error(e)
             raise

@@ -19,7 +19,7 @@ from .workers import StepTimes
 class HookState:
     """The shared part of a hook's state; `reset_step()` before each step's backward."""
 
-    def __init__(self, compressor: Compressor, model: torch.nn.Module, process_group=None,
+    def __init__(self, compressor: Compressor, model: torch.nn.Module | None, process_group=None,
                  worker_state: WorkerState | None = None, timed: bool = False):
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
             model = model.module
@@ -30,8 +30,11 @@ class HookState:
         if self.world_size != compressor.n_workers:
             raise ValueError(f"compressor built for {compressor.n_workers} workers, "
                              f"process group has {self.world_size}")
-        self.layers = layers_of(model)
-        trainable = [p for p in model.parameters() if p.requires_grad]
+        # model None (gradblock.ddp's state built from settings alone): the parameters are
+        # numbered as the buckets show them (`layer_of`), the same order on every rank
+        self._numbering = model is None
+        self.layers = [] if model is None else layers_of(model)
+        trainable = [] if model is None else [p for p in model.parameters() if p.requires_grad]
         self._layer_by_param = {id(p): info for p, info in zip(trainable, self.layers)}
         self._params = trainable          # keeps the ids above valid
         self.worker_state = worker_state if worker_state is not None else \
@@ -39,12 +42,88 @@ class HookState:
         self.timed = bool(timed)
         self._lock = threading.Lock()     # callbacks of different buckets may run concurrently
         self._pending: list[torch.futures.Future] = []   # this step's collectives and decodes
+        # device codec (shim/exchange/device_codec.py): when its validity flags are read.
+        # "bucket": in each bucket's callback (one host read per bucket; free on the CPU);
+        # "step": once per step at the end of backward (autograd's final callback), so no
+        # callback blocks the host while the device works; "auto": "step" off the CPU
+        self.check = "auto"
+        self._stats_lock = threading.Lock()
+        self._device_stats: list[torch.Tensor] = []
+        self._deferred: list = []
+        self._final_queued = False
 
     def reset_step(self) -> None:
         self.stats = StepStats()
+        self._deferred = []
         self.times = StepTimes()
         self.padded_bytes = 0          # what the collectives moved for this rank, padding included
         self.error: BaseException | None = None   # the first error of this step
+
+    @property
+    def stats(self) -> StepStats:
+        """What this rank sent this step; the device path's counts are device tensors until
+        read here (one host read for all of them)."""
+        with self._stats_lock:
+            pending, self._device_stats = self._device_stats, []
+        if pending:
+            self._stats.add(StepStats(*[int(v) for v in torch.stack(pending).sum(0).tolist()]))
+        return self._stats
+
+    @stats.setter
+    def stats(self, value: StepStats) -> None:
+        with self._stats_lock:
+            self._device_stats = []
+        self._stats = value
+
+    def add_device_stats(self, t: torch.Tensor) -> None:
+        """A bucket's StepStats fields as a (5,) int64 device tensor (device_codec)."""
+        with self._stats_lock:
+            self._device_stats.append(t)
+
+    def _check_mode(self, device: torch.device) -> str:
+        if self.check not in ("auto", "bucket", "step"):
+            raise ValueError(f"check must be auto, bucket or step, got {self.check!r}")
+        if self.check == "auto":
+            return "bucket" if device.type == "cpu" else "step"
+        return self.check
+
+    def arm_final_check(self, device: torch.device) -> None:
+        """Called from a hook (autograd's thread) on the device path: in "step" mode, queue the
+        end-of-backward check once per backward."""
+        if self._check_mode(device) != "step":
+            return
+        with self._lock:
+            if self._final_queued:
+                return
+            self._final_queued = True
+        torch.autograd.Variable._execution_engine.queue_callback(self._final_check)
+
+    def check_later(self, bad: torch.Tensor, resolve) -> None:
+        """A bucket's device validity flag: read now ("bucket") or at the end of backward
+        ("step"); when True, `resolve()` raises the bucket's error (or repairs a false alarm)."""
+        if self._check_mode(bad.device) == "bucket":
+            if bool(bad):
+                resolve()
+            return
+        with self._lock:
+            self._deferred.append((bad, resolve))
+
+    def _final_check(self) -> None:
+        """End of backward (after DDP waited for every bucket): the step's one host read of
+        every deferred flag; the first bad bucket's error is kept and raised."""
+        with self._lock:
+            pending, self._deferred = self._deferred, []
+            self._final_queued = False
+        if not pending:
+            return
+        flags = torch.stack([b for b, _ in pending]).tolist()
+        for bad, (_, resolve) in zip(flags, pending):
+            if bad:
+                try:
+                    resolve()
+                except Exception as e:
+                    self.keep_error(e)
+                    raise
 
     def keep_error(self, err: BaseException) -> None:
         """Keep the step's first error: `backward()` re-raises it under its own class."""
@@ -62,6 +141,13 @@ class HookState:
 
     def layer_of(self, param: torch.Tensor) -> LayerInfo:
         info = self._layer_by_param.get(id(param))
+        if info is None and self._numbering:
+            with self._lock:
+                info = LayerInfo(len(self.layers), f"param{len(self.layers)}", tuple(param.shape))
+                self.layers.append(info)
+                self.compressor.layers.append(info)     # what its checkpoints are checked against
+                self._layer_by_param[id(param)] = info
+                self._params.append(param)
         if info is None:
             raise KeyError(f"bucket holds a parameter of shape {tuple(param.shape)} that is not a "
                            f"trainable parameter of the model this hook state was built for")
@@ -73,7 +159,10 @@ class HookState:
         the step's other work is drained (see `drain`)."""
         try:
             loss.backward()
-        except RuntimeError as wrapped:
+        except Exception as wrapped:
+            if wrapped is self.error:       # the end-of-backward check raised it as it is
+                self.drain()
+                raise
             self.drain()
             if self.error is not None:
                 raise self.error from wrapped

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from ..compress.compressors import Compressor, WorkerState, decode_group
+from ..compress.compressors import Compressor, WorkerState
 from ..exchange.device import sync_device
-from ..exchange.hook import GradblockHookState, write_averages
+from ..exchange.hook import GradblockHookState
 from .merge_apply import Groups, check_groups
 
 
@@ -116,7 +116,7 @@ class MergedHookState(GradblockHookState):
         buckets = list({id(b): b for b, _ in targets}.values())
         self.max_buckets_per_group = max(self.max_buckets_per_group, len(buckets))
         try:
-            fut, messages, t1 = self.send(layers, grads)
+            fut, received, t1 = self.send(layers, grads)
         except Exception as e:
             self._fail(buckets, e)
             raise
@@ -124,8 +124,7 @@ class MergedHookState(GradblockHookState):
         def decode(done: torch.futures.Future) -> None:
             try:
                 done.wait()                       # surfaces a failed collective
-                averaged = decode_group(self.compressor, layers, messages())
-                write_averages(grads, averaged)       # the layers' views of their buckets
+                received.finish(self, grads)          # the layers' views of their buckets
             except Exception as e:
                 self._fail(buckets, e)
                 raise
