@@ -1,2 +1,2 @@
-# written by `python -m gradblock.hw.cores`: Icarus's default time scale for the cores' cocotb runs
+# written by `python -m gradblock.sim.cores`: Icarus's default time scale for the cores' cocotb runs
 +timescale+1ns/1ps

@@ -6,7 +6,7 @@ runs `gradblock verify --coverage` makes, and the runs that judge its mutants.
 Everything that builds or runs a block reads it: the RTL tests (tests/test_rtl_*.py), `gradblock
 verify` (sim/verify.py; REGISTRY is the table's golden-checking entries, DEDICATED_TESTS its
 `dedicated` runs), `gradblock mutate` (sim/mutation.py; CHECKS is built from `mutation` and
-`mutates`), the lint test (every build in the table is linted), the FuseSoC cores (hw/cores.py:
+`mutates`), the lint test (every build in the table is linted), the FuseSoC cores (sim/cores.py:
 a core's `sim` target runs its DUT's testbench), the datapath testbenches (which stage's golden
 cases to load: `stage_of`) and the benchmark tables (bench/rtl.py, bench/rtl_engines.py).
 Sources are never listed: they come from the one resolver, hw/deps.py, so a block that gains a

@@ -1,4 +1,4 @@
-"""FuseSoC CAPI2 cores (hw/<name>.core, written by hw/cores.py): one per module or package, beside
+"""FuseSoC CAPI2 cores (hw/<name>.core, written by sim/cores.py): one per module or package, beside
 its one file, `depend:` on the cores of what it instantiates and uses (hw/deps.py), a
 `parameters:` section with every HDL parameter, and lint / sim (cocotb) / synth targets; and a
 system core, written here in a temporary directory the way a user would, that depends on both
@@ -15,7 +15,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from gradblock.hw import cores, deps, slang_lint
+from gradblock.hw import deps, slang_lint
+from gradblock.sim import cores
 from gradblock.sim.duts import DUTS
 from gradblock.sim.harness import setup_verilator
 
@@ -24,19 +25,19 @@ yaml = pytest.importorskip("yaml", reason="PyYAML (a FuseSoC dependency) not ins
 
 def test_every_module_and_package_has_a_core():
     have = {p.stem for p in cores.CORES_DIR.glob("*.core")}
-    assert have == set(deps.available()), "run `python -m gradblock.hw.cores`"
+    assert have == set(deps.available()), "run `python -m gradblock.sim.cores`"
     assert not (deps.HW_DIR / "cores").exists(), "the flat cores of hw/cores/ are gone"
     assert (cores.CORES_DIR / cores.ICARUS_CMD).read_text() == cores.ICARUS_CMD_TEXT
 
 
 @pytest.mark.parametrize("name", list(deps.available()))
 def test_core_is_current_and_composes(name):
-    """The committed core is what hw/cores.py writes; it lists its own file only (no `../`),
+    """The committed core is what sim/cores.py writes; it lists its own file only (no `../`),
     depends on exactly the cores the resolver says it uses, and declares every parameter."""
     pytest.importorskip("pyslang", reason="pyslang not installed (pip install 'gradblock[sim]')")
     path = cores.core_path(name)
     text = path.read_text()
-    assert text == cores.core_text(name), "run `python -m gradblock.hw.cores`"
+    assert text == cores.core_text(name), "run `python -m gradblock.sim.cores`"
     assert "../" not in text
     core = yaml.safe_load(text)
     assert core["name"] == cores.vlnv(name)

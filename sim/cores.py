@@ -1,10 +1,12 @@
 """FuseSoC CAPI2 cores for the RTL, one per module or package, generated from the one dependency
 resolver (hw/deps.py), the DUT table (sim/duts.py) and the HDL itself (parameters, read by slang).
+It lives in sim/ because a core's sim target names its DUT's testbench (hw/ imports nothing
+above it).
 
 hw/<name>.core sits beside hw/<name>.sv and lists that one file; everything else it needs comes
 by `depend:` on the cores of the modules it instantiates and the packages it uses (hw/deps.py's
 `direct`), so FuseSoC assembles a design from cores, each file once, and a system core that
-depends on both engines builds without duplicate modules. `python -m gradblock.hw.cores`
+depends on both engines builds without duplicate modules. `python -m gradblock.sim.cores`
 rewrites them after the RTL changes; tests/test_fusesoc.py fails while a committed core differs
 from what this module writes.
 
@@ -26,7 +28,9 @@ import re
 import sys
 from pathlib import Path
 
-from gradblock.hw import deps
+from gradblock.hw import deps, slang_lint
+
+from .duts import DUTS
 
 CORES_DIR = deps.HW_DIR
 VENDOR, LIBRARY, VERSION = "gradblock", "ip", "0.1.0"
@@ -34,7 +38,7 @@ VENDOR, LIBRARY, VERSION = "gradblock", "ip", "0.1.0"
 # `timescale given on the command line, so the time scale cocotb's 10 ns clock needs comes as
 # the default for modules without one (+timescale, as cocotb's own runner does it)
 ICARUS_CMD = "icarus_cocotb.f"
-ICARUS_CMD_TEXT = ("# written by `python -m gradblock.hw.cores`: Icarus's default time scale for "
+ICARUS_CMD_TEXT = ("# written by `python -m gradblock.sim.cores`: Icarus's default time scale for "
                    "the cores' cocotb runs\n+timescale+1ns/1ps\n")
 
 
@@ -73,7 +77,6 @@ def parameters(module: str) -> list[tuple[str, int, str]]:
     """(name, default, description) of every parameter of `module` a user may set (not the
     localparams), in declaration order: the values from slang's elaboration, the description
     from the comment on the parameter's line."""
-    from gradblock.hw import slang_lint
     view = slang_lint.View(f"top:{module}", tuple(deps.sources(module)), module)
     d = slang_lint._driver(view)
     d.parseAllSources()
@@ -99,7 +102,6 @@ def parameters(module: str) -> list[tuple[str, int, str]]:
 
 def _dut_bench(module: str) -> str | None:
     """The cocotb module of the DUT whose top level is `module` (built from hw/ alone)."""
-    from gradblock.sim.duts import DUTS
     for dut in DUTS.values():
         if dut.toplevel == module and dut.sources_fn is None:
             return dut.test_module
@@ -111,7 +113,7 @@ def core_text(name: str) -> str:
     modules, packages = deps.direct(name)
     depend = "".join(f"\n      - {VENDOR}:{LIBRARY}:{d}" for d in packages + modules)
     head = f"""CAPI=2:
-# written by `python -m gradblock.hw.cores` from hw/deps.py, sim/duts.py and the HDL: do not edit
+# written by `python -m gradblock.sim.cores` from hw/deps.py, sim/duts.py and the HDL: do not edit
 name: {vlnv(name)}
 description: "{_first_comment(name)}"
 
