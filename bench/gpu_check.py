@@ -19,6 +19,7 @@
   equal to the single-process simulation on the same device, bytes counted by the hook.
 * `selfcheck` (under torchrun): the shim's own DDP self-check (every compressor, a corrupted
   frame named on every rank), forwarded unchanged.
+* `warm`: numba's kernels compiled (or loaded from its cache) once, before any rank starts.
 * `sim`: the simulated-worker path for N > 1 on the device: SimulatedCluster steps with the
   workers reduced in two different orders give the same bits (the int64 sums make the result
   independent of the order), and the parameters move.
@@ -297,16 +298,20 @@ DDP_CONFIGS = [  # (name, build_compressor keywords)
 ]
 
 
-def _register(ddp, comp):
-    """The public API when it is there (gradblock.ddp), else the shim's register."""
+def _register(ddp, kw: dict):
+    """The public API (gradblock.ddp) when it is there, else the shim's register."""
     try:
         from gradblock import ddp as api
     except ImportError:
-        api = None
-    if api is not None and hasattr(api, "register_with_compressor"):
-        return api.register_with_compressor(ddp, comp)
-    _, _, hook, *_ = _shim()
-    return hook.register(ddp, comp)
+        compressors, _, hook, *_ = _shim()
+        model = ddp.module
+        return hook.register(ddp, compressors.build_compressor(
+            "coarse", compressors.layers_of(model), ddp.process_group.size(), **kw))
+    state = api.GradblockState(k=kw["k"], norm=kw.get("norm", "l1"), range=kw.get("R", 10.0),
+                               local_momentum=kw.get("local_momentum", 0.0),
+                               exchange=kw.get("exchange", "allgather"))
+    ddp.register_comm_hook(state, api.gradblock_hook)
+    return state
 
 
 def check_ddp(device: torch.device, steps: int = 4) -> dict:
@@ -325,8 +330,7 @@ def check_ddp(device: torch.device, steps: int = 4) -> dict:
             ddp = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=[device.index] if device.type == "cuda" else None,
                 bucket_cap_mb=0.01)
-            comp = compressors.build_compressor("coarse", compressors.layers_of(model), world, **kw)
-            state = _register(ddp, comp)
+            state = _register(ddp, kw)
             momentum = 0.0 if kw.get("local_momentum") else 0.9
             opt = optim.GlobalMomentumSGD(model.parameters(), lr=0.05, momentum=momentum)
             sent = 0
@@ -434,6 +438,9 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--device", default="cuda")
     d.add_argument("--json", default=None, help="rank 0 writes every rank's report here")
     sub.add_parser("selfcheck", help="python -m gradblock.shim.exchange.ddp_check's options")
+    wm = sub.add_parser("warm", help="compile (or load) numba's kernels once, before the "
+                                     "ranks start")
+    wm.add_argument("--json", default=None)
     m = sub.add_parser("sim")
     m.add_argument("--device", default="cuda")
     m.add_argument("--workers", type=int, default=3)
@@ -454,6 +461,15 @@ def main(argv: list[str] | None = None) -> int:
         return _result(rep["ok"], f"{n_ok}/{len(rep['configs'])} configurations bit-exact "
                                   f"({rep['model']}, {rep['layers']} layers, {rep['steps']} steps, "
                                   f"{rep['workers']} workers, {dev})")
+    if a.cmd == "warm":
+        # the simulation of every DDP configuration on the CPU runs every host kernel (the
+        # codec, momentum correction, global selection): numba's cache is filled here once,
+        # not by every rank of phase 2 at the same time
+        t0 = time.perf_counter()
+        rep = check_sim(torch.device("cpu"), workers_n=2, steps=1)
+        rep["seconds"] = round(time.perf_counter() - t0, 1)
+        _write_json(a.json, rep)
+        return _result(rep["ok"], f"numba kernels ready in {rep['seconds']} s")
     if a.cmd == "sim":
         dev = _device(a.device)
         rep = check_sim(dev, a.workers)

@@ -63,7 +63,7 @@ def _hook_state(method: str, ddp, model, device):
     try:                                     # the public API (issue 32), else the shim's
         from gradblock import ddp as api
         state = api.GradblockState(k=1, exchange=exchange, **api.PLAIN)
-        api.register_comm_hook(ddp, state)
+        ddp.register_comm_hook(state, api.gradblock_hook)
         return state
     except ImportError:
         from gradblock.shim.compress.compressors import build_compressor, layers_of

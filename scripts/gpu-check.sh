@@ -10,6 +10,7 @@
 # pyproject.toml's package-dir does). Data: scikit-learn's bundled digits and synthetic
 # batches only. Every phase has its own timeout; the rows run on the CPU always (gloo, the
 # baseline) and on CUDA when torch sees a GPU:
+#   0 numba     numba's kernels compiled once (a fresh tree has no cache), before any rank
 #   1 codec     the device codec bit for bit against the numpy reference on real gradients
 #               (ResNet-50 on CUDA), residuals carried, k 1 and 0.01, L1/L2, momentum
 #               correction off/on, the all_gather and allreduce exchanges
@@ -31,8 +32,11 @@ trap 'rm -rf "$work"' EXIT
 log="$out/log.txt"
 : >"$log"
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# every rank is on this machine: gloo on the loopback (a machine without network may have no
+# other interface its host name resolves to)
+export GLOO_SOCKET_IFNAME=${GLOO_SOCKET_IFNAME:-lo}
 T_CODEC=${GPU_CHECK_T_CODEC:-240} T_DDP=${GPU_CHECK_T_DDP:-150} T_VALIDATE=${GPU_CHECK_T_VALIDATE:-150}
-T_TIMING=${GPU_CHECK_T_TIMING:-240}
+T_TIMING=${GPU_CHECK_T_TIMING:-240}   # seconds; GPU_CHECK_T_WARM (300) too
 
 say() { echo "$*" | tee -a "$log"; }
 
@@ -149,6 +153,9 @@ export -f trun port ddp_pair validate
 export PY out work
 
 cd "$work"
+# numba's kernels compiled once here (a fresh tree has no cache: a minute or more), not by
+# every rank of phase 2 at once
+row "0 numba" cpu "${GPU_CHECK_T_WARM:-300}" "$PY" -m gradblock.bench.gpu_check warm
 # 1 codec: on a GPU the CUDA row is the check (ResNet-50); without one the CPU row runs the
 # same comparison with the torch ops on CPU tensors (ResNet-20: minutes less than ResNet-50)
 if [ -n "$gpu" ]; then
