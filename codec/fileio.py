@@ -1,10 +1,21 @@
-"""Writing outputs safely: exactly the path asked, atomically, or a named refusal.
+"""Writing outputs safely: exactly the path asked, atomically, or a named refusal. The one output
+policy of gradblock: every writer of every layer calls it (it sits in the bottom layer,
+gradblock.codec, so every layer may).
 
-Every file gradblock writes goes through here: the one atomic writer, in the bottom layer
-(gradblock.codec) so every layer may use it; `gradblock.shim.outputs`
-re-export it. Policy about which paths may be written (directories, devices, links) lives in
-`check_output_path`; the write itself in `_atomic_temp`, the one function every writer below
-goes through. The data lands in a temporary file in the
+Which paths may be written at all (directories, devices, links) is `check_output_path`; the
+write itself is `_atomic_temp`, the one function every writer below goes through.
+
+What gradblock wrote, and so may replace or remove, is decided here too, one way: a file is
+gradblock's when a record gradblock wrote lists its name with the sha256 of the bytes it holds
+now (`holds`). The record is the directory's ledger (`LEDGER`, written by `write_own` /
+`write_own_text`, read by `written_by_gradblock`), or a format's own manifest that carries the
+checksums (the golden set's, through `holds`). A file the user named on the command line as
+THE output (`gradblock quantise IN OUT`) is theirs to have replaced; a file gradblock names
+itself or keeps (a run's result.json, model and checkpoints, validate's tables, verify's source
+snapshot, a golden case) is replaced or removed only when it is gradblock's: `check_replaceable`
+refuses the rest with `ForeignFileError`, before any long work. A directory gradblock made for
+itself carries a ledger that says so (`claim_directory`, `claimed`: the demo's --out). Every
+refusal is an `OutputError`. The data lands in a temporary file in the
 destination's own directory and is renamed over the destination with `os.replace` only once
 it is complete, so a crash, a full disk or a Ctrl-C never leaves a half-written output, and a
 reader never sees one. The path is used as given: no suffix is appended (`np.save("out.bin")`
@@ -21,7 +32,10 @@ link created after the check by the file itself, never the link's target.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import io
+import json
 import os
 import stat
 import tempfile
@@ -36,6 +50,11 @@ from gradblock.codec.errors import GradblockError
 class OutputError(GradblockError):
     """An output cannot be written where asked (a directory is there, no parent, no permission,
     disk full...). The message starts with the path."""
+
+
+class ForeignFileError(OutputError):
+    """A file is in the way that gradblock did not write (or that was changed since): it is
+    neither replaced nor removed."""
 
 
 def _reason(e: OSError) -> str:
@@ -154,3 +173,157 @@ def save_npz(path: str | os.PathLike, compressed: bool = True, **arrays: np.ndar
 def write_words(path: str | os.PathLike, words: np.ndarray) -> None:
     """uint32 words as raw little-endian bytes (a ZRLE frame or message)."""
     write_bytes(path, np.ascontiguousarray(words, dtype="<u4").tobytes())
+
+
+def check_output_dir(path: str | os.PathLike, option: str | None = None) -> Path:
+    """A directory gradblock may create (with its parents) and write files into, or OutputError
+    naming the option ("--out") and the path. Call it before long work."""
+    p = Path(path)
+    what = f"{option} {path}" if option else str(path)
+    if p.is_symlink() and not p.is_dir() or (p.exists() and not p.is_dir()):
+        raise OutputError(f"{what}: exists and is not a directory")
+    anc = p
+    while not anc.exists() and anc != anc.parent:
+        anc = anc.parent
+    if not anc.is_dir():
+        raise OutputError(f"{what}: {anc} is a file, not a directory")
+    try:                                         # the real test of writability
+        with tempfile.TemporaryFile(dir=anc):
+            pass
+    except OSError as e:
+        raise OutputError(f"{what}: cannot write in {anc}: {_reason(e)}") from None
+    return p
+
+
+# ------------------------------------------------------------------ what gradblock wrote
+
+LEDGER = ".gradblock-outputs.json"     # per directory: {"files": {name: [sha256, ...]}, "created": bool}
+
+
+def digest(path: str | os.PathLike) -> str | None:
+    """sha256 (hex) of a regular file, not through a link; None for anything else."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return None
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        return h.hexdigest()
+    except OSError:
+        return None
+
+
+def holds(path: str | os.PathLike, recorded) -> bool:
+    """THE test of "gradblock wrote this": `path` is a regular file whose bytes have a sha256
+    that gradblock recorded when it wrote them (`recorded`: one hex digest or several)."""
+    recorded = {recorded} if isinstance(recorded, str) else set(recorded or ())
+    return bool(recorded) and digest(path) in recorded
+
+
+def _read_ledger(directory: Path) -> dict:
+    try:
+        d = json.loads((directory / LEDGER).read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {"files": {}}
+    if not isinstance(d, dict) or not isinstance(d.get("files"), dict):
+        return {"files": {}}
+    return d
+
+
+@contextlib.contextmanager
+def _ledger(directory: Path) -> Iterator[dict]:
+    """The directory's ledger, locked against the other processes writing there (the ranks of
+    a run), and written back atomically when the block ends."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        d = _read_ledger(directory)
+        yield d
+        with _atomic_temp(directory / LEDGER) as (tfd, _):
+            with os.fdopen(tfd, "w", encoding="utf-8") as f:
+                json.dump(d, f, indent=1, sort_keys=True)
+    finally:
+        os.close(fd)
+
+
+def written_by_gradblock(path: str | os.PathLike) -> bool:
+    """Whether `path` holds bytes gradblock wrote there (its directory's ledger says so)."""
+    p = Path(path)
+    return holds(p, _read_ledger(p.parent)["files"].get(p.name))
+
+
+def check_replaceable(path: str | os.PathLike, what: str | None = None) -> Path:
+    """`check_output_path`, and ForeignFileError if a file is there that gradblock did not
+    write. The parent directory may be missing (`write_own` creates it). `what` names the
+    option in the message."""
+    p = Path(path)
+    label = f"{what} {path}" if what else str(path)
+    if p.is_dir() and not p.is_symlink():
+        raise OutputError(f"{label}: is a directory; give a file name")
+    if (p.exists() or p.is_symlink()) and not written_by_gradblock(p):
+        raise ForeignFileError(f"{label}: exists and was not written by gradblock (or was changed "
+                               f"since); refusing to replace it")
+    if not p.parent.exists():
+        check_output_dir(p.parent, what)
+        return p
+    if not p.parent.is_dir():
+        raise OutputError(f"{label}: {p.parent} is a file, not a directory")
+    try:
+        check_output_path(p)
+    except OutputError as e:
+        raise type(e)(f"{label}: {str(e).split(': ', 1)[-1]}") from None
+    return p
+
+
+def write_own(path: str | os.PathLike, write: Callable[[Path], object]) -> Path:
+    """Write `path` atomically as `atomic_write` does, after `check_replaceable`, creating its
+    directory, and record the bytes in the directory's ledger so that a later run may replace
+    them. The new digest is recorded before the rename and the old one dropped after it, so a
+    process killed in between leaves a file the ledger still owns either way."""
+    p = Path(path)
+    check_replaceable(p)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with _atomic_temp(p) as (fd, tmp):
+        os.close(fd)
+        write(Path(tmp))
+        new = digest(tmp)
+        with _ledger(p.parent) as led:
+            led["files"][p.name] = sorted(set(led["files"].get(p.name) or []) | {new})
+    with _ledger(p.parent) as led:
+        led["files"][p.name] = [new]
+    return p
+
+
+def write_own_text(path: str | os.PathLike, text: str) -> Path:
+    return write_own(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def remove_own(path: str | os.PathLike) -> bool:
+    """Remove `path` if gradblock wrote it (its ledger's record); True if removed. Anything else
+    is left where it is."""
+    p = Path(path)
+    if not p.parent.is_dir():
+        return False
+    with _ledger(p.parent) as led:
+        if not holds(p, led["files"].get(p.name)):
+            return False
+        p.unlink()
+        led["files"].pop(p.name, None)
+    return True
+
+
+def claim_directory(path: str | os.PathLike) -> Path:
+    """Create `path` (it must not exist: FileExistsError) as a directory gradblock owns: its
+    ledger says it was created here, so `claimed` recognises it later."""
+    p = Path(path)
+    p.mkdir(parents=False)
+    with _ledger(p) as led:
+        led["created"] = True
+    return p
+
+
+def claimed(path: str | os.PathLike) -> bool:
+    """Whether `path` is a directory gradblock created for itself (`claim_directory`)."""
+    p = Path(path)
+    return p.is_dir() and not p.is_symlink() and _read_ledger(p).get("created") is True

@@ -601,20 +601,11 @@ def write_manifest(out_dir: Path, manifest: dict) -> None:
     _atomic_write(Path(out_dir) / MANIFEST, (json.dumps(manifest, indent=1) + "\n").encode())
 
 
-def _sha256_of(path: Path) -> str | None:
-    """sha256 of a regular file (not a symlink), else None."""
-    try:
-        if not stat.S_ISREG(os.lstat(path).st_mode):
-            return None
-        return hashlib.sha256(_read_regular(path, MAX_FILE_BYTES)).hexdigest()
-    except (OSError, GoldenError):
-        return None
-
-
 def _ours(target: Path) -> tuple[set[str], set[str]]:
     """Files (relative paths) and case folders of the target's existing manifest that gradblock
-    wrote and that still hold those bytes. A manifest that is unreadable, foreign or lacks
-    the checksums owns nothing."""
+    wrote and that still hold those bytes (the manifest is the record of codec/fileio.py's
+    output policy: `fileio.holds`). A manifest that is unreadable, foreign or lacks the
+    checksums owns nothing."""
     try:
         old = read_manifest(target)
     except GoldenError:
@@ -626,7 +617,7 @@ def _ours(target: Path) -> tuple[set[str], set[str]]:
         sums = entry.get("sha256") or {}
         for rel, digest in sums.items():
             path = target / rel
-            if not os.path.islink(path.parent) and _sha256_of(path) == digest:
+            if not os.path.islink(path.parent) and fileio.holds(path, digest):
                 files.add(rel)
         dirs.add(entry["name"])
     files.add(MANIFEST)
@@ -635,16 +626,16 @@ def _ours(target: Path) -> tuple[set[str], set[str]]:
 
 def _plan_swap(target: Path, staged: Path) -> tuple[set[str], set[str]]:
     """(files to delete, case folders to remove when empty) so that `staged` can move into
-    `target`. Raises GoldenError, before anything is touched, when a new file would land on
+    `target`. Raises ForeignFileError, before anything is touched, when a new file would land on
     one gradblock did not write."""
     ours, our_dirs = _ours(target)
     new_files = {str(p.relative_to(staged)) for p in staged.rglob("*") if p.is_file()}
     for rel in sorted(new_files):
         path = target / rel
         if (path.exists() or path.is_symlink()) and rel not in ours:
-            raise GoldenError(f"{path}: exists and was not written by gradblock (or was changed "
-                              f"since); refusing to overwrite it. Move it away or choose another "
-                              f"directory")
+            raise fileio.ForeignFileError(f"{path}: exists and was not written by gradblock (or was "
+                                          f"changed since); refusing to overwrite it. Move it away "
+                                          f"or choose another directory")
         if path.parent != target and path.parent.exists() and (
                 path.parent.is_symlink() or not path.parent.is_dir()):
             raise GoldenError(f"{path.parent}: exists and is not a plain directory; refusing "

@@ -31,7 +31,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from gradblock.codec.errors import GradblockError
+from gradblock.codec import fileio
+from gradblock.codec.fileio import OutputError
 
 
 def _step(name: str, module: str, func: str, argv: list[str]) -> dict:
@@ -106,40 +107,27 @@ VALIDATION_SCOPE = (
     "so this short run is not the method's accuracy; on the full data set it trails dense by "
     "2.4 points at 2 epochs and by 0.7 at 4 (docs/training.md, 3 seeds).")
 
-MARKER = ".gradblock-demo"      # written into every output directory the demo creates
-
-
-class DemoOutputError(GradblockError):
-    """--out cannot be used (a file is there, no permission)."""
-
-
-def _claim(directory: Path) -> Path:
-    """Create `directory` (it must not exist) with the marker file; return it."""
-    directory.mkdir(parents=False)
-    (directory / MARKER).write_text("created by `gradblock demo`; its outputs live here\n")
-    return directory
-
-
 def output_dir(requested: str | Path) -> Path:
-    """Where the demo writes: `requested` if it does not exist (created) or was created by an
-    earlier demo (marker file), else a fresh `gradblock-demo-N` inside it. Nothing is deleted."""
+    """Where the demo writes: `requested` if it does not exist (created) or was created by
+    gradblock (codec/fileio.py's `claimed`: an earlier demo), else a fresh `gradblock-demo-N`
+    inside it. Nothing is deleted; a path that cannot be used is an OutputError."""
     out = Path(requested).expanduser()
     try:
         if out.is_symlink() or (out.exists() and not out.is_dir()):
-            raise DemoOutputError(f"{out}: exists and is not a directory")
+            raise OutputError(f"{out}: exists and is not a directory")
         if not out.exists():
             out.parent.mkdir(parents=True, exist_ok=True)
-            return _claim(out)
-        if (out / MARKER).is_file():
+            return fileio.claim_directory(out)
+        if fileio.claimed(out):
             return out
         for i in range(1, 10_000):
             try:
-                return _claim(out / f"gradblock-demo-{i}")
+                return fileio.claim_directory(out / f"gradblock-demo-{i}")
             except FileExistsError:
                 continue
-        raise DemoOutputError(f"{out}: no free gradblock-demo-N subdirectory")
+        raise OutputError(f"{out}: no free gradblock-demo-N subdirectory")
     except OSError as e:
-        raise DemoOutputError(f"{out}: cannot create the output directory "
+        raise OutputError(f"{out}: cannot create the output directory "
                               f"({e.strerror or e})") from None
 
 
@@ -153,7 +141,7 @@ def demo_main(argv: list[str]) -> int:
     p.add_argument("--skip-training", action="store_true", help="leave out the training validation")
     args = p.parse_args(argv)
     t_start = time.perf_counter()
-    out = output_dir(args.out)                   # DemoOutputError: one line, exit 2 (gradblock.cli)
+    out = output_dir(args.out)                   # OutputError: one line, exit 2 (gradblock.cli)
     if out != Path(args.out).expanduser():
         print(f"{args.out} exists and was not created by gradblock demo: writing into {out}")
     golden = out / "golden"

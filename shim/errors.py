@@ -18,10 +18,6 @@ class ConfigError(TrainingError):
     outside torchrun, a device torch does not see, --workers not the torchrun world size."""
 
 
-class OutputPathError(TrainingError):
-    """--out or --checkpoint names a place gradblock cannot write (checked before training)."""
-
-
 class CheckpointError(TrainingError):
     """A checkpoint is missing, unreadable, malformed (the message names the field), or
     belongs to a different run configuration."""

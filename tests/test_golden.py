@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from gradblock.codec import zrle
+from gradblock.codec.fileio import ForeignFileError, OutputError, claimed
 from gradblock import cli
 from gradblock.golden import cases as golden_cases
 from gradblock.golden import check as golden_check
@@ -534,7 +535,7 @@ def test_regeneration_refuses_to_overwrite_a_user_file(tmp_path):
     d.mkdir()
     (d / "dp_single.npz").write_bytes(b"mine")
     (d / "notes.txt").write_text("mine too")
-    with pytest.raises(GF.GoldenError, match="dp_single.npz: exists and was not written by "
+    with pytest.raises(ForeignFileError, match="dp_single.npz: exists and was not written by "
                                              "gradblock"):
         write_cases(d, "edge")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g"]          # no staging left
@@ -546,7 +547,7 @@ def test_regeneration_refuses_a_foreign_manifest(edge_dir):
     from gradblock.golden.datapath import write_cases
     _edit_manifest(edge_dir, lambda m: m.update(generator="someone else's tool"))
     before = {p: p.read_bytes() for p in edge_dir.rglob("*") if p.is_file()}
-    with pytest.raises(GF.GoldenError, match="exists and was not written by gradblock"):
+    with pytest.raises(ForeignFileError, match="exists and was not written by gradblock"):
         write_cases(edge_dir, "edge")
     assert {p: p.read_bytes() for p in edge_dir.rglob("*") if p.is_file()} == before
 
@@ -587,20 +588,20 @@ def test_datapath_vectors_pass_check_golden(tmp_path):
 # ------------------------------------------------------------------------------ demo --out
 
 def test_demo_never_takes_over_an_existing_directory(tmp_path, monkeypatch):
-    from gradblock.demo import MARKER, DemoOutputError, output_dir
+    from gradblock.demo import output_dir
     user = tmp_path / "user"
     user.mkdir()
     (user / "thesis.tex").write_text("mine")
     first = output_dir(user)
-    assert first == user / "gradblock-demo-1" and (first / MARKER).is_file()
+    assert first == user / "gradblock-demo-1" and claimed(first)
     assert output_dir(user) == user / "gradblock-demo-2"
     assert output_dir(first) == first                       # made by the demo: reused
     fresh = output_dir(tmp_path / "new" / "out")
-    assert fresh == tmp_path / "new" / "out" and (fresh / MARKER).is_file()
+    assert fresh == tmp_path / "new" / "out" and claimed(fresh)
     monkeypatch.setenv("HOME", str(user))
     assert output_dir("~") == user / "gradblock-demo-3"
     assert (user / "thesis.tex").read_text() == "mine"
-    with pytest.raises(DemoOutputError, match="exists and is not a directory"):
+    with pytest.raises(OutputError, match="exists and is not a directory"):
         output_dir(user / "thesis.tex")
 
 

@@ -91,6 +91,53 @@ def test_one_atomic_writer():
                     "write_text, ...), not a copy:\n" + "\n".join(bad)
 
 
+# ------------------------------------------------------------------------ the output policy
+
+REFUSAL_WORDS = ("not written by gradblock", "did not write")
+
+
+def _strings(node: ast.AST):
+    for n in ast.walk(node):
+        if isinstance(n, ast.Constant) and isinstance(n.value, str):
+            yield n.value
+
+
+def test_one_output_policy():
+    """What gradblock wrote, and so may replace or remove, is decided in codec/fileio.py alone:
+    no other module names a marker or ledger file of its own (".gradblock-..."), and every
+    refusal of a file gradblock did not write is fileio's ForeignFileError (issue 28 item 2:
+    there were six ways: the demo's marker, verify's snapshot list, golden's checksums, the
+    trainer's and validate's content sniffing, shim/outputs.py)."""
+    home = ROOT / "codec" / "fileio.py"
+    bad = []
+    for path in _sources():
+        if path == home:
+            continue
+        rel = str(path.relative_to(ROOT))
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                    node.value.startswith(".gradblock-"):
+                bad.append(f"{rel}:{node.lineno} names its own marker {node.value!r}")
+            if isinstance(node, ast.Raise) and node.exc is not None and any(
+                    w in s for s in _strings(node.exc) for w in REFUSAL_WORDS):
+                func = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if name != "ForeignFileError":
+                    bad.append(f"{rel}:{node.lineno} refuses a foreign file with {name}")
+    assert not bad, "decide what gradblock wrote through gradblock.codec.fileio (write_own, " \
+                    "check_replaceable, remove_own, holds):\n" + "\n".join(bad)
+
+
+def test_the_output_policy_check_sees_a_second_policy(tmp_path):
+    tree = ast.parse('MARK = ".gradblock-mine"\n'
+                     'def f(p):\n    raise ValueError(f"{p}: not written by gradblock")\n')
+    marks = [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value == ".gradblock-mine"]
+    raises = [n for n in ast.walk(tree) if isinstance(n, ast.Raise)
+              and any(w in s for s in _strings(n.exc) for w in REFUSAL_WORDS)]
+    assert marks and raises and raises[0].exc.func.id == "ValueError"
+
+
 # ---------------------------------------------------------------------- documented import paths
 
 # What users code against (docs/training.md's own-training-loop example, docs/architecture.md)

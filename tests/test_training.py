@@ -191,7 +191,7 @@ def _one_line_error(capsys, *needles):
 def test_checkpoint_that_is_a_directory_fails_before_training(tmp_path, monkeypatch, capsys):
     _no_training(monkeypatch)
     assert train_main(["--data", "digits", "--no-progress", "--checkpoint", str(tmp_path)]) == 2
-    _one_line_error(capsys, "OutputPathError", "is a directory")
+    _one_line_error(capsys, "OutputError", "is a directory")
 
 
 @pytest.mark.parametrize("where", ["file", "under_file"])
@@ -201,7 +201,7 @@ def test_unwritable_out_fails_before_training(tmp_path, monkeypatch, capsys, whe
     blocker.write_text("a user's file\n")
     out = blocker if where == "file" else blocker / "run"
     assert train_main(["--data", "digits", "--no-progress", "--out", str(out)]) == 2
-    _one_line_error(capsys, "OutputPathError", "--out")
+    _one_line_error(capsys, "OutputError", "--out")
     assert blocker.read_text() == "a user's file\n"
 
 
@@ -210,7 +210,7 @@ def test_checkpoint_under_a_file_fails_before_training(tmp_path, monkeypatch, ca
     (tmp_path / "f").write_text("x")
     assert train_main(["--data", "digits", "--no-progress",
                        "--checkpoint", str(tmp_path / "f" / "ck.pt")]) == 2
-    _one_line_error(capsys, "OutputPathError", "not a directory")
+    _one_line_error(capsys, "OutputError", "not a directory")
 
 
 def test_library_settings_are_checked_by_name():
@@ -227,19 +227,19 @@ def test_library_settings_are_checked_by_name():
 
 def test_outputs_are_written_atomically(tmp_path, monkeypatch):
     """A failure while writing result.json leaves the previous file whole and no temp file."""
-    import gradblock.shim.outputs as outputs
+    import gradblock.codec.fileio as fileio
     out = tmp_path / "run"
     cfg = dict(BASE, epochs=1, max_steps=2, eval_every=0)
     run_training(TrainConfig(**cfg, out=str(out)))
     before = (out / "result.json").read_text()
 
     def broken_write(path, text):
-        return outputs.atomic_write(path, lambda tmp: (tmp.write_text(text[:10]), 1 / 0))
-    monkeypatch.setattr("gradblock.shim.training.trainer.atomic_write_text", broken_write)
+        return fileio.write_own(path, lambda tmp: (tmp.write_text(text[:10]), 1 / 0))
+    monkeypatch.setattr("gradblock.shim.training.trainer.write_own_text", broken_write)
     with pytest.raises(ZeroDivisionError):
         run_training(TrainConfig(**cfg, out=str(out)))
     assert (out / "result.json").read_text() == before
-    assert sorted(p.name for p in out.iterdir()) == ["model.pt", "result.json"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(["model.pt", "result.json", fileio.LEDGER])
 
 
 # ------------------------------------------------------------------------------ checkpoints
@@ -363,7 +363,7 @@ def test_validate_refuses_unwritable_out_before_training(tmp_path, monkeypatch, 
     monkeypatch.setattr(V, "run_training", lambda *a, **k: pytest.fail("trained"))
     (tmp_path / "f").write_text("x")
     assert cli.main(["validate", "--data", "digits", "--no-progress", "--out", str(tmp_path / "f")]) == 2
-    _one_line_error(capsys, "OutputPathError")
+    _one_line_error(capsys, "OutputError")
 
 
 def test_outputs_get_ordinary_file_permissions(tmp_path):
@@ -383,12 +383,12 @@ def test_files_gradblock_did_not_write_are_not_replaced(tmp_path, monkeypatch, c
     notes = tmp_path / "notes.txt"
     notes.write_text("mine\n")
     assert train_main(["--data", "digits", "--no-progress", "--checkpoint", str(notes)]) == 2
-    _one_line_error(capsys, "OutputPathError", "not written by gradblock")
+    _one_line_error(capsys, "ForeignFileError", "not written by gradblock")
     out = tmp_path / "run"
     out.mkdir()
     (out / "result.json").write_text('{"my": "data"}')
     assert train_main(["--data", "digits", "--no-progress", "--out", str(out)]) == 2
-    _one_line_error(capsys, "OutputPathError", "result.json")
+    _one_line_error(capsys, "ForeignFileError", "result.json")
     assert notes.read_text() == "mine\n" and (out / "result.json").read_text() == '{"my": "data"}'
 
 
@@ -411,7 +411,7 @@ def test_validate_replaces_only_its_own_outputs(tmp_path, monkeypatch, capsys):
     capsys.readouterr()
     (out / "validate.png").write_bytes(b"\x89PNG\r\n\x1a\n a user's picture")
     assert cli.main(["validate", *args]) == 2
-    _one_line_error(capsys, "OutputPathError", "validate.png", "not written by gradblock")
+    _one_line_error(capsys, "ForeignFileError", "validate.png", "not written by gradblock")
     assert (out / "validate.png").read_bytes().endswith(b"a user's picture")
 
 

@@ -272,6 +272,6 @@ def run_peer_locally(cfg, progress=None, timeout: float = 6 * 3600) -> dict:
         progress.update(result["steps"])
     result["mode"] = "ddp-local"                 # N local processes, started here
     if cfg.out:
-        from ..outputs import atomic_write_text
-        atomic_write_text(Path(cfg.out) / "result.json", json.dumps(result, indent=2) + "\n")
+        from gradblock.codec.fileio import write_own_text
+        write_own_text(Path(cfg.out) / "result.json", json.dumps(result, indent=2) + "\n")
     return result

@@ -31,8 +31,10 @@ from pathlib import Path
 
 import torch
 
+from gradblock.codec.fileio import remove_own
+
 from ..errors import ConfigError, TrainingError
-from .state import is_checkpoint, rank_path
+from .state import rank_path
 
 KEEP = 2                      # elastic checkpoints each rank keeps
 _STEP_DIGITS = 8
@@ -73,11 +75,9 @@ def local_steps(base: str | Path, rank: int) -> list[int]:
 
 def prune(base: str | Path, rank: int, keep: int = KEEP) -> None:
     """Remove this rank's elastic checkpoints older than the newest `keep`; only files that
-    match the pattern and are gradblock checkpoints are removed."""
+    match the pattern and that gradblock wrote (codec/fileio.py's output policy) are removed."""
     for step in local_steps(base, rank)[keep:]:
-        p = rank_path(step_path(base, step), rank)
-        if is_checkpoint(p):
-            p.unlink(missing_ok=True)
+        remove_own(rank_path(step_path(base, step), rank))
 
 
 def common_step(exchange, base: str | Path) -> int | None:

@@ -21,9 +21,10 @@ from typing import Any, Sequence
 
 import torch
 
+from gradblock.codec.fileio import write_own
+
 from ..compress.compressors import Compressor, LayerInfo, StepStats, WorkerState
 from ..errors import CheckpointError
-from ..outputs import atomic_write
 from .workers import StepTimes
 
 FORMAT = "gradblock-train-checkpoint-v1"
@@ -33,7 +34,7 @@ FIELDS = ("format", "run_config", "epoch", "step_in_epoch", "global_step", "mode
 
 __all__ = ["FORMAT", "CheckpointError", "CheckpointExpectation", "rank_path", "compressor_state",
            "restore_compressor_state", "check_compressor_state", "rng_state", "set_rng_state",
-           "save_checkpoint", "load_checkpoint", "is_checkpoint", "check_checkpoint"]
+           "save_checkpoint", "load_checkpoint", "check_checkpoint"]
 
 
 def rank_path(path: str | Path, rank: int | None) -> Path:
@@ -325,16 +326,8 @@ def check_checkpoint(ckpt: dict, expect: CheckpointExpectation, where: str | Pat
 # ------------------------------------------------------------------------------ files
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> Path:
-    return atomic_write(path, lambda tmp: torch.save({"format": FORMAT, **payload}, tmp))
-
-
-def is_checkpoint(path: str | Path) -> bool:
-    """Whether `path` holds a gradblock training checkpoint (one this module wrote)."""
-    try:
-        load_checkpoint(path)
-    except CheckpointError:
-        return False
-    return True
+    """Atomically, recorded as gradblock's (a later save may replace it; codec/fileio.py)."""
+    return write_own(path, lambda tmp: torch.save({"format": FORMAT, **payload}, tmp))
 
 
 def load_checkpoint(path: str | Path, run_config: dict | None = None) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import json
 import math
 from pathlib import Path
 
-from ..outputs import atomic_write, atomic_write_text
+from gradblock.codec.fileio import write_own, write_own_text
 
 
 def _fmt(v, spec: str, missing: str = "n/a") -> str:
@@ -49,7 +49,7 @@ def label_of(result: dict) -> str:
     return f"{result['compressor_config']['name']} {setting_of(result)}"
 
 
-PNG_SOFTWARE = "gradblock validate"        # marks the plots gradblock wrote (PNG tEXt chunk)
+PNG_SOFTWARE = "gradblock validate"        # the plots' PNG tEXt Software chunk
 
 TABLE_HEADER = ("| compressor | setting | test acc | Δ vs dense (pts) | compression | sent MB (all workers) "
                 "| KB/worker/step | compress ms/step | compute / compress / exchange ms/step "
@@ -183,7 +183,7 @@ def plot_acc_compression(rows: list[dict], path: str | Path, title: str = "") ->
         ax.set_title(title, fontsize=8, wrap=True)
     fig.tight_layout()
     try:
-        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png",
+        write_own(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png",
                                                    metadata={"Software": PNG_SOFTWARE}))
     finally:
         plt.close(fig)
@@ -191,7 +191,7 @@ def plot_acc_compression(rows: list[dict], path: str | Path, title: str = "") ->
 
 
 def write_json(path: str | Path, payload) -> Path:
-    return atomic_write_text(path, json.dumps(payload, indent=2) + "\n")
+    return write_own_text(path, json.dumps(payload, indent=2) + "\n")
 
 
 def plot_curves(results: list[dict], path: str | Path, title: str = "") -> Path:
@@ -215,33 +215,11 @@ def plot_curves(results: list[dict], path: str | Path, title: str = "") -> Path:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     try:
-        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png",
+        write_own(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png",
                                                    metadata={"Software": PNG_SOFTWARE}))
     finally:
         plt.close(fig)
     return Path(path)
-
-
-def is_own_output(path: str | Path) -> bool:
-    """Whether an existing validate.json / validate.md / validate.png is one gradblock wrote
-    (so a rerun may replace it)."""
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return False
-    if path.suffix == ".json":
-        try:
-            d = json.loads(data)
-        except ValueError:
-            return False
-        return isinstance(d, dict) and {"description", "runs"} <= set(d)
-    if path.suffix == ".md":
-        text = data.decode("utf-8", "replace")
-        return TABLE_HEADER in text or NO_ROWS in text
-    if path.suffix == ".png":
-        return data.startswith(b"\x89PNG") and PNG_SOFTWARE.encode() in data[:4096]
-    return False
 
 
 NO_ROWS = "no row finished"

@@ -18,7 +18,7 @@ import os
 from .arguments import build_parser, config_from_args, parse_k  # noqa: F401  (re-exported)
 from ..setup.config import TrainConfig  # noqa: F401  (re-exported)
 from ..setup.data import DatasetError
-from ..errors import CheckpointError, ConfigError, OutputPathError, TrainingError  # noqa: F401
+from ..errors import CheckpointError, ConfigError, TrainingError  # noqa: F401
 from .trainer import Trainer, run_training  # noqa: F401  (re-exported)
 
 # what a row of `gradblock validate` records and goes on after (run_matrix); every named error

@@ -22,19 +22,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gradblock.codec.fileio import check_output_dir, check_replaceable, write_own, write_own_text
+
 from ..compress.compressors import DenseCompressor, StepStats, WorkerState, build_compressor, layers_of
 from ..setup.config import TrainConfig
 from ..errors import CheckpointError
 from ..exchange.modes import Exchange, StepOutcome, make_exchange
 from ..exchange.optim import GlobalMomentumSGD
 from ..exchange.peers import PEERS, build_peer, make_peer_exchange, run_peer_locally
-from ..outputs import atomic_write, atomic_write_text, check_output_dir, check_output_file
 from ..setup.problem import build_problem, epoch_shards, evaluate, worker_batch
 from ..exchange.resilience import (FaultInjector, check_replicas, common_step, is_comm_failure, note,
                          peer_lost, prune, restart_count, step_path)
 from ..compress.warmup import Warmup
 from .schedule import lr_at, register_worker_grad_hooks, resolve_horizon
-from ..exchange.state import (CheckpointExpectation, check_checkpoint, compressor_state, is_checkpoint,
+from ..exchange.state import (CheckpointExpectation, check_checkpoint, compressor_state,
                     load_checkpoint, rng_state, save_checkpoint, set_rng_state)
 from ..exchange.workers import StepTimes
 
@@ -54,24 +55,6 @@ class History:
 
 
 HISTORY_FIELDS = tuple(f.name for f in fields(History))
-
-
-def _is_state_dict(path: Path) -> bool:
-    """An existing model file gradblock wrote: a torch state dict of tensors."""
-    try:
-        sd = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:  # noqa: BLE001 - any unreadable file is not ours
-        return False
-    return isinstance(sd, dict) and all(isinstance(v, torch.Tensor) for v in sd.values())
-
-
-def _is_result(path: Path) -> bool:
-    """An existing result.json gradblock wrote."""
-    try:
-        r = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError):
-        return False
-    return isinstance(r, dict) and {"compressor_config", "mode", "curves"} <= set(r)
 
 
 class Trainer:
@@ -104,10 +87,10 @@ class Trainer:
     def _setup(self, cfg: TrainConfig, dataset) -> None:
         ex = self.exchange
         if cfg.checkpoint:
-            check_output_file(ex.checkpoint_path(cfg.checkpoint), "--checkpoint", is_checkpoint)
+            check_replaceable(ex.checkpoint_path(cfg.checkpoint), "--checkpoint")
         if cfg.out:
-            for name, ours in ((ex.model_file(), _is_state_dict), ("result.json", _is_result)):
-                check_output_file(Path(cfg.out) / name, "--out", ours)
+            for name in (ex.model_file(), "result.json"):
+                check_replaceable(Path(cfg.out) / name, "--out")
         cfg.workers = self.n = ex.n_workers
         self.device, self.rank = ex.device, ex.rank
         self.problem = build_problem(cfg, self.n, self.device, dataset)
@@ -380,9 +363,9 @@ class Trainer:
         """The final model (per rank under DDP) and, on the main process, result.json."""
         out = Path(out)
         state = self.problem.model.state_dict()
-        atomic_write(out / self.exchange.model_file(), lambda tmp: torch.save(state, tmp))
+        write_own(out / self.exchange.model_file(), lambda tmp: torch.save(state, tmp))
         if self.exchange.is_main:
-            atomic_write_text(out / "result.json", json.dumps(result, indent=2) + "\n")
+            write_own_text(out / "result.json", json.dumps(result, indent=2) + "\n")
 
     def close(self) -> None:
         self.exchange.close()

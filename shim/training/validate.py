@@ -35,8 +35,8 @@ from pathlib import Path
 from .arguments import add_common_arguments, parse_k
 from ..setup.config import TrainConfig
 from ..errors import ConfigError
-from ..outputs import atomic_write_text, check_output_dir, check_output_file
-from .report import (NO_ROWS, describe_run, format_row_table, format_table, is_own_output,
+from gradblock.codec.fileio import check_output_dir, check_replaceable, write_own_text
+from .report import (NO_ROWS, describe_run, format_row_table, format_table, 
                      plot_acc_compression, plot_curves, summarise_rows, write_json)
 from .train import USER_ERRORS
 from .trainer import run_training
@@ -233,7 +233,7 @@ def validate_main(argv: list[str]) -> int:
         cfg.check()
     check_output_dir(out, "--out")
     for name in OUTPUTS:
-        check_output_file(out / name, "--out", is_own_output)
+        check_replaceable(out / name, "--out")
     dataset = load_dataset(base.data, base.data_dir)
     n_train = min(len(dataset.y_train), base.train_subset or len(dataset.y_train))
     steps = (n_train // base.workers) // base.batch_size * base.epochs
@@ -256,7 +256,7 @@ def validate_main(argv: list[str]) -> int:
     write_json(out / "validate.json", {"description": header, "seeds": seeds, "rows": row_stats,
                                        "runs": results, "failures": failures,
                                        "requirements": verdicts})
-    atomic_write_text(out / "validate.md", f"{header}\n\n{seed_table}\n\nper run:\n\n{table}\n"
+    write_own_text(out / "validate.md", f"{header}\n\n{seed_table}\n\nper run:\n\n{table}\n"
                       + "".join(f"\nfailed: {f['row']}: {f['error']}: {f['message']}\n"
                                 for f in failures)
                       + "".join(f"\nrequirement {describe_requirement(v)}\n" for v in verdicts))
