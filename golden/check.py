@@ -21,6 +21,8 @@ from gradblock.refmodel.quantiser import NonFiniteError, QuantConfig, quantise
 from gradblock.refmodel.selection import block_layout, resolve_k
 
 from .compute import derive_flags, feedback_flags, momentum_flags
+from . import plain
+from .format import plain_files, read_manifest
 from .exchange import check_exchange
 
 
@@ -181,7 +183,25 @@ def check_case(golden_dir: Path, case: GoldenCase, residual_outs: dict,
             continue
         if hashlib.sha256(data).hexdigest() != digest:
             problems.append(f"{rel}: changed since gradblock wrote it (sha256 differs)")
+    problems += _plain_problems(golden_dir, meta, arrays)
     return CheckResult(case.name, problems)
+
+
+def _plain_problems(golden_dir: Path, meta: dict, arrays: dict) -> list[str]:
+    """The case's params.txt / params.svh (golden/plain.py), where it has them, against the
+    text its manifest entry and arrays give."""
+    if plain.params_name(meta["name"]) not in (meta.get("sha256") or {}):
+        return []                         # written before the plain bench's files existed
+    problems = []
+    for rel, want in plain_files(meta, arrays).items():
+        try:
+            text = read_case_file(golden_dir, rel, f"{meta['name']}.params", MAX_FILE_BYTES)
+        except GoldenError as e:
+            problems.append(str(e))
+            continue
+        if text.decode("ascii", "replace") != want:
+            problems.append(f"{rel}: differs from the manifest entry and arrays")
+    return problems
 
 
 def _file_problems(golden_dir: Path, case: GoldenCase) -> list[str]:
@@ -205,7 +225,7 @@ def _file_problems(golden_dir: Path, case: GoldenCase) -> list[str]:
             continue
         if hashlib.sha256(data).hexdigest() != digest:
             problems.append(f"{rel}: changed since gradblock wrote it (sha256 differs)")
-    return problems
+    return problems + _plain_problems(golden_dir, case.meta, case.arrays)
 
 
 def check_golden(golden_dir: str | Path) -> list[CheckResult]:
@@ -226,6 +246,17 @@ def check_golden(golden_dir: str | Path) -> list[CheckResult]:
     for case in load_exchange(golden_dir):
         results.append(CheckResult(case.name, check_exchange(case.meta, case.arrays)
                                    + _file_problems(golden_dir, case)))
+    manifest = read_manifest(golden_dir)
+    if plain.CASE_LIST in manifest.get("files", {}):        # the plain bench's case list
+        want = plain.case_list(manifest["cases"], manifest.get("exchange", []))
+        try:
+            got = read_case_file(golden_dir, plain.CASE_LIST, plain.CASE_LIST, MAX_FILE_BYTES)
+            problems = [] if got.decode("ascii", "replace") == want else [
+                f"{plain.CASE_LIST}: differs from the manifest's case list"]
+        except GoldenError as e:
+            problems = [str(e)]
+        if problems:                    # reported as one more result only when it fails
+            results.append(CheckResult(plain.CASE_LIST, problems))
     return results
 
 

@@ -37,6 +37,7 @@ import numpy as np
 from gradblock.codec import fileio
 from gradblock.codec.errors import GradblockError
 from gradblock.codec.zrle import LMAX_LOG2_MAX, LMAX_LOG2_MIN, max_frame_words
+from gradblock.golden import plain
 
 FORMAT = "gradblock-golden"
 VERSION = 1
@@ -361,6 +362,8 @@ def validate_entry(where: str, entry, index: int) -> dict:
     sums = entry.get("sha256")
     if sums is not None:
         files = [npz_name(name)] + [hex_name(name, k) for k in expected]
+        if isinstance(sums, dict) and plain.params_name(name) in sums:   # since the plain bench
+            files += [plain.params_name(name, "txt"), plain.params_name(name, "svh")]
         if not isinstance(sums, dict) or sorted(sums) != sorted(files) or any(
                 not isinstance(v, str) or not re.fullmatch(r"[0-9a-f]{64}", v)
                 for v in sums.values()):
@@ -408,6 +411,8 @@ def validate_exchange_entry(where: str, entry, index: int) -> dict:
     sums = entry.get("sha256")
     if sums is not None:
         files = [npz_name(name)] + [hex_name(name, k) for k in expected]
+        if isinstance(sums, dict) and plain.params_name(name) in sums:   # since the plain bench
+            files += [plain.params_name(name, "txt"), plain.params_name(name, "svh")]
         if not isinstance(sums, dict) or sorted(sums) != sorted(files) or any(
                 not isinstance(v, str) or not re.fullmatch(r"[0-9a-f]{64}", v)
                 for v in sums.values()):
@@ -436,6 +441,11 @@ def validate_manifest(manifest, where: str) -> dict:
         if entry["name"] in seen:
             raise GoldenError(f"{where}: cases[{i}].name = {entry['name']!r} appears twice")
         seen.add(entry["name"])
+    files = manifest.get("files", {})         # top-level files besides the manifest (cases.txt)
+    if not isinstance(files, dict) or any(k != plain.CASE_LIST or not isinstance(v, str)
+                                          or not re.fullmatch(r"[0-9a-f]{64}", v)
+                                          for k, v in files.items()):
+        raise GoldenError(f"{where}: 'files' is not {{{plain.CASE_LIST!r}: sha256 hex}}")
     exchange = manifest.get("exchange", [])
     if not isinstance(exchange, list):
         raise GoldenError(f"{where}: 'exchange' is not a list")
@@ -566,9 +576,15 @@ def _npz_bytes(arrays: dict) -> bytes:
     return buf.getvalue()
 
 
+def plain_files(meta: dict, arrays: dict) -> dict[str, str]:
+    """{path: text} of the case's files for a bench without Python (golden/plain.py)."""
+    return plain.params_files(meta, arrays, tuple(ARRAY_DTYPES), STAGES,
+                              tuple(meta["stages"]) == (EXCHANGE_STAGE,))
+
+
 def write_case(out_dir: Path, meta: dict, arrays: dict) -> dict:
-    """Write one case (npz + hex files) into out_dir; return its manifest entry (meta plus
-    npz, hex and the sha256 of every file written)."""
+    """Write one case (npz, hex files, params.txt / params.svh) into out_dir; return its
+    manifest entry (meta plus npz, hex and the sha256 of every file written)."""
     name = check_name(str(out_dir), "case name", meta["name"])
     expected = arrays_for(meta["stages"])
     if sorted(arrays) != sorted(expected):
@@ -587,6 +603,10 @@ def write_case(out_dir: Path, meta: dict, arrays: dict) -> dict:
         data = hex_text(arrays[key], HEX_DIGITS[key]).encode("ascii")
         _atomic_write(out_dir / rel, data)
         hexes[key] = rel
+        sums[rel] = hashlib.sha256(data).hexdigest()
+    for rel, text in plain_files(meta, arrays).items():
+        data = text.encode("ascii")
+        _atomic_write(out_dir / rel, data)
         sums[rel] = hashlib.sha256(data).hexdigest()
     entry = {**meta, "npz": npz_name(name), "hex": hexes, "sha256": sums}
     if tuple(meta["stages"]) == (EXCHANGE_STAGE,):
@@ -620,6 +640,9 @@ def _ours(target: Path) -> tuple[set[str], set[str]]:
             if not os.path.islink(path.parent) and fileio.holds(path, digest):
                 files.add(rel)
         dirs.add(entry["name"])
+    for rel, digest in (old.get("files") or {}).items():
+        if fileio.holds(target / rel, digest):
+            files.add(rel)
     files.add(MANIFEST)
     return files, dirs
 
@@ -697,6 +720,9 @@ def write_golden(target: str | Path, manifest_fields: dict, cases, exchange=()) 
         ex_entries = [write_case(staged, meta, arrays) for meta, arrays in exchange]
         if ex_entries:
             manifest["exchange"] = ex_entries
+        listing = plain.case_list(entries, ex_entries).encode("ascii")
+        _atomic_write(staged / plain.CASE_LIST, listing)
+        manifest["files"] = {plain.CASE_LIST: hashlib.sha256(listing).hexdigest()}
         write_manifest(staged, manifest)
         swap_in(staged, target)
     finally:
