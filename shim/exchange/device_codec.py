@@ -31,7 +31,8 @@ from gradblock.torchstep.bucket import (NONFINITE_WORD, BucketLayout, bucket_lay
 from ..compress.compressors import (Compressor, LayerInfo, PacketError, StepStats, WorkerState,
                                     decode_group)
 
-__all__ = ["CODECS", "resolve_codec", "ViewMap", "view_map", "write_views", "DeviceSend",
+__all__ = ["CODECS", "resolve_codec", "ViewMap", "view_map", "write_views", "combine_futures",
+           "DeviceSend",
            "encode_bucket", "decode_bucket", "bucket_error", "nonfinite_slot_error"]
 
 CODECS = ("auto", "host", "device")
@@ -146,6 +147,28 @@ def write_views(views: list[torch.Tensor], averaged) -> None:
         raise RuntimeError(f"bucket holds {len(views)} gradients, {len(averaged)} averages")
     flat = torch.cat([a.reshape(-1).to(views[0].device) for a in averaged])
     view_map(views).scatter(flat)
+
+
+def combine_futures(futs: list, device: torch.device) -> torch.futures.Future:
+    """One future done when every one of `futs` (collectives' futures) is. On CUDA it is
+    chained on the first, whose callback runs on a stream that waited for the first's
+    collective, and calls wait() on the others, which makes that stream wait for theirs too:
+    work chained on the result sees every collective's output (torch.futures.collect_all is
+    not CUDA-aware: its callbacks would read the tensors on a stream that never waited for
+    NCCL's). On the CPU collect_all (a gloo callback must not block on another collective).
+    The caller's callback still calls wait() on each sub-future (the same stream rule)."""
+    if len(futs) == 1:
+        return futs[0]
+    if device.type == "cuda":
+        rest = list(futs[1:])
+
+        def chain(first: torch.futures.Future):
+            first.wait()
+            for f in rest:
+                f.wait()
+            return None
+        return futs[0].then(chain)
+    return torch.futures.collect_all(list(futs))
 
 
 # ------------------------------------------------------------------------------ encode / decode

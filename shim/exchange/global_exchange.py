@@ -40,6 +40,7 @@ import torch.distributed as dist
 from gradblock.refmodel.global_select import RankMismatchError
 
 from .device import sync_device
+from .device_codec import combine_futures, write_views
 from ..errors import TrainingError
 from ..compress.compressors import Compressor, WorkerState
 from .global_step import (EXCHANGES, GroupPrep, average_group, exchange_of, finish_group,
@@ -144,21 +145,16 @@ def global_hook(state: GlobalHookState, bucket: dist.GradBucket
         state.times.exchange_s += t_norms - t_prep
     for f in futs:
         state.track(f)
-    fut = futs[0] if len(futs) == 1 else torch.futures.collect_all(futs)
+    fut = combine_futures(futs, buffer.device)
 
     def done(f: torch.futures.Future) -> torch.Tensor:
         f.wait()                                  # surfaces a failed collective
+        for sub in futs:        # each collective's output, on this callback's stream (CUDA)
+            sub.wait()
         try:
             averaged = average_group(comp, gp, fin, None if fin is None else fin.values,
                                      gathered)
-            offset = 0
-            for avg in averaged:
-                n = avg.numel()
-                buffer[offset:offset + n].copy_(avg.reshape(-1))
-                offset += n
-            if offset != buffer.numel():
-                raise RuntimeError(f"bucket buffer holds {buffer.numel()} elements, "
-                                   f"its parameters {offset}")
+            write_views(grads, averaged)          # through the views: channels_last stays right
         except Exception as e:
             state.keep_error(e)
             raise

@@ -111,6 +111,16 @@ class HookState:
     def _final_check(self) -> None:
         """End of backward (after DDP waited for every bucket): the step's one host read of
         every deferred flag; the first bad bucket's error is kept and raised."""
+        # autograd runs final callbacks in the order queued, and DDP queues its own (which waits
+        # for every bucket) only when the last bucket is ready, after this one: wait for the
+        # step's collectives and decodes here (on CUDA their futures are already complete)
+        with self._lock:
+            futures = list(self._pending)
+        for f in futures:
+            try:
+                f.wait()
+            except Exception:  # noqa: BLE001 - a failed bucket's error is kept; DDP reports it
+                pass
         with self._lock:
             pending, self._deferred = self._deferred, []
             self._final_queued = False
