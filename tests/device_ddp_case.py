@@ -1,0 +1,167 @@
+"""torchrun entry for tests/test_device_exchange.py: the exchange paths of issue 29 on a real
+gloo group (CPU, 2 ranks).
+
+    torchrun --nproc-per-node 2 -m device_ddp_case OUT_DIR
+
+Each rank writes OUT_DIR/rank{r}.json with:
+* "device": per configuration and check mode, whether DDP with the device codec
+  (compressor.codec = "device", the code a GPU runs) equals the single-process simulation
+  (the reference's host decode) and every rank's parameters -- a channels_last model among them;
+* "allreduce_channels_last": the allreduce exchange with --dense-below on a channels_last model
+  against the simulation;
+* "nan": a NaN gradient on the last rank under each codec: the class each rank raised and the
+  seconds until it did (the group's timeout is short: a rank left waiting fails the case);
+* "corrupt": a CRC flipped by rank 1 under the device codec, in each check mode.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from gradblock.shim.compress.compressors import build_compressor, layers_of
+from gradblock.shim.exchange.ddp_check import batches, same_on_all_ranks, snapshot
+from gradblock.shim.exchange.hook import register
+from gradblock.shim.exchange.optim import GlobalMomentumSGD
+from gradblock.shim.exchange.workers import SimulatedCluster
+
+
+class ChannelsNet(torch.nn.Module):
+    """Two convolutions with several input channels, so channels_last strides are a real
+    permutation of the row-major order, and small biases for --dense-below."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(1, 4, 3)
+        self.conv2 = torch.nn.Conv2d(4, 6, 3)
+        self.fc = torch.nn.Linear(6 * 4 * 4, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.conv2(torch.relu(self.conv1(x))))
+        return self.fc(x.flatten(1))
+
+
+def make(channels_last: bool) -> torch.nn.Module:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        m = ChannelsNet()
+    return m.to(memory_format=torch.channels_last) if channels_last else m
+
+
+DEVICE_CONFIGS = {
+    "k2_dense_below": (False, dict(k=2, dense_below=12)),
+    "fraction": (False, dict(k=0.5, block_size=8)),
+    "momentum": (False, dict(k=1, local_momentum=0.9)),
+    "channels_last_dense_below": (True, dict(k=1, dense_below=12)),
+}
+
+
+def optimiser(model, kw):
+    return GlobalMomentumSGD(model.parameters(), lr=0.1,
+                             momentum=0.0 if kw.get("local_momentum") else 0.9)
+
+
+def run_ddp(channels_last, kw, rank, world, data, *, codec=None, check=None, exchange="allgather"):
+    model = make(channels_last)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.001)
+    comp = build_compressor("coarse", layers_of(model), world, exchange=exchange, **kw)
+    if codec is not None:
+        comp.codec = codec
+    hook = register(ddp, comp)
+    if check is not None:
+        hook.check = check
+    opt = optimiser(model, kw)
+    for step in data:
+        x, y = step[rank]
+        hook.reset_step()
+        opt.zero_grad(set_to_none=True)
+        hook.backward(F.cross_entropy(ddp(x), y))
+        opt.step()
+    return snapshot(model)
+
+
+def run_simulation(channels_last, kw, world, data, exchange="allgather"):
+    model = make(channels_last)
+    comp = build_compressor("coarse", layers_of(model), world, exchange=exchange, **kw)
+    cluster = SimulatedCluster(model, comp, layers_of(model), F.cross_entropy, "cpu")
+    opt = optimiser(model, kw)
+    for step in data:
+        cluster.step(step, opt)
+    return snapshot(model)
+
+
+def compare(rank, ddp_state, sim_state) -> dict:
+    (params, buffers), (sim_params, sim_buffers) = ddp_state, sim_state
+    equal = all(torch.equal(params[k], sim_params[k]) for k in sim_params)
+    return {"equal_to_simulation": bool(equal), "equal_on_all_ranks": same_on_all_ranks(params)}
+
+
+def error_case(rank, world, data, *, codec, check="auto", nan_rank=None, corrupt_rank=None):
+    model = make(False)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    comp = build_compressor("coarse", layers_of(model), world, k=2)
+    comp.codec = codec
+
+    def flip_last_crc(message, layers, sender):
+        if sender != corrupt_rank:
+            return message
+        out = message.clone()
+        out[-1] ^= 1                     # the CRC word of the bucket's last frame
+        return out
+
+    hook = register(ddp, comp, outgoing_filter=flip_last_crc if corrupt_rank is not None else None)
+    hook.check = check
+    x, y = data[0][rank]
+    if nan_rank == rank:
+        x = x.clone()
+        x[0, 0, 0, 0] = float("nan")
+    t0 = time.perf_counter()
+    try:
+        hook.backward(F.cross_entropy(ddp(x), y))
+    except Exception as e:  # noqa: BLE001 - reported, the test decides
+        return {"raised": type(e).__name__, "message": str(e),
+                "seconds": time.perf_counter() - t0}
+    return {"raised": None, "message": "", "seconds": time.perf_counter() - t0}
+
+
+def main(out: str) -> int:
+    torch.set_num_threads(1)
+    # a short timeout: a rank left waiting in a collective fails its case instead of the run
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    report: dict = {"rank": rank, "world": world, "device": {}}
+    try:
+        data = batches(world, torch.device("cpu"))
+        for name, (cl, kw) in DEVICE_CONFIGS.items():
+            sim = run_simulation(cl, kw, world, data)
+            for check in ("bucket", "step"):
+                got = run_ddp(cl, kw, rank, world, data, codec="device", check=check)
+                report["device"][f"{name}/{check}"] = compare(rank, got, sim)
+        kw = dict(k=1, dense_below=12)
+        got = run_ddp(True, kw, rank, world, data, exchange="allreduce")
+        report["allreduce_channels_last"] = compare(
+            rank, got, run_simulation(True, kw, world, data, exchange="allreduce"))
+        report["nan"] = {codec: error_case(rank, world, data, codec=codec, nan_rank=world - 1)
+                         for codec in ("host", "device")}
+        report["corrupt"] = {check: error_case(rank, world, data, codec="device", check=check,
+                                               corrupt_rank=1) for check in ("bucket", "step")}
+        report["corrupt"]["host"] = error_case(rank, world, data, codec="host", corrupt_rank=1)
+    except Exception:  # noqa: BLE001 - the report carries the traceback
+        report["error"] = traceback.format_exc()
+    path = Path(out)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / f"rank{rank}.json").write_text(json.dumps(report, indent=2) + "\n")
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
