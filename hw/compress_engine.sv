@@ -624,7 +624,7 @@ module compress_engine #(
     // slot number 2..7 cycles ago (the read takes two cycles: the head, then prep_index)
     localparam int PD = 7;
     logic [PD:1]         prep_v, prep_l;
-    logic [SW-1:0]       prep_s [PD-1:1];
+    logic [PD-1:1][SW-1:0] prep_s;                  // packed: a shift register, no memory
     logic [31:0]         prep_start6, prep_left6;   // stage 6: start, n - start
     logic [31:0]         prep_start7, prep_sum7;    // stage 7: start, start + B and whether
     logic                prep_short7;               // the block is the last, shorter one;
