@@ -13,8 +13,8 @@
   exchange) every frame word, every average, residual and velocity compared with
   refmodel.compress / refmodel.momentum / refmodel.exchange / refmodel.global_select. The
   gradients are the same float32 values on both sides, so the codec must agree exactly.
-* `ddp` (under torchrun): the public hook (gradblock.ddp when it is importable, else the
-  shim's `register`) through DistributedDataParallel with tiny buckets, for the all_gather and
+* `ddp` (under torchrun): the shim's hook (`register`, what gradblock.ddp's state runs)
+  through DistributedDataParallel with tiny buckets, for the all_gather and
   allreduce exchanges with and without momentum correction: parameters equal on every rank and
   equal to the single-process simulation on the same device, bytes counted by the hook.
 * `selfcheck` (under torchrun): the shim's own DDP self-check (every compressor, a corrupted
@@ -256,9 +256,12 @@ def check_codec(device: torch.device, model_name: str, steps: int, workers: int,
               "parameters": int(sum(lay.numel for lay in layers)), "steps": steps,
               "workers": workers, "configs": []}
     cfgs = [(ex, k, norm, m, _range_for(m)) for ex, k, norm, m in configs]
-    jobs = jobs or min(len(cfgs), os.cpu_count() or 1)
+    jobs = min(len(cfgs), os.cpu_count() or 1) if jobs is None else jobs
     t0 = time.perf_counter()
-    with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
+    # jobs 0: the references in this process, one after the other (tests)
+    pool = cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) if jobs else \
+        cf.ThreadPoolExecutor(1)
+    with pool:
         pending = [pool.submit(_reference_run, cfg) for cfg in cfgs]
         for cfg, fut in zip(cfgs, pending):
             ex, k, norm, m, R = cfg
@@ -299,19 +302,12 @@ DDP_CONFIGS = [  # (name, build_compressor keywords)
 
 
 def _register(ddp, kw: dict):
-    """The public API (gradblock.ddp) when it is there, else the shim's register."""
-    try:
-        from gradblock import ddp as api
-    except ImportError:
-        compressors, _, hook, *_ = _shim()
-        model = ddp.module
-        return hook.register(ddp, compressors.build_compressor(
-            "coarse", compressors.layers_of(model), ddp.process_group.size(), **kw))
-    state = api.GradblockState(k=kw["k"], norm=kw.get("norm", "l1"), range=kw.get("R", 10.0),
-                               local_momentum=kw.get("local_momentum", 0.0),
-                               exchange=kw.get("exchange", "allgather"))
-    ddp.register_comm_hook(state, api.gradblock_hook)
-    return state
+    """The shim's register (gradblock.ddp's state delegates to it; the public API itself runs
+    on the device in gpu-check.sh's phase 2 through examples/ddp_torchrun.py: bench/ may not
+    import the gradblock package, docs/architecture.md)."""
+    compressors, _, hook, *_ = _shim()
+    return hook.register(ddp, compressors.build_compressor(
+        "coarse", compressors.layers_of(ddp.module), ddp.process_group.size(), **kw))
 
 
 def check_ddp(device: torch.device, steps: int = 4) -> dict:

@@ -133,10 +133,22 @@ nogpu() { rows+=("$1|cuda|no GPU|0|torch sees no CUDA device"); }
 port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 trun() { local n=$1; shift; "$PY" -m torch.distributed.run --nnodes 1 --nproc-per-node "$n" \
     --master-addr 127.0.0.1 --master-port "$(port)" "$@"; }
-ddp_pair() {     # ddp_pair DEVICE N: the public hook's check, then the shim's self-check
+ddp_pair() {     # ddp_pair DEVICE N: the hook vs the simulation, the shim's self-check, and
+                 # the public API (gradblock.ddp) through the plain-DDP recipe of examples/
     trun "$2" -m gradblock.bench.gpu_check ddp --device "$1" --json "$out/ddp_$1.json" || return 1
     trun "$2" -m gradblock.bench.gpu_check selfcheck --out "$work/selfcheck_$1" --device "$1" \
-        --corrupt-rank $(($2 - 1))
+        --corrupt-rank $(($2 - 1)) || return 1
+    (if [ "$1" = cpu ]; then export CUDA_VISIBLE_DEVICES=; fi     # the example picks gloo
+     trun "$2" "$tree/examples/ddp_torchrun.py" --steps 5 --report "$work/example_$1") || return 1
+    "$PY" - "$work/example_$1" "$2" <<'PY'
+import json, sys
+from pathlib import Path
+ranks = [json.loads((Path(sys.argv[1]) / f"rank{r}.json").read_text()) for r in range(int(sys.argv[2]))]
+ok = all(r["bytes_sent"] > 0 for r in ranks) and len({r["params_sha256"] for r in ranks}) == 1
+print(f"RESULT {'pass' if ok else 'FAIL'} gradblock.ddp example: bytes "
+      f"{[r['bytes_sent'] for r in ranks]}, replicas {'identical' if ok else 'DIFFER'}")
+sys.exit(0 if ok else 1)
+PY
 }
 validate() {     # validate DEVICE: dense vs coarse1 with momentum correction on digits
     gradblock validate --device "$1" --data digits --compressors dense coarse1 \
@@ -150,7 +162,7 @@ print("RESULT pass " + ", ".join(f"{n} {100 * r['acc_mean']:.2f}%" for n, r in r
 PY
 }
 export -f trun port ddp_pair validate
-export PY out work
+export PY out work tree
 
 cd "$work"
 # numba's kernels compiled once here (a fresh tree has no cache: a minute or more), not by
@@ -197,7 +209,7 @@ fi
         printf '%-12s %-5s %-8s %6s  %s\n' "$ph" "$dv" "$st" "$sec" "$det"
     done
     for d in cpu cuda; do
-        [ -f "$out/validate_$d.md" ] && { echo; echo "validate on $d:"; sed -n '1,12p' "$out/validate_$d.md"; }
+        [ -f "$out/validate_$d.md" ] && { echo; echo "validate on $d:"; sed '/^per run:/,$d' "$out/validate_$d.md"; }
     done
     [ -f "$out/timing_cuda.json" ] && "$PY" -c 'import json,sys; print(); print(json.load(open(sys.argv[1]))["table"])' "$out/timing_cuda.json"
 } | tee "$out/summary.txt" | tee -a "$log"
