@@ -9,11 +9,13 @@ ones (checked below, so the day Icarus accepts the block this test says so).
 """
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 
 import pytest
 
+from gradblock.golden.format import read_manifest
 from gradblock.hw.csr import generate as csr
 from gradblock.sim.duts import DUTS
 from gradblock.sim.harness import setup_verilator, simulator_available
@@ -80,13 +82,18 @@ def test_icarus_refuses_the_generated_block(tmp_path):
 
 @pytest.mark.sim
 @pytest.mark.slow
-def test_axil_golden_quick_verilator(golden_quick):
-    """Every quick golden layer (top and momentum stages) through AXI4-Lite only, and the
-    register block's bus rules."""
+def test_axil_golden_quick_verilator(golden_quick, tmp_path):
+    """Every quick golden layer (top and momentum stages) through AXI4-Lite only, each with a
+    verdict of its own, and the register block's bus rules."""
     reason = simulator_available("verilator")
     if reason:
         pytest.skip(f"verilator unavailable: {reason}")
+    verdicts = tmp_path / "cases.json"
     res = TOP.run("verilator", sources=csr.sources(),
-                  env={"TB_GOLDEN_DIR": str(golden_quick)})
+                  env={"TB_GOLDEN_DIR": str(golden_quick), "TB_CASE_RESULTS": str(verdicts)})
     assert res.passed, res.report()
     assert {t.name.rsplit(".", 1)[-1] for t in res.tests} >= {"golden_cases", "bus_rules"}
+    want = {c["name"] for c in read_manifest(golden_quick)["cases"]
+            if {"top", "momentum"} & set(c["stages"])}
+    got = {r["case"]: r["status"] for r in json.loads(verdicts.read_text())}
+    assert got == dict.fromkeys(want, "pass"), got     # K_MAX 128: nothing refused

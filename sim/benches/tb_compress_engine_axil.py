@@ -24,13 +24,14 @@ import cocotb
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
+from gradblock.hw.csr import generate as csr
 from gradblock.sim.benches import tb_util
 from gradblock.sim.benches.tb_compress_engine import (
     BASE, GUARD, GUARD_WORDS, VEL_GUARD, config_of, expected_error, is_momentum,
     load_engine_cases, vel_base_for)
 
 MODULE = "compress_engine_axil"
-RDL = Path(__file__).resolve().parent.parent / "hw" / "csr" / "compress_engine_csr.rdl"
+RDL = csr.HERE / "compress_engine_csr.rdl"     # the one SystemRDL source
 POLL_LIMIT = 20000          # register polls before a wait is declared hung
 
 
