@@ -131,12 +131,49 @@ def crc32_segments(words: torch.Tensor, starts: list[int], ends: list[int],
     return [crc32_words_tensor(words[s:e]) for s, e in zip(starts, ends)]
 
 
+def _byte_tables(cols: tuple[int, ...]) -> list[int]:
+    """A 32x32 GF(2) matrix as four 256-entry byte tables, flat (byte j of a word at 256 j)."""
+    out = []
+    for j in range(4):
+        t = [0] * 256
+        for b in range(1, 256):
+            low = (b & -b).bit_length() - 1
+            t[b] = t[b & (b - 1)] ^ cols[8 * j + low]
+        out += t
+    return out
+
+
+_DIGIT_TABLES: dict[tuple[int, bool, str], torch.Tensor] = {}
+
+
+def _digit_tables(level: int, device: torch.device, inverse: bool) -> torch.Tensor:
+    """A32^(m * 16**level) (or the inverse) for every hex digit m, as byte tables: int64
+    (16 * 1024,), entry m * 1024 + 256 j + b the image of byte b in position j."""
+    key = (level, inverse, str(device))
+    if key not in _DIGIT_TABLES:
+        base = _a32_power_cols(4 * level, inverse)            # A32^(16**level)
+        cols = tuple(1 << i for i in range(32))               # the identity, m = 0
+        flat = []
+        for _ in range(16):
+            flat += _byte_tables(cols)
+            cols = tuple(_gf2_apply(base, c) for c in cols)
+        _DIGIT_TABLES[key] = torch.tensor(flat, dtype=torch.int64, device=device)
+    return _DIGIT_TABLES[key]
+
+
 def _apply_power(v: torch.Tensor, d: torch.Tensor, levels: int, inverse: bool = False
                  ) -> torch.Tensor:
     """A32^d (or A32^-d) applied to each value of v, d >= 0 elementwise with d < 2**levels:
-    the binary digits of d pick the squarings (a fixed number of ops, whatever the values)."""
-    for b in range(levels):
-        v = torch.where(((d >> b) & 1).bool(), _gf2_apply_tensor(b, v, inverse), v)
+    one table gather per hex digit of d (the digit picks the table), whatever the values, so
+    the number of ops is set by `levels` alone."""
+    dev = v.device
+    shifts = torch.tensor([0, 8, 16, 24], dtype=torch.int64, device=dev)
+    offs = torch.tensor([0, 256, 512, 768], dtype=torch.int64, device=dev)
+    for k in range((levels + 3) // 4):
+        digit = (d >> (4 * k)) & 15
+        idx = ((v.unsqueeze(-1) >> shifts) & 0xFF) + (digit.unsqueeze(-1) * 1024 + offs)
+        g = _digit_tables(k, dev, inverse)[idx]
+        v = g[..., 0] ^ g[..., 1] ^ g[..., 2] ^ g[..., 3]
     return v
 
 
@@ -154,7 +191,8 @@ def crc32_spans(u: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor) -> to
     """CRC-32 of many spans of words at once, on the words' device, without a host sync:
     u (rows, W) int64 holding uint32 word values, starts / ends (rows, S) int64 span bounds
     [start, end) with 0 <= start < end <= W for real spans (others may hold anything and give
-    garbage). Returns (rows, S) int64 CRC values.
+    garbage). Spans must not hold another span's start (disjoint spans, such as the frames of a
+    message, are fine): each start's word takes the init value. Returns (rows, S) int64 CRCs.
 
     Each word j of a span [s, e) adds A32^(e - j)(word) to the span's raw value (the tree in
     crc32_words_tensor, unrolled; the init folded into the first word). With exponents taken
