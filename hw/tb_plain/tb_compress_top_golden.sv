@@ -8,7 +8,7 @@
 // the build cannot hold (n > N_MAX, k_eff > K_MAX, lmax_log2 > LMAX_LOG2_MAX) must be refused
 // with its gradblock_pkg::TOP_ERR_* code and no data taken or given.
 //
-//   iverilog -g2012 -I hw/tb_plain -o tb.vvp <compress_top's files, hw/deps.py> \
+//   iverilog -g2012 -Ihw/tb_plain -o tb.vvp <compress_top's files, hw/deps.py> \
 //       hw/tb_plain/tb_compress_top_golden.sv && vvp tb.vvp +GOLDEN=<dir>
 // Last line: "GOLDEN-BENCH PASS <cases> cases" or "GOLDEN-BENCH FAIL ..." (exit status 1).
 `default_nettype none

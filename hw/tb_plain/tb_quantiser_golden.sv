@@ -6,7 +6,8 @@
 // against quant_sat.hex / quant_nan.hex, tlast on the last word, and the flag totals against
 // params.txt's sat_quant / nan_count.
 //
-//   iverilog -g2012 -o tb.vvp hw/gradblock_pkg.sv hw/quantiser.sv hw/tb_plain/tb_quantiser_golden.sv
+//   iverilog -g2012 -Ihw/tb_plain -o tb.vvp hw/gradblock_pkg.sv hw/quantiser.sv \
+//       hw/tb_plain/tb_quantiser_golden.sv
 //   vvp tb.vvp +GOLDEN=<dir>          (or verilator --binary ... ; ./obj_dir/Vtb... +GOLDEN=<dir>)
 // Last line: "GOLDEN-BENCH PASS <cases> cases" or "GOLDEN-BENCH FAIL ..." (exit status 1).
 `default_nettype none
