@@ -139,11 +139,13 @@ def _signed(u: torch.Tensor) -> torch.Tensor:
     return u - ((u >> 31) << 32)
 
 
-def decode_slots(layout: BucketLayout, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def decode_slots(layout: BucketLayout, slots: torch.Tensor, sums: bool = False
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The bucket's averaged gradient, flat float32 in bucket (layer) order, and `bad`, a
     0-d bool tensor: True when some row is not exactly what the reference accepts (or could
     not be shown to be; see the module doc) -- the flat result then means nothing. No host
-    sync; ops in a number set by log2(width)."""
+    sync; ops in a number set by log2(width). With `sums`: the framed layers' exact int64
+    sums over the rows (in frame order) instead of the averages."""
     if slots.dim() != 2 or slots.dtype != torch.int32:
         raise TypeError(f"slots must be a (world, width) int32 tensor, got {slots.dim()}-D "
                         f"{slots.dtype}")
@@ -294,6 +296,8 @@ def decode_slots(layout: BucketLayout, slots: torch.Tensor) -> tuple[torch.Tenso
         dense_bits = u.gather(1, at.clamp(max=NP + _PAD - 1))
         bad = bad | (at >= E).any() | ((dense_bits & 0x7F800000) == 0x7F800000).any()
 
+    if sums:
+        return acc, bad
     n = layout.n_workers
     out = torch.empty(layout.total, dtype=torch.float32, device=dev)
     if F:
