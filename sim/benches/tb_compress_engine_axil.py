@@ -195,18 +195,13 @@ class AxilEngine:
                                 self.words_at(addr, GUARD_WORDS))
 
 
-async def start(dut) -> None:
-    tb_util.quiet()
-    await tb_util.start(dut, reset_cycles=tb_util.RESET_CYCLES)
-
-
 @cocotb.test()
 async def golden_cases(dut):
     """Every golden case of the "top" and "momentum" stages, layer after layer without reset,
     programmed and fed through AXI4-Lite only."""
     cases = load_engine_cases()
     tb = AxilEngine(dut, cases)
-    await start(dut)
+    await tb_util.start_streams(dut)     # clock, reset
     tb_util.check_value("-", "ID.magic", tb.pack("ID", magic=0x47424345), await tb.read("ID"))
     await tb_util.golden_loop(dut, MODULE, cases, tb.run_case, [], [], (0.0, 0.0))
 
@@ -220,7 +215,7 @@ async def bus_rules(dut):
     from cocotbext.axi.constants import AxiResp
     cases = load_engine_cases()
     tb = AxilEngine(dut, cases)
-    await start(dut)
+    await tb_util.start_streams(dut)     # clock, reset
     for reg in ("CTRL", "INT_STATUS", "INT_ENABLE", "CFG_N", "CFG_FLAGS", "CFG_RES_BASE_HI"):
         tb_util.check_value("-", f"{reg} after reset", 0, await tb.read(reg))
     resp = (await tb.bus.write(tb.addr("ID"), b"\0\0\0\0")).resp
