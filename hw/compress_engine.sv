@@ -624,7 +624,8 @@ module compress_engine #(
     // slot number 2..7 cycles ago (the read takes two cycles: the head, then prep_index)
     localparam int PD = 7;
     logic [PD:1]         prep_v, prep_l;
-    logic [PD-1:1][SW-1:0] prep_s;                  // packed: a shift register, no memory
+    logic [(PD-1)*SW-1:0] prep_s;   // slot d (1..PD-1) in bits [d*SW-1 -: SW]: one vector, so
+                                    // yosys sees a shift register, not a memory it must replace
     logic [31:0]         prep_start6, prep_left6;   // stage 6: start, n - start
     logic [31:0]         prep_start7, prep_sum7;    // stage 7: start, start + B and whether
     logic                prep_short7;               // the block is the last, shorter one;
@@ -677,15 +678,14 @@ module compress_engine #(
         prep_index <= prep_pick;
         prep_v <= {prep_v[PD-1:1], prep_rd_v0};
         prep_l <= {prep_l[PD-1:1], prep_rd_l0};
-        prep_s[1] <= prep_rd_s0;
-        for (int d = 2; d < PD; d++) prep_s[d] <= prep_s[d-1];
+        prep_s <= {prep_s[(PD-2)*SW-1:0], prep_rd_s0};
         // j*B < n for a selected block: the low 32 bits are the product
         prep_start6 <= prep_product[31:0];
         prep_left6 <= n_r - prep_product[31:0];
         prep_start7 <= prep_start6;
         prep_sum7 <= prep_start6 + bs_r;
         prep_short7 <= prep_left6 <= bs_r;
-        prep_s7 <= prep_s[PD-1];
+        prep_s7 <= prep_s[(PD-1)*SW-1 -: SW];
     end
 
     logic unused_product;

@@ -64,7 +64,7 @@ class Run:
 class Dut:
     name: str                     # table key, shown in `gradblock verify`'s table
     toplevel: str                 # HDL top level; its files come from hw/deps.py
-    test_module: str              # cocotb module, e.g. "gradblock.sim.tb_zrle_encoder"
+    test_module: str              # cocotb module, e.g. "gradblock.sim.benches.tb_zrle_encoder"
     stage: str | None = None      # golden stage a case must list to apply ("encode", ...);
     #                               None: the testbench makes its own cases (not in verify)
     more_stages: tuple[str, ...] = ()   # further golden stages it runs (any one applies)

@@ -65,7 +65,7 @@ def manifest_cases(*dirs) -> list[dict]:
 # ------------------------------------------------------------------ running
 def run_block(top: str, sim: str, dirs, tmp_path, parameters=None, env=None, testcase=None,
               quick: bool = False, run_name: str | None = None):
-    """Run sim.tb_<top>; return (per-case verdicts, metrics). Asserts the run passed.
+    """Run sim/benches/tb_<top>; return (per-case verdicts, metrics). Asserts the run passed.
     quick: cases up to QUICK_MAX_N elements. Two traffic profiles unless env says otherwise."""
     tag = run_name or top
     results, metrics = tmp_path / f"{tag}-cases.json", tmp_path / f"{tag}-metrics.json"
