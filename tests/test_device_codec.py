@@ -332,3 +332,47 @@ def test_operator_count_does_not_grow_with_the_layer_count():
     assert w20 == w160, "pick sizes whose slot widths share a power of two"
     assert c20["syncs"] == c160["syncs"] == 1
     assert c160["ops"] == c20["ops"], (c20["by_op"], c160["by_op"])
+
+
+# ------------------------------------------------------------------------------ determinism
+
+class _NoDeterministicKernel(torch.autograd.Function):
+    """Stands in for a CUDA op without a deterministic backward (torch's own message)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        raise RuntimeError("adaptive_avg_pool2d_backward_cuda does not have a deterministic "
+                           "implementation, but you set 'torch.use_deterministic_algorithms"
+                           "(True)'. You can turn off determinism just for this operation...")
+
+
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 2)
+
+    def forward(self, x):
+        return _NoDeterministicKernel.apply(self.fc(x))
+
+
+def test_a_model_without_a_deterministic_backward_is_refused_by_name():
+    from gradblock.shim.setup.problem import (NondeterministicModelError,
+                                              check_deterministic_backward)
+    model, x = _Net(), torch.ones(2, 3)
+    was = torch.are_deterministic_algorithms_enabled()
+    try:
+        torch.use_deterministic_algorithms(False)
+        check_deterministic_backward(model, x, "net")           # determinism off: not probed
+        torch.use_deterministic_algorithms(True)
+        with pytest.raises(NondeterministicModelError,
+                           match="model 'net': adaptive_avg_pool2d_backward_cuda has no "
+                                 "deterministic CUDA kernel"):
+            check_deterministic_backward(model, x, "net")
+        assert model.fc.weight.grad is None                     # the probe ran on a copy
+        check_deterministic_backward(torch.nn.Linear(3, 2), x, "linear")   # a fine model
+    finally:
+        torch.use_deterministic_algorithms(was)

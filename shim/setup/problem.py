@@ -8,6 +8,7 @@ last batch is dropped so every worker runs the same number of steps.
 from __future__ import annotations
 
 import os
+import re
 
 from dataclasses import dataclass
 
@@ -21,22 +22,61 @@ from ..errors import ConfigError
 EVAL_BATCH = 1000
 
 
-def deterministic_cuda() -> None:
-    """Bit-reproducible CUDA kernels for training (DDP vs simulation, resume): cuDNN's
-    deterministic algorithms without autotuning, no TF32 in convolutions or matmuls, cuBLAS's
-    fixed workspace, and torch's deterministic mode (warn-only: an op without a deterministic
-    CUDA kernel warns instead of stopping the run). A 1-ulp difference in a gradient flips
-    about 2% of codes at R = 10, so these are not optional on a GPU."""
+class NondeterministicModelError(ConfigError):
+    """Determinism is on and the model's backward calls an op that has no deterministic CUDA
+    kernel: its gradients, and so the codec's bits, could differ from run to run."""
+
+
+def deterministic_cuda(deterministic: bool = True) -> None:
+    """CUDA's numerics for training. On (the default, what `validate` and the bit-exact tests
+    need: DDP vs simulation, resume): cuDNN's deterministic algorithms without autotuning, no
+    TF32 in convolutions or matmuls, cuBLAS's fixed workspace, and torch's deterministic mode
+    in its strict form -- an op without a deterministic CUDA kernel raises, and
+    `check_deterministic_backward` turns that into a refusal naming the op. A 1-ulp
+    difference in a gradient flips about 2% of codes at R = 10. Off (for speed): torch's
+    defaults (cuDNN autotuning, TF32 as torch sets it); runs are then not bit-reproducible."""
+    if not deterministic:
+        torch.use_deterministic_algorithms(False)
+        torch.backends.cudnn.deterministic = False
+        torch.backends.cudnn.benchmark = True
+        return
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.use_deterministic_algorithms(True, warn_only=False)
 
 
-def resolve_device(name: str, local_rank: int | None = None) -> torch.device:
+_NO_DETERMINISTIC = re.compile(r"(\S+) does not have a deterministic implementation")
+
+
+def check_deterministic_backward(model: torch.nn.Module, x: torch.Tensor, name: str = "") -> None:
+    """With torch's deterministic mode on, run one forward and backward of a copy of `model`
+    on `x` and refuse the model by name (NondeterministicModelError naming the op) if an op
+    has no deterministic kernel, instead of a warning or a failure in the middle of a run.
+    The model itself is untouched (its copy takes the gradients and the BatchNorm updates)."""
+    if not torch.are_deterministic_algorithms_enabled():
+        return
+    import copy
+    probe = copy.deepcopy(model)
+    try:
+        out = probe(x)
+        out.float().sum().backward()
+    except RuntimeError as e:
+        m = _NO_DETERMINISTIC.search(str(e))
+        if m is None:
+            raise
+        what = f"model {name!r}" if name else "the model"
+        raise NondeterministicModelError(
+            f"{what}: {m.group(1)} has no deterministic CUDA kernel, so its gradients are not "
+            f"bit-reproducible and determinism is on (the bit-exact default); turn determinism "
+            f"off to train it without that guarantee") from None
+
+
+def resolve_device(name: str, local_rank: int | None = None,
+                   deterministic: bool = True) -> torch.device:
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     try:
@@ -50,7 +90,7 @@ def resolve_device(name: str, local_rank: int | None = None) -> torch.device:
             dev = torch.device("cuda", local_rank or 0)
         if dev.index >= torch.cuda.device_count():
             raise ConfigError(f"device {name!r}: torch sees {torch.cuda.device_count()} CUDA devices")
-        deterministic_cuda()
+        deterministic_cuda(deterministic)
     elif dev.type != "cpu":
         raise ConfigError(f"device {name!r}: only cpu and cuda are supported")
     return dev
@@ -94,7 +134,10 @@ def build_problem(cfg: TrainConfig, n_workers: int, device: torch.device, datase
     name = canonical_model_name(cfg.model or DEFAULT_MODEL[ds.name])
     model = build_model(name, ds.num_classes, ds.in_shape, seed=cfg.seed).to(device)
     as_t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
-    return Problem(as_t(xtr), as_t(ytr), as_t(xte), as_t(yte), model, name, steps)
+    problem = Problem(as_t(xtr), as_t(ytr), as_t(xte), as_t(yte), model, name, steps)
+    if device.type == "cuda":           # refused by name before the run, not mid-way
+        check_deterministic_backward(model, problem.x_train[:2], name)
+    return problem
 
 
 def epoch_shards(n: int, n_workers: int, seed: int, epoch: int) -> list[np.ndarray]:
