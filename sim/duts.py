@@ -246,6 +246,10 @@ DUTS: dict[str, Dut] = {d.name: d for d in [
     Dut("compress_engine_axil", "compress_engine_axil", _tb("compress_engine_axil"),
         parameters={"ADDR_W": 32, "K_MAX": 128, "LMAX_LOG2_MAX": 8},
         sources_fn="gradblock.hw.csr.generate:sources"),
+    # aggregate_engine behind its register block, the same way (hw/csr/, docs/registers.md)
+    Dut("aggregate_engine_axil", "aggregate_engine_axil", _tb("aggregate_engine_axil"),
+        parameters={"ADDR_W": 32, "MAX_BURST": 16},
+        sources_fn="gradblock.hw.csr.generate:aggregate_sources"),
 ]}
 
 

