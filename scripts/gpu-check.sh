@@ -180,7 +180,8 @@ else
 fi
 row "2 ddp" cpu "$T_DDP" bash -c 'ddp_pair cpu 2'
 if [ -n "$gpu" ]; then
-    row "2 ddp" cuda "$T_DDP" bash -c 'ddp_pair cuda 1'
+    ngpu=$("$PY" -c 'import torch; print(min(2, torch.cuda.device_count()))')
+    row "2 ddp" cuda "$T_DDP" bash -c "ddp_pair cuda $ngpu"      # NCCL between 2 GPUs if there are
     row "2 sim N=3" cuda "$T_DDP" "$PY" -m gradblock.bench.gpu_check sim --device cuda --workers 3
 else
     nogpu "2 ddp"
