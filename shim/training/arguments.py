@@ -14,6 +14,7 @@ from gradblock.refmodel.validation import parse_k   # the one k parser shared by
 
 from ..compress.compressors import COMPRESSORS
 from ..setup.peer_config import PEERS
+from ..setup import recipe
 from ..setup.config import DATASETS, TrainConfig
 from ..setup.models import ALIASES as MODEL_ALIASES
 
@@ -98,9 +99,24 @@ def lmax_log2_value(text: str) -> int:
     return v
 
 
+def _with_recipe(p: argparse.ArgumentParser) -> None:
+    """After parsing, the options left unset take the best measured recipe's values
+    (shim/setup/recipe.py): momentum correction 0.9, range 100, the L2 block norm."""
+    parse = p.parse_known_args
+
+    def parse_known_args(args=None, namespace=None):
+        ns, rest = parse(args, namespace)
+        ns.local_momentum, ns.momentum, ns.range, ns.norm = recipe.resolve(
+            ns.local_momentum, ns.momentum, ns.range, ns.norm, ns.exchange,
+            peer=getattr(ns, "compressor", None) in PEERS)
+        return ns, rest
+    p.parse_known_args = parse_known_args
+
+
 def add_common_arguments(p: argparse.ArgumentParser) -> None:
     """Options shared by `train` and `validate`."""
     d = TrainConfig()
+    _with_recipe(p)
     p.add_argument("--data", default=d.data, choices=list(DATASETS),
                    help="dataset; Fashion-MNIST is read from /usr/share/datasets/fashion-mnist "
                         "unless --data-dir is given")
@@ -113,11 +129,12 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=positive_int, default=d.epochs)
     p.add_argument("--batch-size", type=positive_int, default=d.batch_size, help="per worker")
     p.add_argument("--lr", type=positive_float, default=d.lr)
-    p.add_argument("--momentum", type=momentum_value, default=d.momentum,
-                   help="global momentum, [0, 1)")
-    p.add_argument("--local-momentum", type=momentum_value, default=d.local_momentum, metavar="M",
+    p.add_argument("--momentum", type=momentum_value, default=None,
+                   help="global momentum, [0, 1) (None: 0 with momentum correction, else 0.9)")
+    p.add_argument("--local-momentum", type=momentum_value, default=None, metavar="M",
                    help="momentum correction: each worker keeps a velocity u = m*u + g per layer "
-                        "and compresses u (docs/spec.md §7); needs --momentum 0")
+                        "and compresses u (docs/spec.md §7); needs --momentum 0 (None: the "
+                        "recipe's 0.9, or 0 when --momentum > 0 or a torch peer method is run)")
     p.add_argument("--no-momentum-mask", dest="momentum_mask", action="store_false",
                    help="with --local-momentum: keep the velocity on the blocks / elements that "
                         "were sent (no factor masking)")
@@ -156,12 +173,14 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
                         "stays on the same curve)")
     p.add_argument("--dlgs-interval", type=positive_int, default=d.dlgs_interval,
                    help="dlgs: steps between threshold recomputations")
-    p.add_argument("--range", type=positive_float, default=d.range, help="quantiser range R")
+    p.add_argument("--range", type=positive_float, default=None,
+                   help="quantiser range R (None: 100 with momentum correction, else 10)")
     p.add_argument("--block-size", type=positive_int, default=None,
                    help="override the block size B (None: one filter / FC row)")
-    p.add_argument("--norm", choices=("l1", "l2"), default=d.norm,
+    p.add_argument("--norm", choices=("l1", "l2"), default=None,
                    help="coarse: block norm that ranks blocks, l1 = sum |a| or l2 = sum of "
-                        "(|a| >> s)^2 (docs/spec.md §2.3)")
+                        "(|a| >> s)^2 (docs/spec.md §2.3) (None: l2, l1 under --exchange "
+                        "allreduce)")
     p.add_argument("--exchange", choices=("allgather", "allreduce"), default=d.exchange,
                    help="coarse: allgather = every worker's ZRLE frames to every worker; allreduce "
                         "= global block selection, the blocks chosen by the summed norms and "
