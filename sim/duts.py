@@ -241,7 +241,7 @@ DUTS: dict[str, Dut] = {d.name: d for d in [
                "reset_in_every_state", "throughput"),
         dedicated=(Run("config_errors,reset_mid_layer,memory_errors,reset_in_every_state"),)),
     # compress_engine behind its PeakRDL AXI4-Lite register block (hw/csr/, docs/registers.md):
-    # Verilator only (Icarus 11 lacks the block's unpacked structs), so not in verify; its
+    # Verilator only (Icarus 11 refuses the generated block's SV), so not in verify; its
     # files are hw/csr's plus the engine's (gradblock.hw.csr.generate.sources())
     Dut("compress_engine_axil", "compress_engine_axil", _tb("compress_engine_axil"),
         parameters={"ADDR_W": 32, "K_MAX": 128, "LMAX_LOG2_MAX": 8},

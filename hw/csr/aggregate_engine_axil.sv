@@ -13,8 +13,8 @@
 // runs (STATUS.active) is ignored. The engine with its cfg_* ports stays the core for users who
 // bring their own control path (hw/aggregate_engine.sv).
 //
-// Simulated on Verilator only: the generated block's hwif structs are unpacked, which Icarus
-// 11 does not support (docs/registers.md).
+// Simulated on Verilator only: Icarus 11 refuses the generated block's automatic variables and
+// labelled assertions (docs/registers.md).
 `resetall
 `default_nettype none
 

@@ -226,7 +226,7 @@ module aggregate_engine_csr (
     //--------------------------------------------------------------------------
     // Address Decode
     //--------------------------------------------------------------------------
-    typedef struct {
+    typedef struct packed {
         logic ID;
         logic CTRL;
         logic STATUS;
@@ -357,59 +357,59 @@ module aggregate_engine_csr (
     //--------------------------------------------------------------------------
     // Field logic
     //--------------------------------------------------------------------------
-    typedef struct {
-        struct {
-            struct {
+    typedef struct packed {
+        struct packed {
+            struct packed {
                 logic next;
                 logic load_next;
             } start;
         } CTRL;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic next;
                 logic load_next;
             } done;
-            struct {
+            struct packed {
                 logic next;
                 logic load_next;
             } error;
         } INT_STATUS;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic next;
                 logic load_next;
             } done;
-            struct {
+            struct packed {
                 logic next;
                 logic load_next;
             } error;
         } INT_ENABLE;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] next;
                 logic load_next;
             } value;
         } CFG_N;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] next;
                 logic load_next;
             } value;
         } CFG_WORKERS;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic next;
                 logic load_next;
             } clear;
         } CFG_FLAGS;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] next;
                 logic load_next;
             } value;
         } CFG_SUM_BASE_LO;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] next;
                 logic load_next;
             } value;
@@ -417,50 +417,50 @@ module aggregate_engine_csr (
     } field_combo_t;
     field_combo_t field_combo;
 
-    typedef struct {
-        struct {
-            struct {
+    typedef struct packed {
+        struct packed {
+            struct packed {
                 logic value;
             } start;
         } CTRL;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic value;
             } done;
-            struct {
+            struct packed {
                 logic value;
             } error;
         } INT_STATUS;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic value;
             } done;
-            struct {
+            struct packed {
                 logic value;
             } error;
         } INT_ENABLE;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] value;
             } value;
         } CFG_N;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] value;
             } value;
         } CFG_WORKERS;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic value;
             } clear;
         } CFG_FLAGS;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] value;
             } value;
         } CFG_SUM_BASE_LO;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] value;
             } value;
         } CFG_SUM_BASE_HI;

@@ -7,110 +7,110 @@ package aggregate_engine_csr_pkg;
     localparam AGGREGATE_ENGINE_CSR_MIN_ADDR_WIDTH = 8;
     localparam AGGREGATE_ENGINE_CSR_SIZE = 'h88;
 
-    typedef struct {
+    typedef struct packed {
         logic next;
     } aggregate_engine_csr__STATUS__active__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic next;
     } aggregate_engine_csr__STATUS__busy__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [4:0] next;
     } aggregate_engine_csr__STATUS__err_code__in_t;
 
-    typedef struct {
+    typedef struct packed {
         aggregate_engine_csr__STATUS__active__in_t active;
         aggregate_engine_csr__STATUS__busy__in_t busy;
         aggregate_engine_csr__STATUS__err_code__in_t err_code;
     } aggregate_engine_csr__STATUS__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic next;
     } aggregate_engine_csr__INT_STATUS__done__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic next;
     } aggregate_engine_csr__INT_STATUS__error__in_t;
 
-    typedef struct {
+    typedef struct packed {
         aggregate_engine_csr__INT_STATUS__done__in_t done;
         aggregate_engine_csr__INT_STATUS__error__in_t error;
     } aggregate_engine_csr__INT_STATUS__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] next;
     } aggregate_engine_csr__ERR_WORD__value__in_t;
 
-    typedef struct {
+    typedef struct packed {
         aggregate_engine_csr__ERR_WORD__value__in_t value;
     } aggregate_engine_csr__ERR_WORD__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] next;
     } aggregate_engine_csr__ERR_WORKER__value__in_t;
 
-    typedef struct {
+    typedef struct packed {
         aggregate_engine_csr__ERR_WORKER__value__in_t value;
     } aggregate_engine_csr__ERR_WORKER__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] next;
     } aggregate_engine_csr__FRAMES_DONE__value__in_t;
 
-    typedef struct {
+    typedef struct packed {
         aggregate_engine_csr__FRAMES_DONE__value__in_t value;
     } aggregate_engine_csr__FRAMES_DONE__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] next;
     } aggregate_engine_csr__HDR_LAYER_ID__value__in_t;
 
-    typedef struct {
+    typedef struct packed {
         aggregate_engine_csr__HDR_LAYER_ID__value__in_t value;
     } aggregate_engine_csr__HDR_LAYER_ID__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] next;
     } aggregate_engine_csr__HDR_RANGE_BITS__value__in_t;
 
-    typedef struct {
+    typedef struct packed {
         aggregate_engine_csr__HDR_RANGE_BITS__value__in_t value;
     } aggregate_engine_csr__HDR_RANGE_BITS__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] next;
     } aggregate_engine_csr__LIT_COUNT__value__in_t;
 
-    typedef struct {
+    typedef struct packed {
         aggregate_engine_csr__LIT_COUNT__value__in_t value;
     } aggregate_engine_csr__LIT_COUNT__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] next;
     } aggregate_engine_csr__RD_BEATS__value__in_t;
 
-    typedef struct {
+    typedef struct packed {
         aggregate_engine_csr__RD_BEATS__value__in_t value;
     } aggregate_engine_csr__RD_BEATS__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] next;
     } aggregate_engine_csr__WR_BEATS__value__in_t;
 
-    typedef struct {
+    typedef struct packed {
         aggregate_engine_csr__WR_BEATS__value__in_t value;
     } aggregate_engine_csr__WR_BEATS__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic wr_ack;
     } aggregate_engine_csr__FRAME_DATA__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic wr_ack;
     } aggregate_engine_csr__FRAME_LAST__in_t;
 
-    typedef struct {
+    typedef struct packed {
         aggregate_engine_csr__STATUS__in_t STATUS;
         aggregate_engine_csr__INT_STATUS__in_t INT_STATUS;
         aggregate_engine_csr__ERR_WORD__in_t ERR_WORD;
@@ -125,55 +125,55 @@ package aggregate_engine_csr_pkg;
         aggregate_engine_csr__FRAME_LAST__in_t FRAME_LAST;
     } aggregate_engine_csr__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic value;
     } aggregate_engine_csr__CTRL__start__out_t;
 
-    typedef struct {
+    typedef struct packed {
         aggregate_engine_csr__CTRL__start__out_t start;
     } aggregate_engine_csr__CTRL__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic intr;
     } aggregate_engine_csr__INT_STATUS__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] value;
     } aggregate_engine_csr__CFG_N__value__out_t;
 
-    typedef struct {
+    typedef struct packed {
         aggregate_engine_csr__CFG_N__value__out_t value;
     } aggregate_engine_csr__CFG_N__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] value;
     } aggregate_engine_csr__CFG_WORKERS__value__out_t;
 
-    typedef struct {
+    typedef struct packed {
         aggregate_engine_csr__CFG_WORKERS__value__out_t value;
     } aggregate_engine_csr__CFG_WORKERS__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic value;
     } aggregate_engine_csr__CFG_FLAGS__clear__out_t;
 
-    typedef struct {
+    typedef struct packed {
         aggregate_engine_csr__CFG_FLAGS__clear__out_t clear;
     } aggregate_engine_csr__CFG_FLAGS__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] value;
     } aggregate_engine_csr__CFG_SUM_BASE_LO__value__out_t;
 
-    typedef struct {
+    typedef struct packed {
         aggregate_engine_csr__CFG_SUM_BASE_LO__value__out_t value;
     } aggregate_engine_csr__CFG_SUM_BASE_LO__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] value;
     } aggregate_engine_csr__CFG_SUM_BASE_HI__value__out_t;
 
-    typedef struct {
+    typedef struct packed {
         aggregate_engine_csr__CFG_SUM_BASE_HI__value__out_t value;
     } aggregate_engine_csr__CFG_SUM_BASE_HI__out_t;
 
@@ -181,7 +181,7 @@ package aggregate_engine_csr_pkg;
         logic [31:0] data;
     } aggregate_engine_csr__FRAME_DATA__fields__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic req;
         logic req_is_wr;
         aggregate_engine_csr__FRAME_DATA__fields__out_t wr_data;
@@ -192,14 +192,14 @@ package aggregate_engine_csr_pkg;
         logic [31:0] data;
     } aggregate_engine_csr__FRAME_LAST__fields__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic req;
         logic req_is_wr;
         aggregate_engine_csr__FRAME_LAST__fields__out_t wr_data;
         aggregate_engine_csr__FRAME_LAST__fields__out_t wr_biten;
     } aggregate_engine_csr__FRAME_LAST__out_t;
 
-    typedef struct {
+    typedef struct packed {
         aggregate_engine_csr__CTRL__out_t CTRL;
         aggregate_engine_csr__INT_STATUS__out_t INT_STATUS;
         aggregate_engine_csr__CFG_N__out_t CFG_N;

@@ -226,7 +226,7 @@ module compress_engine_csr (
     //--------------------------------------------------------------------------
     // Address Decode
     //--------------------------------------------------------------------------
-    typedef struct {
+    typedef struct packed {
         logic ID;
         logic CTRL;
         logic STATUS;
@@ -381,127 +381,127 @@ module compress_engine_csr (
     //--------------------------------------------------------------------------
     // Field logic
     //--------------------------------------------------------------------------
-    typedef struct {
-        struct {
-            struct {
+    typedef struct packed {
+        struct packed {
+            struct packed {
                 logic next;
                 logic load_next;
             } start;
         } CTRL;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic next;
                 logic load_next;
             } done;
-            struct {
+            struct packed {
                 logic next;
                 logic load_next;
             } error;
         } INT_STATUS;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic next;
                 logic load_next;
             } done;
-            struct {
+            struct packed {
                 logic next;
                 logic load_next;
             } error;
         } INT_ENABLE;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] next;
                 logic load_next;
             } value;
         } CFG_N;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] next;
                 logic load_next;
             } value;
         } CFG_BLOCK_SIZE;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] next;
                 logic load_next;
             } value;
         } CFG_N_BLOCKS;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] next;
                 logic load_next;
             } value;
         } CFG_K;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] next;
                 logic load_next;
             } value;
         } CFG_M;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] next;
                 logic load_next;
             } value;
         } CFG_K_SHIFT;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] next;
                 logic load_next;
             } value;
         } CFG_RANGE_BITS;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] next;
                 logic load_next;
             } value;
         } CFG_LAYER_ID;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [4:0] next;
                 logic load_next;
             } value;
         } CFG_LMAX_LOG2;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic next;
                 logic load_next;
             } norm;
-            struct {
+            struct packed {
                 logic next;
                 logic load_next;
             } momentum_en;
-            struct {
+            struct packed {
                 logic next;
                 logic load_next;
             } momentum_mask;
         } CFG_FLAGS;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [15:0] next;
                 logic load_next;
             } value;
         } CFG_M_FIX;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] next;
                 logic load_next;
             } value;
         } CFG_RES_BASE_LO;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] next;
                 logic load_next;
             } value;
         } CFG_RES_BASE_HI;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] next;
                 logic load_next;
             } value;
         } CFG_VEL_BASE_LO;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] next;
                 logic load_next;
             } value;
@@ -509,106 +509,106 @@ module compress_engine_csr (
     } field_combo_t;
     field_combo_t field_combo;
 
-    typedef struct {
-        struct {
-            struct {
+    typedef struct packed {
+        struct packed {
+            struct packed {
                 logic value;
             } start;
         } CTRL;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic value;
             } done;
-            struct {
+            struct packed {
                 logic value;
             } error;
         } INT_STATUS;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic value;
             } done;
-            struct {
+            struct packed {
                 logic value;
             } error;
         } INT_ENABLE;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] value;
             } value;
         } CFG_N;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] value;
             } value;
         } CFG_BLOCK_SIZE;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] value;
             } value;
         } CFG_N_BLOCKS;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] value;
             } value;
         } CFG_K;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] value;
             } value;
         } CFG_M;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] value;
             } value;
         } CFG_K_SHIFT;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] value;
             } value;
         } CFG_RANGE_BITS;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] value;
             } value;
         } CFG_LAYER_ID;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [4:0] value;
             } value;
         } CFG_LMAX_LOG2;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic value;
             } norm;
-            struct {
+            struct packed {
                 logic value;
             } momentum_en;
-            struct {
+            struct packed {
                 logic value;
             } momentum_mask;
         } CFG_FLAGS;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [15:0] value;
             } value;
         } CFG_M_FIX;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] value;
             } value;
         } CFG_RES_BASE_LO;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] value;
             } value;
         } CFG_RES_BASE_HI;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] value;
             } value;
         } CFG_VEL_BASE_LO;
-        struct {
-            struct {
+        struct packed {
+            struct packed {
                 logic [31:0] value;
             } value;
         } CFG_VEL_BASE_HI;

@@ -7,27 +7,27 @@ package compress_engine_csr_pkg;
     localparam COMPRESS_ENGINE_CSR_MIN_ADDR_WIDTH = 8;
     localparam COMPRESS_ENGINE_CSR_SIZE = 'h88;
 
-    typedef struct {
+    typedef struct packed {
         logic next;
     } compress_engine_csr__STATUS__active__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic next;
     } compress_engine_csr__STATUS__busy__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic next;
     } compress_engine_csr__STATUS__frame_valid__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic next;
     } compress_engine_csr__STATUS__frame_last__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [3:0] next;
     } compress_engine_csr__STATUS__err_code__in_t;
 
-    typedef struct {
+    typedef struct packed {
         compress_engine_csr__STATUS__active__in_t active;
         compress_engine_csr__STATUS__busy__in_t busy;
         compress_engine_csr__STATUS__frame_valid__in_t frame_valid;
@@ -35,52 +35,52 @@ package compress_engine_csr_pkg;
         compress_engine_csr__STATUS__err_code__in_t err_code;
     } compress_engine_csr__STATUS__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic next;
     } compress_engine_csr__INT_STATUS__done__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic next;
     } compress_engine_csr__INT_STATUS__error__in_t;
 
-    typedef struct {
+    typedef struct packed {
         compress_engine_csr__INT_STATUS__done__in_t done;
         compress_engine_csr__INT_STATUS__error__in_t error;
     } compress_engine_csr__INT_STATUS__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] next;
     } compress_engine_csr__SAT_QUANT__value__in_t;
 
-    typedef struct {
+    typedef struct packed {
         compress_engine_csr__SAT_QUANT__value__in_t value;
     } compress_engine_csr__SAT_QUANT__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] next;
     } compress_engine_csr__SAT_FEEDBACK__value__in_t;
 
-    typedef struct {
+    typedef struct packed {
         compress_engine_csr__SAT_FEEDBACK__value__in_t value;
     } compress_engine_csr__SAT_FEEDBACK__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] next;
     } compress_engine_csr__NAN_COUNT__value__in_t;
 
-    typedef struct {
+    typedef struct packed {
         compress_engine_csr__NAN_COUNT__value__in_t value;
     } compress_engine_csr__NAN_COUNT__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] next;
     } compress_engine_csr__SAT_MOMENTUM__value__in_t;
 
-    typedef struct {
+    typedef struct packed {
         compress_engine_csr__SAT_MOMENTUM__value__in_t value;
     } compress_engine_csr__SAT_MOMENTUM__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic wr_ack;
     } compress_engine_csr__GRAD_DATA__in_t;
 
@@ -88,12 +88,12 @@ package compress_engine_csr_pkg;
         logic [31:0] data;
     } compress_engine_csr__FRAME_DATA__fields__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic rd_ack;
         compress_engine_csr__FRAME_DATA__fields__in_t rd_data;
     } compress_engine_csr__FRAME_DATA__in_t;
 
-    typedef struct {
+    typedef struct packed {
         compress_engine_csr__STATUS__in_t STATUS;
         compress_engine_csr__INT_STATUS__in_t INT_STATUS;
         compress_engine_csr__SAT_QUANT__in_t SAT_QUANT;
@@ -104,145 +104,145 @@ package compress_engine_csr_pkg;
         compress_engine_csr__FRAME_DATA__in_t FRAME_DATA;
     } compress_engine_csr__in_t;
 
-    typedef struct {
+    typedef struct packed {
         logic value;
     } compress_engine_csr__CTRL__start__out_t;
 
-    typedef struct {
+    typedef struct packed {
         compress_engine_csr__CTRL__start__out_t start;
     } compress_engine_csr__CTRL__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic intr;
     } compress_engine_csr__INT_STATUS__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] value;
     } compress_engine_csr__CFG_N__value__out_t;
 
-    typedef struct {
+    typedef struct packed {
         compress_engine_csr__CFG_N__value__out_t value;
     } compress_engine_csr__CFG_N__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] value;
     } compress_engine_csr__CFG_BLOCK_SIZE__value__out_t;
 
-    typedef struct {
+    typedef struct packed {
         compress_engine_csr__CFG_BLOCK_SIZE__value__out_t value;
     } compress_engine_csr__CFG_BLOCK_SIZE__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] value;
     } compress_engine_csr__CFG_N_BLOCKS__value__out_t;
 
-    typedef struct {
+    typedef struct packed {
         compress_engine_csr__CFG_N_BLOCKS__value__out_t value;
     } compress_engine_csr__CFG_N_BLOCKS__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] value;
     } compress_engine_csr__CFG_K__value__out_t;
 
-    typedef struct {
+    typedef struct packed {
         compress_engine_csr__CFG_K__value__out_t value;
     } compress_engine_csr__CFG_K__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] value;
     } compress_engine_csr__CFG_M__value__out_t;
 
-    typedef struct {
+    typedef struct packed {
         compress_engine_csr__CFG_M__value__out_t value;
     } compress_engine_csr__CFG_M__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] value;
     } compress_engine_csr__CFG_K_SHIFT__value__out_t;
 
-    typedef struct {
+    typedef struct packed {
         compress_engine_csr__CFG_K_SHIFT__value__out_t value;
     } compress_engine_csr__CFG_K_SHIFT__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] value;
     } compress_engine_csr__CFG_RANGE_BITS__value__out_t;
 
-    typedef struct {
+    typedef struct packed {
         compress_engine_csr__CFG_RANGE_BITS__value__out_t value;
     } compress_engine_csr__CFG_RANGE_BITS__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] value;
     } compress_engine_csr__CFG_LAYER_ID__value__out_t;
 
-    typedef struct {
+    typedef struct packed {
         compress_engine_csr__CFG_LAYER_ID__value__out_t value;
     } compress_engine_csr__CFG_LAYER_ID__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [4:0] value;
     } compress_engine_csr__CFG_LMAX_LOG2__value__out_t;
 
-    typedef struct {
+    typedef struct packed {
         compress_engine_csr__CFG_LMAX_LOG2__value__out_t value;
     } compress_engine_csr__CFG_LMAX_LOG2__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic value;
     } compress_engine_csr__CFG_FLAGS__norm__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic value;
     } compress_engine_csr__CFG_FLAGS__momentum_en__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic value;
     } compress_engine_csr__CFG_FLAGS__momentum_mask__out_t;
 
-    typedef struct {
+    typedef struct packed {
         compress_engine_csr__CFG_FLAGS__norm__out_t norm;
         compress_engine_csr__CFG_FLAGS__momentum_en__out_t momentum_en;
         compress_engine_csr__CFG_FLAGS__momentum_mask__out_t momentum_mask;
     } compress_engine_csr__CFG_FLAGS__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [15:0] value;
     } compress_engine_csr__CFG_M_FIX__value__out_t;
 
-    typedef struct {
+    typedef struct packed {
         compress_engine_csr__CFG_M_FIX__value__out_t value;
     } compress_engine_csr__CFG_M_FIX__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] value;
     } compress_engine_csr__CFG_RES_BASE_LO__value__out_t;
 
-    typedef struct {
+    typedef struct packed {
         compress_engine_csr__CFG_RES_BASE_LO__value__out_t value;
     } compress_engine_csr__CFG_RES_BASE_LO__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] value;
     } compress_engine_csr__CFG_RES_BASE_HI__value__out_t;
 
-    typedef struct {
+    typedef struct packed {
         compress_engine_csr__CFG_RES_BASE_HI__value__out_t value;
     } compress_engine_csr__CFG_RES_BASE_HI__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] value;
     } compress_engine_csr__CFG_VEL_BASE_LO__value__out_t;
 
-    typedef struct {
+    typedef struct packed {
         compress_engine_csr__CFG_VEL_BASE_LO__value__out_t value;
     } compress_engine_csr__CFG_VEL_BASE_LO__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic [31:0] value;
     } compress_engine_csr__CFG_VEL_BASE_HI__value__out_t;
 
-    typedef struct {
+    typedef struct packed {
         compress_engine_csr__CFG_VEL_BASE_HI__value__out_t value;
     } compress_engine_csr__CFG_VEL_BASE_HI__out_t;
 
@@ -250,19 +250,19 @@ package compress_engine_csr_pkg;
         logic [31:0] data;
     } compress_engine_csr__GRAD_DATA__fields__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic req;
         logic req_is_wr;
         compress_engine_csr__GRAD_DATA__fields__out_t wr_data;
         compress_engine_csr__GRAD_DATA__fields__out_t wr_biten;
     } compress_engine_csr__GRAD_DATA__out_t;
 
-    typedef struct {
+    typedef struct packed {
         logic req;
         logic req_is_wr;
     } compress_engine_csr__FRAME_DATA__out_t;
 
-    typedef struct {
+    typedef struct packed {
         compress_engine_csr__CTRL__out_t CTRL;
         compress_engine_csr__INT_STATUS__out_t INT_STATUS;
         compress_engine_csr__CFG_N__out_t CFG_N;

@@ -10,10 +10,17 @@ PeakRDL command-line tools (pyproject extra `csr`: peakrdl-regblock, -cheader, -
 The tools run from the repository root with the .rdl named by its relative path, so the output
 does not depend on where the checkout lives; tests/test_csr.py regenerates into a temporary
 directory and checks the committed files are byte-identical.
+
+One step follows regblock: its struct types are declared `packed` (packed_structs). regblock
+writes them unpacked, which yosys refuses ("Only PACKED supported at this time"), so the block
+could not be synthesised; every member is a bit vector or such a struct, so packing them
+changes no behaviour (the same fields, widths and assignments), only the storage layout the
+standard leaves open for unpacked structs.
 """
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -80,6 +87,14 @@ def aggregate_sources() -> list[Path]:
     return map_sources("aggregate_engine_csr")
 
 
+_STRUCT = re.compile(r"\b(typedef\s+)?struct\s*\{")
+
+
+def packed_structs(text: str) -> str:
+    """Every `struct {` of regblock's output as `struct packed {` (see the module docstring)."""
+    return _STRUCT.sub(lambda m: f"{m.group(1) or ''}struct packed {{", text)
+
+
 def generate(out_dir: str | os.PathLike = HERE) -> list[Path]:
     """Write the generated files into out_dir; returns their paths."""
     out = Path(out_dir).absolute()
@@ -89,6 +104,8 @@ def generate(out_dir: str | os.PathLike = HERE) -> list[Path]:
             proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
             if proc.returncode != 0:
                 raise RuntimeError(f"{' '.join(cmd[1:3])} failed:\n{proc.stdout}{proc.stderr}")
+        for sv in (out / f"{name}.sv", out / f"{name}_pkg.sv"):
+            sv.write_text(packed_structs(sv.read_text()))
     return [out / f for name in MAPS for f in outputs(name)]
 
 
