@@ -19,7 +19,6 @@ budget at its clock). The makespan is the largest engine total.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -27,7 +26,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from gradblock.codec import fileio
-from gradblock.codec.errors import UsageError
+from gradblock.codec.errors import UsageError, UsageParser
 
 Split = list[int]        # start index of each engine's run; engine e owns [starts[e], starts[e+1])
 
@@ -266,7 +265,7 @@ def _size(shape) -> int:
 
 def split_main(argv: list[str]) -> int:
     from .workloads import ARCHITECTURES, architecture
-    p = argparse.ArgumentParser(prog="gradblock split",
+    p = UsageParser(prog="gradblock split",
                                 description="split a model's layers over compress engines (paper 003)")
     p.add_argument("--model", choices=sorted(ARCHITECTURES), default="resnet20")
     p.add_argument("--engines", default="numba:2,hw:1@150",

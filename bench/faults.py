@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
-from gradblock.codec.errors import GradblockError, UsageError
+from gradblock.codec.errors import GradblockError, UsageError, UsageParser
 from gradblock.codec.fileio import write_text
 
 KINDS = ("kill", "stop", "flip", "link")      # link: needs root and the namespace testbed
@@ -338,11 +338,10 @@ def faults_main(argv: list[str]) -> int:
     """`gradblock faults`: the matrix; writes its JSON and the table in docs/reliability.md's
     generated section (when --doc names it). Exit 1 when any run hung, did not finish, or
     ended with parameters that differ from the uninterrupted run."""
-    import argparse
     import shlex
     import tempfile
 
-    p = argparse.ArgumentParser(prog="gradblock faults", description=faults_main.__doc__)
+    p = UsageParser(prog="gradblock faults", description=faults_main.__doc__)
     p.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
     p.add_argument("--count", type=int, default=20, help="faults of each kind")
     p.add_argument("--workers", type=int, default=3)

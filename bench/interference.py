@@ -18,7 +18,6 @@ threads); on a lent GPU the same loop would run with device="cuda".
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -30,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gradblock.codec import fileio
-from gradblock.codec.errors import GradblockError, UsageError
+from gradblock.codec.errors import GradblockError, UsageError, UsageParser
 
 
 
@@ -151,7 +150,7 @@ def measure_pair(a: str, b: str, seconds: float, threads: int, batch: int, alone
 
 
 def interfere_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="gradblock interfere",
+    p = UsageParser(prog="gradblock interfere",
                                 description="two training jobs alone and together: r_AB, r_BA (paper 002)")
     p.add_argument("--pairs", nargs="+", default=["lenet5-dense:lenet5-coarse", "lenet5-dense:resnet20-coarse",
                                                  "lenet5-coarse:resnet20-coarse"],
@@ -183,7 +182,7 @@ def interfere_main(argv: list[str]) -> int:
 
 
 def _job_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser()
+    p = UsageParser(prog="python -m gradblock.bench.interference")
     p.add_argument("--job", choices=sorted(JOBS), required=True)
     p.add_argument("--seconds", type=float, required=True)
     p.add_argument("--threads", type=int, required=True)

@@ -42,6 +42,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gradblock.codec.errors import UsageParser
+
 from .netns import NetworkTestbedError, Testbed, netem_available, rate_bits
 
 DEFAULT_RATES = ("10mbit", "100mbit", "1gbit", "unshaped")
@@ -273,7 +275,7 @@ def write_doc(section: str, doc: Path = DOC) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gradblock netbench", description=__doc__.split("\n\n")[0],
+    p = UsageParser(prog="gradblock netbench", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--methods", nargs="+", default=None, choices=list(METHODS),
                    help="None: all (coarse-ar only where train has --exchange)")

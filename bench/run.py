@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from gradblock.codec.errors import UsageError
+from gradblock.codec.errors import UsageError, UsageParser
 from gradblock.refmodel.validation import parse_k
 
 from . import codec, compress_step, report, results, rtl, selection, targets, timing, training
@@ -47,7 +47,7 @@ def _int_list(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gradblock bench", description=__doc__.split("\n\n")[0],
+    p = UsageParser(prog="gradblock bench", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true",
                    help="ResNet-20 only, 1 thread, 3 repetitions, no RTL: a smoke run in under a minute")

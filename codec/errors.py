@@ -2,6 +2,8 @@
 the numeric code the RTL decoder reports (docs/spec.md §3.5)."""
 from __future__ import annotations
 
+import argparse
+
 
 class GradblockError(ValueError):
     """Base of every named user-facing error (bad frame, bad number, bad file, refused output).
@@ -12,6 +14,16 @@ class GradblockError(ValueError):
 class UsageError(GradblockError):
     """A command's arguments cannot work (an unknown name, a missing external tool, a bad
     combination): what a command used to print before returning status 2 itself."""
+
+
+class UsageParser(argparse.ArgumentParser):
+    """The argument parser of every gradblock command: a bad argument is a UsageError, one line
+    naming the option (exit 2 through gradblock.cli), never argparse's usage dump and its own
+    exit; --help still prints and exits 0. Here beside UsageError so every layer's command can
+    use it (tests/test_cli_errors.py runs all twenty)."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
 class ParameterError(GradblockError):

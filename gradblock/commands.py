@@ -10,68 +10,26 @@ line `gradblock NAME: ...` on stderr and returns exit status 2 (gradblock.cli's 
 from __future__ import annotations
 
 import argparse
-import functools
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from gradblock import momentum_step
 from gradblock.codec import fileio
-from gradblock.backends import BACKEND_ENV, host_backend  # noqa: F401  (BACKEND_ENV re-exported)
-from gradblock.backends import BackendUnavailableError as BackendError  # noqa: F401  (the old name)
+from gradblock.backends import host_backend
 from gradblock.codec import errors as frame_errors
 from gradblock.codec import zrle
-from gradblock.codec.errors import UsageError
+from gradblock.codec.errors import UsageError, UsageParser
 from gradblock.npyio import DEFAULT_MAX_ELEMENTS, check_frame_size, read_npy, read_words
 from gradblock.refmodel.quantiser import DEFAULT_RANGE, QuantConfig, RangeError, quantise
 from gradblock.refmodel.validation import (MAX_LAYER_ELEMENTS, ParameterError, check_block_size,
                                            check_layer_id, check_lmax_log2, check_norm,
                                            check_range, parse_k)
 
-# ------------------------------------------------------------------------------- backend
-
-@dataclass(frozen=True)
-class Backend:
-    """The implementations the commands and the golden generator run: a view of the host
-    backend the one registry picks (gradblock.backends.host_backend; $GRADBLOCK_BACKEND =
-    auto | numba | reference). Both choices are bit-exact with the numpy reference; numba is
-    only faster."""
-
-    compress_name: str
-    codec_name: str
-    compress_layer: Callable
-    encode_frame: Callable
-    decode_frame: Callable
-    momentum_layer: Callable
-
-    @property
-    def name(self) -> str:
-        return f"compress={self.compress_name}, codec={self.codec_name}"
-
-
-@functools.lru_cache(maxsize=None)
-def backend(choice: str | None = None) -> Backend:
-    """numba fast path (refmodel.fast, codec.zrle_numba) where present, else the numpy
-    reference. `choice` (or $GRADBLOCK_BACKEND): auto, numba or reference."""
-    b = host_backend(choice)
-    name = "numba" if b.name == "numba" else "reference"
-    return Backend(name, name, b.step, b.codec.encode_frame, b.codec.decode_frame,
-                   b.momentum_layer)
-
-
 # ------------------------------------------------------------------------------- helpers
 
 class CommandError(UsageError):
     """A user error in a command's arguments: reported as one line, exit status 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are one named line (exit 2 through gradblock.cli), not a
-    usage dump; --help still prints and exits 0."""
-
-    def error(self, message: str):
-        raise CommandError(f"{message} (see {self.prog} --help)")
 
 
 def _guarded(name: str, parser: argparse.ArgumentParser, body: Callable[[argparse.Namespace], int],
@@ -144,7 +102,7 @@ def _add_frame_options(p: argparse.ArgumentParser) -> None:
 # ------------------------------------------------------------------------------- quantise
 
 def quantise_main(argv: list[str]) -> int:
-    p = _Parser(prog="gradblock quantise",
+    p = UsageParser(prog="gradblock quantise",
                 description="float32 .npy -> int32 codes .npy (docs/spec.md §1)")
     p.add_argument("input", help="float32 .npy")
     p.add_argument("output", help="int32 .npy, same shape (written at exactly this path)")
@@ -167,7 +125,7 @@ def _quantise(args) -> int:
 # ------------------------------------------------------------------------------- encode
 
 def encode_main(argv: list[str]) -> int:
-    p = _Parser(prog="gradblock encode",
+    p = UsageParser(prog="gradblock encode",
                 description="int32 .npy (flattened row-major) -> one ZRLE frame, raw "
                             "little-endian uint32 words")
     p.add_argument("input", help="int32 .npy")
@@ -183,7 +141,7 @@ def _encode(args) -> int:
     lmax_log2, layer_id = _frame_options(args)
     _outputs(args.output)
     payload = read_npy(args.input, np.int32, "the payload", args.max_elements)
-    frame = backend().encode_frame(payload, layer_id, cfg.range, lmax_log2)
+    frame = host_backend().codec.encode_frame(payload, layer_id, cfg.range, lmax_log2)
     fileio.write_words(args.output, frame)
     print(f"frame: layer {layer_id}, n = {payload.size}, T = {int(frame[-2])} tokens, "
           f"{frame.size} words ({4 * frame.size} bytes); {_ratio(payload.size, frame.size)}")
@@ -193,7 +151,7 @@ def _encode(args) -> int:
 # ------------------------------------------------------------------------------- decode
 
 def decode_main(argv: list[str]) -> int:
-    p = _Parser(prog="gradblock decode",
+    p = UsageParser(prog="gradblock decode",
                 description="one ZRLE frame -> int32 .npy (1-D); exit status 2 and the named "
                             "error on a malformed frame")
     p.add_argument("input", help="frame .bin (exactly one frame)")
@@ -210,7 +168,7 @@ def _decode(args) -> int:
     _outputs(args.output)
     words = read_words(args.input, args.max_elements)
     check_frame_size(words, 0, args.max_elements, args.input)
-    frame = backend().decode_frame(words, args.expected_n)
+    frame = host_backend().codec.decode_frame(words, args.expected_n)
     if frame.n_words != words.size:
         raise CommandError(f"{words.size - frame.n_words} extra word(s) after the frame, which "
                            f"ends at word {frame.n_words} of {words.size} (a message of several "
@@ -225,7 +183,7 @@ def _decode(args) -> int:
 # ------------------------------------------------------------------------------- step
 
 def step_main(argv: list[str]) -> int:
-    p = _Parser(
+    p = UsageParser(
         prog="gradblock step",
         description="one layer's compress step: quantise + error feedback + block selection + "
                     "ZRLE frame (docs/spec.md §4)")
@@ -267,10 +225,10 @@ def _step(args) -> int:
     if momentum_step.requested(args):       # docs/spec.md §7, gradblock/momentum_step.py
         st = momentum_step.run(args, grad, residual, R=cfg, block_size=block_size,
                                layer_id=layer_id, lmax_log2=lmax_log2,
-                               max_elements=args.max_elements, backend=backend(),
+                               max_elements=args.max_elements, backend=host_backend(),
                                norm=norm)
     else:
-        st = backend().compress_layer(grad, residual, R=cfg, k=args.k, block_size=block_size,
+        st = host_backend().step(grad, residual, R=cfg, k=args.k, block_size=block_size,
                                       layer_id=layer_id, lmax_log2=lmax_log2, where=args.grad,
                                       norm=norm)
     fileio.write_words(args.frame, st.frame)
@@ -297,7 +255,7 @@ def _step(args) -> int:
 # ------------------------------------------------------------------------------- inspect
 
 def inspect_main(argv: list[str]) -> int:
-    p = _Parser(prog="gradblock inspect",
+    p = UsageParser(prog="gradblock inspect",
                 description="readable dump of every frame in a message; exit status 2 and the "
                             "named error at a malformed frame")
     p.add_argument("input", help="message .bin (frames concatenated)")
@@ -351,7 +309,7 @@ def _inspect(args) -> int:
     if args.tokens < 0:
         raise CommandError(f"--tokens must be >= 0, got {args.tokens}")
     words = read_words(args.input, args.max_elements)
-    decode = backend().decode_frame
+    decode = host_backend().codec.decode_frame
     at, index, elements = 0, 0, 0
     while True:                        # an empty file is one missing frame: TRUNCATED
         w = words[at:]

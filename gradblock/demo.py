@@ -22,7 +22,6 @@ directory without the marker gets a fresh `gradblock-demo-N` subdirectory instea
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import re
 import subprocess
@@ -31,8 +30,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from gradblock.codec.errors import UsageParser
 from gradblock.codec import fileio
 from gradblock.codec.fileio import OutputError
+from gradblock.sim.harness import SIMULATORS
 
 
 def _step(name: str, module: str, func: str, argv: list[str]) -> dict:
@@ -135,9 +136,9 @@ def output_dir(requested: str | Path) -> Path:
 
 
 def demo_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="gradblock demo", description=__doc__.splitlines()[0])
+    p = UsageParser(prog="gradblock demo", description=__doc__.splitlines()[0])
     p.add_argument("--out", default="runs/demo", help="output directory (default runs/demo)")
-    p.add_argument("--sims", nargs="*", default=["icarus", "verilator"],
+    p.add_argument("--sims", nargs="*", default=list(SIMULATORS),
                    help="simulators for the RTL check (none: skip it)")
     p.add_argument("--rtl-full", action="store_true",
                    help="run the RTL on the full golden set instead of the quick one")

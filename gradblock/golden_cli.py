@@ -2,9 +2,7 @@
 numpy reference (docs/golden.md); a summary table of the cases."""
 from __future__ import annotations
 
-import argparse
-
-from gradblock.codec.errors import UsageError
+from gradblock.codec.errors import UsageError, UsageParser
 from gradblock.golden.check import CheckResult, check_golden
 from gradblock.golden.compute import generate_golden
 from gradblock.golden.format import GoldenCase, GoldenError, load_exchange, load_golden
@@ -15,12 +13,12 @@ def generate(out_dir, *, quick: bool = False, real_source: str = "digits", seed:
              backend_choice: str | None = None) -> dict:
     """The whole golden set: the golden package's cases computed with the backend registry's
     host kernel, plus the real-gradient cases, which need the trained models of this layer."""
-    from .commands import backend          # the one registry's host backend (gradblock.backends)
+    from .backends import host_backend
     from .realgrads import real_specs
 
-    be = backend(backend_choice)
+    be = host_backend(backend_choice)       # the one registry's host backend
     return generate_golden(
-        out_dir, quick=quick, seed=seed, progress=progress, compress_layer=be.compress_layer,
+        out_dir, quick=quick, seed=seed, progress=progress, compress_layer=be.step,
         kernel_name=be.name,
         real_cases=lambda kernel: real_specs(real_source, seed, quick, kernel, data_dir))
 
@@ -90,7 +88,7 @@ def exchange_table(entries: list[dict], results: list[CheckResult] | None = None
 def golden_main(argv: list[str]) -> int:
     from .realgrads import REAL_SOURCES
 
-    p = argparse.ArgumentParser(prog="gradblock golden",
+    p = UsageParser(prog="gradblock golden",
                                 description="write golden vectors for the RTL testbenches "
                                             "(docs/golden.md) and check them against the numpy "
                                             "reference")

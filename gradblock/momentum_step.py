@@ -66,7 +66,7 @@ def check_args(args) -> list[str]:
 
 def run(args, grad: np.ndarray, residual: np.ndarray, *, R, block_size, layer_id: int,
         lmax_log2: int, max_elements: int, backend, norm: str = "l1") -> MomentumStep:
-    """Read the velocity, run the step with the command's backend (gradblock.commands.backend():
+    """Read the velocity, run the step with the command's backend (gradblock.backends.host_backend():
     numba or the reference, bit-exact either way) and write --velocity-out. The caller writes the frame and
     the residual."""
     if args.velocity in (None, "-"):

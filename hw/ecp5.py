@@ -23,7 +23,6 @@ with a target clock (`--freq`, default 150 MHz) and writes its report JSON. Figu
 """
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import subprocess
@@ -31,7 +30,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gradblock.codec.errors import UsageError
+from gradblock.codec.errors import UsageError, UsageParser
 from gradblock.hw.deps import sources
 
 # --timing-allow-fail: a block that misses the target still gets its achieved Fmax reported
@@ -191,7 +190,7 @@ def format_table(modules: dict) -> str:
 
 def synth_main(argv: list[str]) -> int:
     """`gradblock synth`: ECP5 place-and-route figures, or the generic yosys table."""
-    p = argparse.ArgumentParser(prog="gradblock synth", description=__doc__.splitlines()[0])
+    p = UsageParser(prog="gradblock synth", description=__doc__.splitlines()[0])
     p.add_argument("--target", choices=("ecp5", "generic"), default="ecp5")
     p.add_argument("--json", metavar="FILE", help="write {'modules': {top: figures}} here")
     p.add_argument("--tops", nargs="+", metavar="TOP",

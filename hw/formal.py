@@ -33,7 +33,6 @@ each task with its file, mode, depth, engine, result, seconds and slow flag.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -46,7 +45,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from gradblock.codec.errors import GradblockError, UsageError
+from gradblock.codec.errors import GradblockError, UsageError, UsageParser
 
 FORMAL_DIR = Path(__file__).resolve().parent / "formal"
 DEFAULT_DEPTH = 20           # sby's default depth for bmc and cover
@@ -274,7 +273,7 @@ def run(modules: list[str] | None = None, formal_dir: Path = FORMAL_DIR,
 
 
 def formal_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
+    p = UsageParser(
         prog="gradblock formal",
         description="run the SymbiYosys proofs and covers in hw/formal/ (exit 0 only when all pass)")
     p.add_argument("--modules", nargs="+", metavar="NAME",

@@ -21,6 +21,7 @@ import argparse
 import json
 import sys
 
+from gradblock.shim.params import EXCHANGES
 from gradblock.shim.training.train import TrainConfig, run_training
 
 
@@ -53,7 +54,7 @@ def timing(n: int = 4, repeats: int = 30) -> dict:
     gen = torch.Generator().manual_seed(0)
     grads = [torch.randn(lay.shape, generator=gen) * 0.01 for lay in layers]
     out = {}
-    for ex in ("allgather", "allreduce"):
+    for ex in EXCHANGES:
         comp = build_compressor("coarse", layers, n, k=1, local_momentum=0.9, exchange=ex)
         states = {w: WorkerState() for w in range(n)}
 
@@ -83,7 +84,7 @@ def main(argv=None) -> int:
     if args.timing:
         timing()
         return 0
-    rows = [measure(n, ex, args.steps) for n in (2, 4, 8) for ex in ("allgather", "allreduce")]
+    rows = [measure(n, ex, args.steps) for n in (2, 4, 8) for ex in EXCHANGES]
     print("| N | exchange | bytes a worker puts in (per step) | wire bytes sent per worker (per step) |")
     print("|---|---|---|---|")
     for row in rows:

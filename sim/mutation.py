@@ -36,7 +36,6 @@ proven-equivalent mutants (killed / killed + survived), the figure issue 23 asks
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -51,7 +50,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .harness import HW_DIR, hw_sources, simulator_available
+from gradblock.codec.errors import UsageParser
+
+from .harness import HW_DIR, SIMULATORS, hw_sources, simulator_available
 
 
 @dataclass(frozen=True)
@@ -574,14 +575,14 @@ def score(mutants: list[Mutant]) -> dict:
 def mutation_main(argv: list[str]) -> int:
     if argv[:1] == ["--worker"]:
         return _worker(argv[1])
-    p = argparse.ArgumentParser(prog="gradblock mutate", description=__doc__.splitlines()[0])
+    p = UsageParser(prog="gradblock mutate", description=__doc__.splitlines()[0])
     p.add_argument("--vectors", required=True, nargs="+", metavar="DIR",
                    help="golden directories (e.g. `gradblock golden --quick` and the datapath "
                         "corner cases, golden/datapath.py)")
     p.add_argument("--modules", nargs="+", choices=sorted(CHECKS), default=sorted(CHECKS))
     p.add_argument("--per-module", type=int, default=10, help="mutants per file (0: all)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--sim", default="icarus", choices=("icarus", "verilator"))
+    p.add_argument("--sim", default="icarus", choices=SIMULATORS)
     p.add_argument("--cases", nargs="+", metavar="CASE", help="only these golden cases")
     p.add_argument("--jobs", type=int, default=1, help="mutants run at the same time")
     p.add_argument("--timeout", type=float, default=600.0,

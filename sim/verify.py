@@ -12,7 +12,6 @@ To add a block, append a Dut to sim/duts.py's DUTS (see docs/hw.md, "Adding a bl
 """
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import tempfile
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from gradblock.codec import fileio
-from gradblock.codec.errors import UsageError
+from gradblock.codec.errors import UsageError, UsageParser
 from gradblock.golden.compute import generate_golden
 from gradblock.golden.format import load_exchange, load_golden
 
@@ -156,7 +155,7 @@ def verify_main(argv: list[str], make_golden: Callable[[Path], object] | None = 
     """`make_golden(out)` writes the default vectors when no --vectors is given: the CLI passes
     the whole quick set (real gradients need the trained models, above sim/); standalone, the
     golden package's own cases (synthetic, momentum, L2, exchange) are generated here."""
-    p = argparse.ArgumentParser(
+    p = UsageParser(
         prog="gradblock verify",
         description="run the RTL against a golden vector directory (gradblock golden) and print "
                     "a pass/fail table per (module, case)")

@@ -229,7 +229,7 @@ import signal
 import zlib
 
 from gradblock import cli
-from gradblock.commands import BACKEND_ENV, backend
+from gradblock.backends import BACKEND_ENV
 
 CLI_LIMIT = 4096                  # --max-elements for the fuzzed commands: outputs stay small
 NPY_HEADER_ROOM = 1 << 12
@@ -424,10 +424,8 @@ def fuzz_frame_commands(tmp_path, capsys, n_cases: int, seed: int) -> dict:
 
 @pytest.fixture(params=["auto", "reference"])
 def cli_backend(request, monkeypatch):
-    monkeypatch.setenv(BACKEND_ENV, request.param)
-    backend.cache_clear()
+    monkeypatch.setenv(BACKEND_ENV, request.param)     # read by every command call
     yield request.param
-    backend.cache_clear()
 
 
 def test_cli_fuzz_arrays_quick(tmp_path, capsys, cli_backend):

@@ -14,7 +14,7 @@ import pytest
 from gradblock import cli
 from gradblock.codec import zrle
 from cli_helpers import any_backend, run  # noqa: F401  (any_backend is a fixture)
-from gradblock.commands import BACKEND_ENV, backend
+from gradblock.backends import BACKEND_ENV
 from gradblock.npyio import DEFAULT_MAX_ELEMENTS
 
 R10 = 0x41200000
@@ -109,8 +109,7 @@ def test_cut_frame_claiming_2_pow_32_elements_allocates_nothing(tmp_path, capsys
                                                                  command):
     """Even with the limit raised to the format's maximum, the reference decoder finds the
     missing CRC before it reserves 16 GiB (tracemalloc sees numpy's allocations)."""
-    monkeypatch.setenv(BACKEND_ENV, "reference")
-    backend.cache_clear()
+    monkeypatch.setenv(BACKEND_ENV, "reference")    # read by every command call
     (tmp_path / "cut.bin").write_bytes(HUGE_CUT)
     argv = [command, tmp_path / "cut.bin", "--max-elements", N_MAX]
     if command == "decode":
@@ -121,7 +120,6 @@ def test_cut_frame_claiming_2_pow_32_elements_allocates_nothing(tmp_path, capsys
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-        backend.cache_clear()
     assert "TRUNCATED at word 8" in named_error(rc, err, command)
     assert peak < 16 << 20, peak
 

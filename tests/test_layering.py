@@ -190,9 +190,9 @@ def test_the_cycle_finder_finds_cycles():
 SYSTEMS = "gradblock.shim.systems"
 # shim/ split by job (issue 28), bottom first: each subpackage may import its own modules and
 # those of the layers before it, never one after it (the systems' seam below is the one
-# exception, inside two functions). The shim's top holds only the error family every
-# subpackage shares.
-SHIM_BASE = {"gradblock.shim", "gradblock.shim.errors"}
+# exception, inside two functions). The shim's top holds only what every subpackage shares: the
+# error family and the declaration of the training parameters (params).
+SHIM_BASE = {"gradblock.shim", "gradblock.shim.errors", "gradblock.shim.params"}
 SHIM_LAYERS = ["gradblock.shim.compress",     # a worker's gradients -> frames and back
                "gradblock.shim.setup",        # one run's settings, data set, model
                "gradblock.shim.exchange",     # how a step's gradients travel; hooks, peers, state

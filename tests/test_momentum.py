@@ -334,9 +334,7 @@ def _cli(*argv):
 @pytest.mark.parametrize("backend", ["reference", "numba"])
 def test_cli_step_with_velocity_two_steps(tmp_path, rng, monkeypatch, capsys, backend):
     """Two CLI steps carrying residual and velocity through files equal the reference."""
-    from gradblock import commands
-    monkeypatch.setenv("GRADBLOCK_BACKEND", backend)
-    commands.backend.cache_clear()          # backend() is cached per process
+    monkeypatch.setenv("GRADBLOCK_BACKEND", backend)   # read by every command call
     grads = [rng.normal(0, 1, (6, 4)).astype(np.float32) for _ in range(2)]
     r, u = None, None
     for i, g in enumerate(grads):
@@ -354,7 +352,6 @@ def test_cli_step_with_velocity_two_steps(tmp_path, rng, monkeypatch, capsys, ba
         np.testing.assert_array_equal(np.fromfile(tmp_path / f"f{i}.bin", "<u4"), want.frame)
     out = capsys.readouterr().out
     assert "velocity: m = 0.899993896 (m_fix 58982)" in out and "masked on the sent blocks" in out
-    commands.backend.cache_clear()
 
 
 @pytest.mark.parametrize("extra,message", [

@@ -52,12 +52,12 @@ from gradblock.codec.zrle import DEFAULT_LMAX_LOG2
 from gradblock.refmodel.momentum import MomentumConfig
 from gradblock.refmodel.quantiser import DEFAULT_RANGE, NonFiniteError
 from gradblock.refmodel.selection import block_layout, resolve_k
-from gradblock.refmodel.validation import (check_block_size, check_k, check_lmax_log2, check_norm,
-                                             check_range)
+from gradblock.refmodel.validation import check_block_size, check_k, check_lmax_log2, check_range
 
+from .. import params
+from ..errors import ConfigError
+from ..params import COMPRESSORS  # noqa: F401  (the one list of the methods' names)
 from .warmup import Warmup
-
-COMPRESSORS = ("dense", "topk", "dlgs", "coarse")
 
 
 class PacketError(frame_errors.GradblockError):
@@ -131,12 +131,18 @@ def _float_bits(x: torch.Tensor) -> torch.Tensor:
     return x.detach().reshape(-1).contiguous().view(torch.int32)
 
 
-def _check_grad(layer: LayerInfo, grad: torch.Tensor) -> None:
+def _check_form(layer: LayerInfo, grad: torch.Tensor) -> None:
+    """A gradient's dtype and shape, checked once for every layer by encode_many (the paths
+    below it, the numba host path included, trust it)."""
     if grad.dtype != torch.float32:
         raise TypeError(f"layer {layer.name!r}: gradient must be float32, got {grad.dtype}")
     if tuple(grad.shape) != layer.shape:
         raise ValueError(f"layer {layer.name!r}: gradient shape {tuple(grad.shape)}, "
                          f"expected {layer.shape}")
+
+
+def _check_grad(layer: LayerInfo, grad: torch.Tensor) -> None:
+    """No NaN in a gradient the torch ops encode (the coarse kernels find NaN themselves)."""
     nan = torch.isnan(grad)
     count = int(nan.sum().item())
     if count:
@@ -158,10 +164,9 @@ class Compressor:
     def __init__(self, layers: Sequence[LayerInfo], n_workers: int, *, dense_below: int = 0,
                  local_momentum: float = 0.0, momentum_mask: bool = True,
                  warmup: Warmup | None = None):
-        if int(n_workers) < 1:
-            raise ValueError(f"n_workers must be >= 1, got {n_workers}")
-        if int(dense_below) < 0:
-            raise ValueError(f"dense_below must be >= 0, got {dense_below}")
+        # the settings as shim/params.py declares them (ConfigError, the contract's named errors)
+        params.check_values({"workers": n_workers, "dense_below": dense_below,
+                             "local_momentum": local_momentum, "momentum_mask": momentum_mask})
         self.layers = list(layers)
         self.n_workers = int(n_workers)
         self.dense_below = int(dense_below)
@@ -224,7 +229,9 @@ class Compressor:
         out: list = [None] * len(layers)
         compressed = []
         velocities = {}                 # dense layers' new velocities, kept once all succeed
-        for j, (layer, g) in enumerate(zip(layers, grads, strict=True)):
+        for layer, g in zip(layers, grads, strict=True):
+            _check_form(layer, g)
+        for j, (layer, g) in enumerate(zip(layers, grads)):
             if self.sends_dense(layer):
                 _check_grad(layer, g)
                 g = g.detach()
@@ -380,14 +387,10 @@ class _SparseFeedback(Compressor):
     def __init__(self, layers, n_workers, *, density: float | str = 0.01, match_k: int | float = 1,
                  block_size: int | None = None, dense_below: int = 0, **kw):
         super().__init__(layers, n_workers, dense_below=dense_below, **kw)
-        self.density = density
-        self.match_k = check_k(match_k)
+        params.check_values({"density": density, "k": match_k, "block_size": block_size})
+        self.density = density if density == "match" else float(density)
+        self.match_k = check_k(match_k)               # the contract's normal form (1.0 -> 1)
         self.block_size = check_block_size(block_size)
-        if density != "match":
-            d = float(density)
-            if not (0.0 < d <= 1.0):
-                raise ValueError(f"density must be in (0, 1] or 'match', got {density!r}")
-            self.density = d
 
     def config(self) -> dict:
         return {**super().config(), "density": self.density, "match_k": self.match_k,
@@ -479,9 +482,8 @@ class DlgsCompressor(_SparseFeedback):
 
     def __init__(self, layers, n_workers, *, interval: int = 10, **kw):
         super().__init__(layers, n_workers, **kw)
-        if int(interval) < 1:
-            raise ValueError(f"dlgs interval must be >= 1 step, got {interval}")
-        self.interval = int(interval)
+        params.check_values({"dlgs_interval": interval})
+        self.interval = interval
 
     def config(self) -> dict:
         return {**super().config(), "interval": self.interval}
@@ -517,15 +519,12 @@ class CoarseCompressor(Compressor):
                  block_size: int | None = None, lmax_log2: int = DEFAULT_LMAX_LOG2,
                  dense_below: int = 0, norm: str = "l1", exchange: str = "allgather", **kw):
         super().__init__(layers, n_workers, dense_below=dense_below, **kw)
-        self.norm = check_norm(norm)                             # NormError
-        if exchange not in ("allgather", "allreduce"):     # allreduce: shim/exchange/global_exchange.py
-            raise ValueError(f"exchange must be allgather or allreduce, got {exchange!r}")
-        if exchange == "allreduce" and self.norm != "l1":
-            raise ValueError("the allreduce exchange (global block selection) sums L1 block "
-                             f"norms; norm {self.norm!r} is not supported there")
+        # shim/params.py: the contract's checks (KError, RangeError, BlockSizeError, LmaxError,
+        # NormError) and the rule that allreduce (global selection) sums L1 norms
+        params.check_values({"compressor": self.name, "k": k, "range": R, "block_size": block_size,
+                             "lmax_log2": lmax_log2, "norm": norm, "exchange": exchange})
+        self.norm = norm
         self.exchange = exchange
-        # the contract's own checks and named errors (RangeError, KError, BlockSizeError,
-        # LmaxError), the ones every other entry point raises
         self.cfg = check_range(R)
         self.k, self.block_size = check_k(k), check_block_size(block_size)
         self.lmax_log2 = check_lmax_log2(lmax_log2)
@@ -662,8 +661,9 @@ def build_compressor(name: str, layers: Sequence[LayerInfo], n_workers: int, *,
     """A compressor by name. For topk / dlgs, density 'match' keeps per layer as many elements
     as coarse selection with the same k would send. `exchange="allreduce"` (coarse only):
     global block selection (docs/spec.md §8, shim/exchange/global_exchange.py)."""
-    if exchange != "allgather" and name != "coarse":
-        raise ValueError(f"exchange {exchange!r} needs the coarse compressor, not {name!r}")
+    if name not in COMPRESSORS:
+        raise ConfigError(f"unknown compressor {name!r}; choose one of {', '.join(COMPRESSORS)}")
+    params.check_values({"compressor": name, "exchange": exchange, "norm": norm})
     common = dict(dense_below=dense_below, local_momentum=local_momentum,
                   momentum_mask=momentum_mask, warmup=warmup)
     if name == "dense":
@@ -676,7 +676,7 @@ def build_compressor(name: str, layers: Sequence[LayerInfo], n_workers: int, *,
     if name == "coarse":
         return CoarseCompressor(layers, n_workers, k=k, R=R, block_size=block_size,
                                 lmax_log2=lmax_log2, norm=norm, exchange=exchange, **common)
-    raise ValueError(f"unknown compressor {name!r}; choose one of {', '.join(COMPRESSORS)}")
+    raise AssertionError(name)                      # COMPRESSORS names exactly these four
 
 
 # ------------------------------------------------------------------------------ the shared path

@@ -126,13 +126,7 @@ def encode_coarse_host(comp, layers, grads, ws, ks):
 
     names = [lay.name for lay in layers]
     shapes = [lay.shape for lay in layers]
-    sizes = [lay.numel for lay in layers]
-    for lay, g in zip(layers, grads):
-        if g.dtype != torch.float32:
-            raise TypeError(f"layer {lay.name}: gradient must be float32, got {g.dtype}")
-        if tuple(g.shape) != lay.shape:
-            raise ValueError(f"layer {lay.name}: gradient shape {tuple(g.shape)}, plan has "
-                             f"{lay.shape}")
+    sizes = [lay.numel for lay in layers]         # dtypes and shapes: checked by encode_many
     plan = message_plan(shapes, ks if not isinstance(ks, list) else list(ks), comp.block_size,
                         [lay.index for lay in layers], comp.lmax_log2, comp.norm)
     state = [ws.layers.get(lay.index, {}) for lay in layers]

@@ -21,8 +21,7 @@ from gradblock.torchstep import global_select as gs
 
 from ..compress.compressors import (Compressor, LayerInfo, StepStats, WorkerState, decode_group,
                           encode_group)
-
-EXCHANGES = ("allgather", "allreduce")
+from ..params import EXCHANGES  # noqa: F401  (the one list, re-exported)
 
 __all__ = ["EXCHANGES", "exchange_of", "is_global", "GroupPrep", "prepare_group", "finish_group",
            "average_group", "encode_for", "decode_for", "bytes_per_step"]

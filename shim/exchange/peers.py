@@ -52,10 +52,12 @@ from .modes import DdpExchange, StepOutcome
 from ..setup.problem import worker_batch
 from .workers import StepTimes
 
-# the names, constants and settings check live below the trainer (shim/setup/peer_config.py), so
-# TrainConfig.check can use them without importing this module's exchange
-from ..setup.peer_config import (PEERS, POWERSGD_MIN_COMPRESSION_RATE,  # noqa: F401  (re-exported)
-                          POWERSGD_START_ITER, check_peer_config)
+# the names and the settings a peer refuses are declared with every training parameter
+# (shim/params.py), so TrainConfig.check uses them without importing this module's exchange
+from ..params import PEERS  # noqa: F401  (re-exported)
+
+POWERSGD_START_ITER = 2                 # PowerSGD's fixed settings
+POWERSGD_MIN_COMPRESSION_RATE = 2
 
 
 class PeerCompressor(Compressor):

@@ -1,6 +1,5 @@
-"""One training run's set-up: its settings and their checks (`config`: `TrainConfig`; the torch
-peers' names and the settings they refuse: `peer_config`), the data sets (`data`: Fashion-MNIST,
+"""One training run's set-up: its settings (`config`: `TrainConfig`, checked against
+shim/params.py), the data sets (`data`: Fashion-MNIST,
 MNIST, CIFAR-10, digits, each checked as it loads), the models built by name with a deterministic
 initialisation (`models`), and the `Problem` a run trains on: device, data on it, model, steps
-(`problem`). It uses the compressors' names from `shim.compress` and nothing of the exchange or
-the trainer above it."""
+(`problem`). It uses nothing of the exchange or the trainer above it."""

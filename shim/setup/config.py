@@ -1,20 +1,16 @@
-"""The settings of one training run (`TrainConfig`) and their validation.
+"""The settings of one training run (`TrainConfig`): each field's name and default here, what it
+may hold in shim/params.py (the one declaration `check()`, the argparse options and the
+compressors' constructors read).
 
 `TrainConfig.check()` refuses out-of-range values with a `ConfigError` before anything is
 loaded, so library callers get the same named error the CLI's argparse types give.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
-from gradblock.refmodel.momentum import MomentumConfig, check_momentum_pair
-from gradblock.refmodel.validation import (check_block_size, check_k, check_lmax_log2, check_norm,
-                                             check_range)
-
-from ..errors import ConfigError
-
-DATASETS = ("fashion-mnist", "digits", "mnist", "cifar10")
+from .. import params
+from ..params import DATASETS, LR_SCHEDULES  # noqa: F401  (the names' one list)
 
 
 @dataclass
@@ -95,100 +91,12 @@ class TrainConfig:
     # decide the bits too, recorded only when not at their default
     OPTIONAL_BIT_KEYS = {"weight_decay": 0.0, "clip_norm": 0.0, "lr_schedule": "constant",
                          "lr_milestones": (), "lr_gamma": 0.1, "lr_schedule_epochs": None}
-    LR_SCHEDULES = ("constant", "step", "cosine")
+    LR_SCHEDULES = LR_SCHEDULES
 
     def check(self) -> "TrainConfig":
-        """Refuse values no run can use (ConfigError naming the field); returns self."""
-        from ..compress.compressors import COMPRESSORS
-
-        def need(ok: bool, name: str, what: str) -> None:
-            if not ok:
-                raise ConfigError(f"{name} must be {what}, got {getattr(self, name)!r}")
-
-        def is_int(v) -> bool:
-            return isinstance(v, int) and not isinstance(v, bool)
-
-        need(self.data in DATASETS, "data", "one of " + ", ".join(DATASETS))
-        from .peer_config import PEERS, check_peer_config
-        need(self.compressor in COMPRESSORS + PEERS, "compressor",
-             "one of " + ", ".join(COMPRESSORS + PEERS))
-        check_peer_config(self)
-        # the contract's parameters: refmodel.validation's checks and named errors (KError,
-        # BlockSizeError, LmaxError, RangeError, NormError), as every entry point raises them
-        check_k(self.k)
-        check_block_size(self.block_size)
-        check_lmax_log2(self.lmax_log2)
-        check_range(self.range)
-        check_norm(self.norm)
-        if self.density != "match":
-            need(isinstance(self.density, (int, float)) and 0 < self.density <= 1,
-                 "density", "in (0, 1] or 'match'")
-        for name in ("dlgs_interval", "epochs", "batch_size"):
-            need(is_int(getattr(self, name)) and getattr(self, name) >= 1, name, "an integer >= 1")
-        for name in ("dense_below", "warmup_epochs", "threads", "eval_every", "checkpoint_every",
-                     "check_every"):
-            need(is_int(getattr(self, name)) and getattr(self, name) >= 0, name, "an integer >= 0")
-        for name in ("workers", "train_subset", "test_subset", "max_steps"):
-            v = getattr(self, name)
-            need(v is None or (is_int(v) and v >= 1), name, "None or an integer >= 1")
-        need(is_int(self.seed), "seed", "an integer")
-        for name in ("lr",):
-            v = getattr(self, name)
-            need(isinstance(v, (int, float)) and math.isfinite(v) and v > 0, name,
-                 "a finite number > 0")
-        need(isinstance(self.momentum, (int, float)) and 0 <= self.momentum < 1, "momentum",
-             "in [0, 1)")
-        need(isinstance(self.local_momentum, (int, float)) and 0 <= self.local_momentum < 1,
-             "local_momentum", "in [0, 1)")
-        try:
-            MomentumConfig.from_float(self.local_momentum)
-            check_momentum_pair(self.local_momentum, self.momentum)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-        need(isinstance(self.momentum_mask, bool), "momentum_mask", "a bool")
-        need(is_int(self.sparsity_warmup_steps) and self.sparsity_warmup_steps >= 0,
-             "sparsity_warmup_steps", "an integer >= 0")
-        f = self.sparsity_warmup_fraction
-        need(isinstance(f, (int, float)) and not isinstance(f, bool) and 0 < f <= 1,
-             "sparsity_warmup_fraction", "in (0, 1]")
-        need(self.merge_plan is None or (isinstance(self.merge_plan, str) and self.merge_plan != ""),
-             "merge_plan", "None, none, greedy, exact or a plan file")
-        need(isinstance(self.timeout, (int, float)) and math.isfinite(self.timeout)
-             and self.timeout > 0, "timeout", "a finite number of seconds > 0")
-        if self.elastic:
-            need(self.ddp, "elastic", "used with --ddp (under torchrun)")
-            need(bool(self.checkpoint), "elastic", "used with --checkpoint")
-            need(self.checkpoint_every >= 1, "elastic", "used with --checkpoint-every >= 1")
-            need(self.resume is None, "elastic", "used without --resume (it finds its checkpoint)")
-        need(self.check_every == 0 or self.ddp, "check_every", "0 outside --ddp")
-        need(isinstance(self.lr_warmup_epochs, (int, float)) and math.isfinite(self.lr_warmup_epochs)
-             and self.lr_warmup_epochs >= 0, "lr_warmup_epochs", "a finite number >= 0")
-        self._check_schedule(need)
-        need(self.exchange in ("allgather", "allreduce"), "exchange", "allgather or allreduce")
-        if self.exchange == "allreduce":    # global block selection: coarse, L1, no merge plan
-            need(self.compressor == "coarse", "exchange", "allgather unless --compressor coarse")
-            need(self.norm == "l1", "exchange", "allgather with --norm l2 (it sums L1 norms)")
-            need(self.merge_plan in (None, "none"), "exchange", "allgather with --merge-plan")
+        """Refuse values no run can use: every field and the rules between them as
+        shim/params.py declares them (ConfigError naming the field, or the contract's named
+        error for k, block_size, lmax_log2, range, norm); returns self."""
+        params.check(self)
+        self.lr_milestones = tuple(float(e) for e in self.lr_milestones)
         return self
-
-    def _check_schedule(self, need) -> None:
-        """Weight decay, clipping and the learning-rate schedule (ConfigError by name)."""
-        def number(v) -> bool:
-            return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-        for name in ("weight_decay", "clip_norm"):
-            need(number(getattr(self, name)) and getattr(self, name) >= 0, name,
-                 "a finite number >= 0")
-        need(self.lr_schedule in self.LR_SCHEDULES, "lr_schedule",
-             "one of " + ", ".join(self.LR_SCHEDULES))
-        ms = self.lr_milestones
-        need(isinstance(ms, (tuple, list)) and all(number(e) and e > 0 for e in ms)
-             and list(ms) == sorted(ms), "lr_milestones", "increasing finite epochs > 0")
-        need(bool(ms) == (self.lr_schedule == "step"), "lr_milestones",
-             "given (and only given) with lr_schedule 'step'")
-        need(number(self.lr_gamma) and self.lr_gamma > 0, "lr_gamma", "a finite number > 0")
-        need(self.lr_schedule_epochs is None or (number(self.lr_schedule_epochs)
-                                                 and self.lr_schedule_epochs > 0),
-             "lr_schedule_epochs", "None or a finite number > 0")
-        need(self.lr_schedule_epochs is None or self.lr_schedule == "cosine",
-             "lr_schedule_epochs", "used with lr_schedule 'cosine' only")
-        self.lr_milestones = tuple(float(e) for e in ms)

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from gradblock.codec.errors import UsageParser
 from gradblock.codec import fileio
 from gradblock.refmodel import coded
 from gradblock.refmodel.quantiser import QuantConfig, average, quantise
@@ -208,7 +209,7 @@ def _positive(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gradblock coded", description=__doc__.splitlines()[0])
+    p = UsageParser(prog="gradblock coded", description=__doc__.splitlines()[0])
     p.add_argument("--workers", type=_positive, default=4)
     p.add_argument("--redundancy", type=_positive, default=2)
     p.add_argument("--steps", type=_positive, default=5)

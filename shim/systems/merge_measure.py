@@ -31,7 +31,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from gradblock.codec import fileio
-from gradblock.codec.errors import UsageError
+from gradblock.codec.errors import UsageError, UsageParser
 
 from ..setup.models import build_model
 from ..exchange.process_group import end_process_group
@@ -285,7 +285,7 @@ def plan_report(times: LayerTimes) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gradblock merge-plan",
+    p = UsageParser(prog="gradblock merge-plan",
                                 description="DLGS layer merging: modelled iteration time per plan")
     p.add_argument("--model", choices=sorted(IN_SHAPES), default="resnet20")
     p.add_argument("--times", help="JSON with every LayerTimes field instead of measuring")

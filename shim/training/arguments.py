@@ -1,102 +1,24 @@
-"""Command-line arguments of `gradblock train` and `gradblock validate`: the argparse number
-types, the options both commands share, and the Namespace -> TrainConfig step.
+"""Command-line arguments of `gradblock train` and `gradblock validate`: the options both
+commands share, and the Namespace -> TrainConfig step.
 
-`--k` uses the project's one k parser (refmodel.selection if it lives there, else the CLI's
-gradblock.commands); every range is also enforced by `TrainConfig.check()`.
+Every option's type and choices come from the one declaration of the training parameters
+(shim/params.py: `arg_type` and its names lists), so the command line refuses what `TrainConfig.check()`
+refuses, in the same words; `--k` uses the project's one k parser (refmodel.validation).
 """
 from __future__ import annotations
 
 import argparse
-import math
 
-from gradblock.codec.zrle import LMAX_LOG2_MAX, LMAX_LOG2_MIN
+from gradblock.codec.errors import UsageParser
 from gradblock.refmodel.validation import parse_k   # the one k parser shared by every command
 
-from ..compress.compressors import COMPRESSORS
-from ..setup.peer_config import PEERS
+from ..params import COMPRESSORS, DATASETS, EXCHANGES, NORMS, PEERS, arg_type
 from ..setup import recipe
-from ..setup.config import DATASETS, TrainConfig
+from ..setup.config import TrainConfig
 from ..setup.models import ALIASES as MODEL_ALIASES
 
 
-__all__ = ["parse_k", "parse_density", "positive_int", "nonneg_int", "positive_float",
-           "nonneg_float", "momentum_value", "fraction_value", "lmax_log2_value", "add_common_arguments",
-           "build_parser", "config_from_args"]
-
-
-def parse_density(text: str) -> float | str:
-    if text == "match":
-        return text
-    try:
-        v = float(text)
-    except ValueError:
-        v = -1.0
-    if not (0 < v <= 1):
-        raise argparse.ArgumentTypeError(f"density must be in (0, 1] or 'match', got {text!r}")
-    return v
-
-
-def _int_at_least(lowest: int):
-    """argparse type: an integer >= lowest."""
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if v < lowest:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {lowest}, got {v}")
-        return v
-    return parse
-
-
-positive_int = _int_at_least(1)
-nonneg_int = _int_at_least(0)
-
-
-def _number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-
-
-def positive_float(text: str) -> float:
-    v = _number(text)
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
-    return v
-
-
-def nonneg_float(text: str) -> float:
-    v = _number(text)
-    if not (math.isfinite(v) and v >= 0):
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return v
-
-
-def momentum_value(text: str) -> float:
-    v = _number(text)
-    if not (0.0 <= v < 1.0):
-        raise argparse.ArgumentTypeError(f"momentum must be in [0, 1), got {text!r}")
-    return v
-
-
-def fraction_value(text: str) -> float:
-    v = _number(text)
-    if not (0.0 < v <= 1.0):
-        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1], got {text!r}")
-    return v
-
-
-def lmax_log2_value(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if not (LMAX_LOG2_MIN <= v <= LMAX_LOG2_MAX):
-        raise argparse.ArgumentTypeError(f"LMAX_LOG2 must be in {LMAX_LOG2_MIN}..{LMAX_LOG2_MAX}, "
-                                         f"got {v}")
-    return v
+__all__ = ["parse_k", "add_common_arguments", "build_parser", "config_from_args"]
 
 
 def _with_recipe(p: argparse.ArgumentParser) -> None:
@@ -124,78 +46,78 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, choices=sorted(MODEL_ALIASES),
                    help="None: the dataset's own (lenet5 for Fashion-MNIST / MNIST, digits-cnn, "
                         "resnet20 for CIFAR-10)")
-    p.add_argument("--workers", type=positive_int, default=None,
+    p.add_argument("--workers", type=arg_type("workers"), default=None,
                    help="simulated workers (None: 4; under --ddp the torchrun world size)")
-    p.add_argument("--epochs", type=positive_int, default=d.epochs)
-    p.add_argument("--batch-size", type=positive_int, default=d.batch_size, help="per worker")
-    p.add_argument("--lr", type=positive_float, default=d.lr)
-    p.add_argument("--momentum", type=momentum_value, default=None,
+    p.add_argument("--epochs", type=arg_type("epochs"), default=d.epochs)
+    p.add_argument("--batch-size", type=arg_type("batch_size"), default=d.batch_size, help="per worker")
+    p.add_argument("--lr", type=arg_type("lr"), default=d.lr)
+    p.add_argument("--momentum", type=arg_type("momentum"), default=None,
                    help="global momentum, [0, 1) (None: 0 with momentum correction, else 0.9)")
-    p.add_argument("--local-momentum", type=momentum_value, default=None, metavar="M",
+    p.add_argument("--local-momentum", type=arg_type("local_momentum"), default=None, metavar="M",
                    help="momentum correction: each worker keeps a velocity u = m*u + g per layer "
                         "and compresses u (docs/spec.md §7); needs --momentum 0 (None: the "
                         "recipe's 0.9, or 0 when --momentum > 0 or a torch peer method is run)")
     p.add_argument("--no-momentum-mask", dest="momentum_mask", action="store_false",
                    help="with --local-momentum: keep the velocity on the blocks / elements that "
                         "were sent (no factor masking)")
-    p.add_argument("--sparsity-warmup-steps", type=nonneg_int, default=d.sparsity_warmup_steps,
+    p.add_argument("--sparsity-warmup-steps", type=arg_type("sparsity_warmup_steps"), default=d.sparsity_warmup_steps,
                    metavar="N", help="compressed layers send a decaying larger share during their "
                                      "first N compressed steps (DGC's exponential warm-up)")
-    p.add_argument("--sparsity-warmup-fraction", type=fraction_value,
+    p.add_argument("--sparsity-warmup-fraction", type=arg_type("sparsity_warmup_fraction"),
                    default=d.sparsity_warmup_fraction, metavar="F",
                    help="the share of blocks / elements sent at the warm-up's first step")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--dense-below", type=nonneg_int, default=0, metavar="N",
+    p.add_argument("--seed", type=arg_type("seed"), default=d.seed)
+    p.add_argument("--dense-below", type=arg_type("dense_below"), default=0, metavar="N",
                    help="send layers with fewer than N elements dense (0: none)")
-    p.add_argument("--warmup-epochs", type=nonneg_int, default=0, metavar="E",
+    p.add_argument("--warmup-epochs", type=arg_type("warmup_epochs"), default=0, metavar="E",
                    help="train the first E epochs dense, then switch to the compressor "
                         "(its residuals start at zero)")
-    p.add_argument("--lr-warmup-epochs", type=nonneg_float, default=0.0, metavar="E",
+    p.add_argument("--lr-warmup-epochs", type=arg_type("lr_warmup_epochs"), default=0.0, metavar="E",
                    help="ramp the learning rate linearly from lr/S to lr over the first E epochs "
                         "(S = their steps), then hold it")
-    p.add_argument("--weight-decay", type=nonneg_float, default=d.weight_decay, metavar="WD",
+    p.add_argument("--weight-decay", type=arg_type("weight_decay"), default=d.weight_decay, metavar="WD",
                    help="each worker adds WD * w to its gradient before compression "
                         "(as DGC does: the decay travels with the gradient)")
-    p.add_argument("--clip-norm", type=nonneg_float, default=d.clip_norm, metavar="C",
+    p.add_argument("--clip-norm", type=arg_type("clip_norm"), default=d.clip_norm, metavar="C",
                    help="DGC's local gradient clipping: each worker scales each layer's gradient "
                         "(after weight decay, before momentum correction) to an L2 norm of at "
                         "most C / sqrt(N); 0: off")
     p.add_argument("--lr-schedule", default=d.lr_schedule, choices=TrainConfig.LR_SCHEDULES,
                    help="step: lr times --lr-gamma at each of --lr-milestones; cosine: "
                         "lr * (1 + cos(pi * s / T)) / 2 over T steps (--lr-schedule-epochs)")
-    p.add_argument("--lr-milestones", type=positive_float, nargs="+", default=(), metavar="E",
+    p.add_argument("--lr-milestones", type=arg_type("lr_milestones"), nargs="+", default=(), metavar="E",
                    help="with --lr-schedule step: the epochs (fractions allowed) where lr drops")
-    p.add_argument("--lr-gamma", type=positive_float, default=d.lr_gamma,
+    p.add_argument("--lr-gamma", type=arg_type("lr_gamma"), default=d.lr_gamma,
                    help="with --lr-schedule step: the factor at each milestone")
-    p.add_argument("--lr-schedule-epochs", type=positive_float, default=None, metavar="E",
+    p.add_argument("--lr-schedule-epochs", type=arg_type("lr_schedule_epochs"), default=None, metavar="E",
                    help="with --lr-schedule cosine: the horizon in epochs (None: --epochs of the "
                         "run that starts it; a checkpoint keeps it, so a resume with more epochs "
                         "stays on the same curve)")
-    p.add_argument("--dlgs-interval", type=positive_int, default=d.dlgs_interval,
+    p.add_argument("--dlgs-interval", type=arg_type("dlgs_interval"), default=d.dlgs_interval,
                    help="dlgs: steps between threshold recomputations")
-    p.add_argument("--range", type=positive_float, default=None,
+    p.add_argument("--range", type=arg_type("range"), default=None,
                    help="quantiser range R (None: 100 with momentum correction, else 10)")
-    p.add_argument("--block-size", type=positive_int, default=None,
+    p.add_argument("--block-size", type=arg_type("block_size"), default=None,
                    help="override the block size B (None: one filter / FC row)")
-    p.add_argument("--norm", choices=("l1", "l2"), default=None,
+    p.add_argument("--norm", choices=NORMS, default=None,
                    help="coarse: block norm that ranks blocks, l1 = sum |a| or l2 = sum of "
                         "(|a| >> s)^2 (docs/spec.md §2.3) (None: l2, l1 under --exchange "
                         "allreduce)")
-    p.add_argument("--exchange", choices=("allgather", "allreduce"), default=d.exchange,
+    p.add_argument("--exchange", choices=EXCHANGES, default=d.exchange,
                    help="coarse: allgather = every worker's ZRLE frames to every worker; allreduce "
                         "= global block selection, the blocks chosen by the summed norms and "
                         "summed by two int64 allreduces, traffic flat in N (docs/spec.md §8)")
-    p.add_argument("--lmax-log2", type=lmax_log2_value, default=d.lmax_log2,
+    p.add_argument("--lmax-log2", type=arg_type("lmax_log2"), default=d.lmax_log2,
                    help="ZRLE LMAX_LOG2 (1..24)")
-    p.add_argument("--train-subset", type=positive_int, default=None, metavar="N",
+    p.add_argument("--train-subset", type=arg_type("train_subset"), default=None, metavar="N",
                    help="train on a seeded random subset of N training samples")
-    p.add_argument("--test-subset", type=positive_int, default=None, metavar="N",
+    p.add_argument("--test-subset", type=arg_type("test_subset"), default=None, metavar="N",
                    help="evaluate on a seeded random subset of N test samples")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    p.add_argument("--threads", type=nonneg_int, default=0,
+    p.add_argument("--threads", type=arg_type("threads"), default=0,
                    help="torch intra-op threads (0: torch's default); results are bit-reproducible "
                         "for a fixed thread count")
-    p.add_argument("--eval-every", type=nonneg_int, default=0, metavar="STEPS",
+    p.add_argument("--eval-every", type=arg_type("eval_every"), default=0, metavar="STEPS",
                    help="also evaluate every STEPS steps (0: only at epoch ends)")
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no tqdm progress bar")
@@ -204,23 +126,23 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
 def build_parser(description: str = "train one configuration with one gradient compressor"
                  ) -> argparse.ArgumentParser:
     """The parser of `gradblock train`."""
-    p = argparse.ArgumentParser(prog="gradblock train", description=description,
+    p = UsageParser(prog="gradblock train", description=description,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_common_arguments(p)
     p.add_argument("--compressor", default="coarse", choices=COMPRESSORS + PEERS,
                    help="gradblock's methods, or a torch peer: allreduce (DDP, no hook), fp16 "
                         "(fp16_compress_hook), powersgd (powerSGD_hook; shim/exchange/peers.py)")
-    p.add_argument("--rank", "--powersgd-rank", dest="powersgd_rank", type=positive_int, default=1,
+    p.add_argument("--rank", "--powersgd-rank", dest="powersgd_rank", type=arg_type("powersgd_rank"), default=1,
                    metavar="R", help="--compressor powersgd: matrix approximation rank")
-    p.add_argument("--k", type=parse_k, default=1,
+    p.add_argument("--k", type=arg_type("k"), default=1,
                    help="coarse: blocks per layer (integer) or fraction of blocks; topk/dlgs with "
                         "--density match: match coarse at this k")
-    p.add_argument("--density", type=parse_density, default="match",
+    p.add_argument("--density", type=arg_type("density"), default="match",
                    help="topk / dlgs: fraction of each layer kept, or 'match' (as many elements as "
                         "coarse at --k)")
     p.add_argument("--ddp", action="store_true",
                    help="one worker per process under torchrun (gloo on CPU, NCCL on CUDA)")
-    p.add_argument("--max-steps", type=positive_int, default=None,
+    p.add_argument("--max-steps", type=arg_type("max_steps"), default=None,
                    help="stop after this many steps in total (checkpointing if asked)")
     p.add_argument("--time-phases", action="store_true",
                    help="time compute / compress / exchange per step (synchronises CUDA inside "
@@ -229,16 +151,16 @@ def build_parser(description: str = "train one configuration with one gradient c
     p.add_argument("--checkpoint", default=None,
                    help="checkpoint file, written every epoch, every --checkpoint-every steps and "
                         "at --max-steps (per rank under --ddp: NAME.rankR.pt)")
-    p.add_argument("--checkpoint-every", type=nonneg_int, default=0, metavar="STEPS")
+    p.add_argument("--checkpoint-every", type=arg_type("checkpoint_every"), default=0, metavar="STEPS")
     p.add_argument("--resume", default=None, help="continue from this checkpoint")
     p.add_argument("--elastic", action="store_true",
                    help="--ddp under torchrun --max-restarts N: write step-tagged checkpoints every "
                         "--checkpoint-every steps (two kept per rank) and, when the group starts, "
                         "resume from the newest one every rank holds (docs/reliability.md)")
-    p.add_argument("--timeout", type=positive_float, default=300.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=arg_type("timeout"), default=300.0, metavar="SECONDS",
                    help="--ddp: bound on every collective; a rank that does not answer within it "
                         "ends the step on every rank with an error naming it")
-    p.add_argument("--check-every", type=nonneg_int, default=0, metavar="STEPS",
+    p.add_argument("--check-every", type=arg_type("check_every"), default=0, metavar="STEPS",
                    help="--ddp: compare a CRC-32 of every rank's parameters and optimizer state "
                         "every STEPS steps (and at the end); replicas that differ stop the job")
     p.add_argument("--merge-plan", default=None, metavar="FILE|greedy|exact|none",

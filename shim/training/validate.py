@@ -32,10 +32,12 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from .arguments import add_common_arguments, parse_k
-from ..setup.config import TrainConfig
-from ..errors import ConfigError
+from gradblock.codec.errors import UsageParser
 from gradblock.codec.fileio import check_output_dir, check_replaceable, write_own_text
+
+from ..errors import ConfigError
+from ..setup.config import TrainConfig
+from .arguments import add_common_arguments, parse_k
 from .report import (NO_ROWS, describe_run, format_row_table, format_table, 
                      plot_acc_compression, plot_curves, summarise_rows, write_json)
 from .train import USER_ERRORS
@@ -50,7 +52,7 @@ PEER_ROWS = ("allreduce", "fp16", "powersgd1", "powersgd2", "powersgd4")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gradblock validate", description=__doc__.split("\n\n")[0],
+    p = UsageParser(prog="gradblock validate", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_common_arguments(p)
     p.add_argument("--k-large", type=parse_k, default=4, help="the larger coarse k")
