@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 
 import pytest
 
@@ -61,6 +62,29 @@ def test_params_files_match_the_manifest(golden_quick):
     listed = [line.split() for line in (golden_quick / plain.CASE_LIST).read_text().splitlines()]
     assert listed == ([[c["name"], "compress"] for c in manifest["cases"]]
                       + [[c["name"], "exchange"] for c in manifest["exchange"]])
+
+
+@pytest.mark.sim
+def test_params_svh_compiles(golden_quick, tmp_path):
+    """A case's params.svh included in a module: Icarus elaborates it and every localparam has
+    its params.txt value (a negative k_shift and a 32-bit unsigned M included)."""
+    if simulator_available("icarus"):
+        pytest.skip("iverilog unavailable")
+    case = next(c["name"] for c in read_manifest(golden_quick)["cases"] if c["k_shift"] < 0)
+    pairs = params_of(golden_quick, case)
+    top = tmp_path / "svh_top.sv"
+    top.write_text("module svh_top;\n"
+                   f'`include "{golden_quick / plain.params_name(case, "svh")}"\n'
+                   "initial begin\n"
+                   + "".join(f'  $display("{k} %0d", GB_{k.upper()});\n' for k in pairs)
+                   + "end\nendmodule\n")
+    exe = tmp_path / "svh.vvp"
+    subprocess.run(["iverilog", "-g2012", "-o", str(exe), str(top)], check=True, timeout=120)
+    out = subprocess.run(["vvp", "-n", str(exe)], capture_output=True, text=True, timeout=120)
+    got = {k: int(v) for k, v in (line.split() for line in out.stdout.splitlines()
+                                  if len(line.split()) == 2)}
+    assert got == pairs, out.stdout[-2000:]
+    assert pairs["k_shift"] < 0 and pairs["m"] >= 2**31
 
 
 def test_error_and_norm_codes_are_the_rtls(golden_quick):
