@@ -118,7 +118,9 @@ def test_local_and_global_momentum_together_are_refused(capsys):
     with pytest.raises(ConfigError, match="local_momentum"):
         TrainConfig(data="digits", local_momentum=1.0, momentum=0.0).check()
     from gradblock import cli
-    assert cli.main(["train", "--data", "digits", "--local-momentum", "0.9", "--no-progress"]) == 2
+    # both explicit (unset, --momentum follows --local-momentum: the recipe of issue 32)
+    assert cli.main(["train", "--data", "digits", "--local-momentum", "0.9", "--momentum", "0.9",
+                     "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "MomentumConflictError" not in err[0] and "--momentum 0" in err[0]
 
