@@ -11,7 +11,9 @@ Each rank writes OUT_DIR/rank{r}.json with:
   against the simulation;
 * "nan": a NaN gradient on the last rank under each codec: the class each rank raised and the
   seconds until it did (the group's timeout is short: a rank left waiting fails the case);
-* "corrupt": a CRC flipped by rank 1 under the device codec, in each check mode.
+* "corrupt": a CRC flipped by rank 1 under the device codec, in each check mode;
+* "amp": an overflow under torch's GradScaler on rank 1, plain DDP and the hook's "skip"
+  policy under each codec: whether the step was skipped and the scaler's next scale.
 """
 from __future__ import annotations
 
@@ -131,6 +133,29 @@ def error_case(rank, world, data, *, codec, check="auto", nan_rank=None, corrupt
     return {"raised": None, "message": "", "seconds": time.perf_counter() - t0}
 
 
+def amp_case(rank, world, data, codec):
+    """One step under torch's GradScaler where rank 1's scaled loss overflows (its gradients
+    are Inf / NaN, rank 0's finite): plain DDP (codec None) spreads the Inf and every rank's
+    scaler skips the step; the hook's "skip" policy must do the same."""
+    model = make(False)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    before = {k: v.detach().clone() for k, v in model.named_parameters()}
+    backward = None
+    if codec is not None:
+        comp = build_compressor("coarse", layers_of(model), world, k=2, dense_below=12)
+        comp.codec, comp.nonfinite = codec, "skip"
+        backward = register(ddp, comp).backward
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 100)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = data[0][rank]
+    loss = F.cross_entropy(ddp(x), y) * (1e10 if rank == 1 else 1.0)
+    (backward or (lambda t: t.backward()))(scaler.scale(loss))
+    scaler.step(opt)
+    scaler.update()
+    return {"unchanged": all(torch.equal(v, before[k]) for k, v in model.named_parameters()),
+            "scale": scaler.get_scale()}
+
+
 def main(out: str) -> int:
     torch.set_num_threads(1)
     # a short timeout: a rank left waiting in a collective fails its case instead of the run
@@ -153,6 +178,8 @@ def main(out: str) -> int:
         report["corrupt"] = {check: error_case(rank, world, data, codec="device", check=check,
                                                corrupt_rank=1) for check in ("bucket", "step")}
         report["corrupt"]["host"] = error_case(rank, world, data, codec="host", corrupt_rank=1)
+        report["amp"] = {str(codec): amp_case(rank, world, data, codec)
+                         for codec in (None, "host", "device")}
     except Exception:  # noqa: BLE001 - the report carries the traceback
         report["error"] = traceback.format_exc()
     path = Path(out)

@@ -376,3 +376,63 @@ def test_a_model_without_a_deterministic_backward_is_refused_by_name():
         check_deterministic_backward(torch.nn.Linear(3, 2), x, "linear")   # a fine model
     finally:
         torch.use_deterministic_algorithms(was)
+
+
+# ------------------------------------------------------------------------------ bf16 / fp16
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("codec", ["host", "device"])
+def test_half_gradients_widen_exactly_and_round_the_average_to_nearest_even(dtype, codec):
+    """docs/spec.md §1.2: a bfloat16 / float16 gradient is its float32 value through the
+    contract; the float32 average is rounded to the parameter's dtype (RNE)."""
+    from gradblock.shim.exchange.device_codec import write_views
+    shapes = [(6, 4, 3, 3), (6,), (10, 6)]
+    layers = [LayerInfo(i, f"l{i}", s) for i, s in enumerate(shapes)]
+    comp = build_compressor("coarse", layers, 2, k=0.5, dense_below=8)
+    comp.host_fast = False
+    g = torch.Generator().manual_seed(3)
+    grads = [[(torch.randn(s, generator=g) * 0.3).to(dtype) for s in shapes] for _ in range(2)]
+    ref_ws = [comp.new_worker_state() for _ in range(2)]
+    want = decode_group(comp, layers, [encode_group(comp, layers, [x.float() for x in grads[r]],
+                                                    ref_ws[r])[0] for r in range(2)])
+    ws = [comp.new_worker_state() for _ in range(2)]
+    views = [[x.clone() for x in grads[r]] for r in range(2)]
+    if codec == "device":
+        width = comp.message_bound(layers, ws[0]) + 1
+        sends = [encode_bucket(comp, layers, views[r], ws[r], width) for r in range(2)]
+        gathered = torch.stack([s.slot for s in sends])
+        assert not bool(decode_bucket(sends[0], gathered))
+    else:
+        msgs = [encode_group(comp, layers, views[r], ws[r])[0] for r in range(2)]
+        write_views(views[0], decode_group(comp, layers, msgs))
+    for v, a in zip(views[0], want):
+        assert v.dtype == dtype
+        assert torch.equal(v.view(torch.int16), a.to(dtype).view(torch.int16))
+    for r in range(2):
+        for lay in layers:
+            for key, t in ref_ws[r].layers.get(lay.index, {}).items():
+                assert torch.equal(t, ws[r].layers[lay.index][key])
+
+
+def test_skip_policy_makes_every_rank_skip_and_keeps_the_state():
+    shapes = [(6, 4), (6,)]
+    layers = [LayerInfo(i, f"l{i}", s) for i, s in enumerate(shapes)]
+    comp = build_compressor("coarse", layers, 2, k=1)
+    comp.nonfinite = "skip"
+    ws = [comp.new_worker_state() for _ in range(2)]
+    width = comp.message_bound(layers, ws[0]) + 1
+    ok = [torch.ones(s) for s in shapes]
+    for r in range(2):                       # a first step, so there is state to keep
+        encode_bucket(comp, layers, [x.clone() for x in ok], ws[r], width)
+    before = [{i: dict(d) for i, d in w.layers.items()} for w in ws]
+    grads = [[x.clone() for x in ok], [x.clone() for x in ok]]
+    grads[1][0][1, 2] = float("inf")
+    sends = [encode_bucket(comp, layers, grads[r], ws[r], width) for r in range(2)]
+    gathered = torch.stack([s.slot for s in sends])
+    for r in range(2):
+        assert bool(decode_bucket(sends[r], gathered))
+        bucket_error(comp, sends[r], gathered, r, ws[r])      # no error: the bucket is skipped
+        assert all(torch.isnan(v).all() for v in grads[r])
+        for i, d in before[r].items():
+            for k, v in d.items():
+                assert ws[r].layers[i][k] is v

@@ -70,3 +70,11 @@ def test_corrupt_frame_is_the_reference_error_in_both_check_modes(reports):
         for check in ("bucket", "step"):
             assert rep["corrupt"][check]["raised"] == host["raised"], check
             assert rep["corrupt"][check]["message"] == host["message"], check
+
+
+def test_gradscaler_overflow_on_one_rank_skips_the_step_as_without_the_hook(reports):
+    for r, rep in reports.items():
+        plain = rep["amp"]["None"]
+        assert plain["unchanged"], (r, plain)            # torch's own DDP skips the step
+        for codec in ("host", "device"):
+            assert rep["amp"][codec] == plain, (r, codec, rep["amp"])

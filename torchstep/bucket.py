@@ -43,11 +43,14 @@ from gradblock.codec.crc32_torch import crc32_spans
 from gradblock.refmodel.quantiser import QMAX, QuantConfig
 
 __all__ = ["BucketLayout", "bucket_layout", "decode_slots", "slot_messages", "encode_slot",
-           "NONFINITE_WORD"]
+           "NONFINITE_WORD", "SKIP_WORD"]
 
 # the length word of a slot whose sender had a NaN gradient: every rank still enters the
 # collective, and every rank raises (a peer's: PeerNonFiniteError)
 NONFINITE_WORD = -2
+# the length word of a slot whose sender had a NaN or Inf under the compressor's "skip" policy
+# (mixed precision): every rank makes the bucket's averages NaN, so torch's GradScaler skips
+SKIP_WORD = -3
 
 _MASK32 = 0xFFFFFFFF
 _PAD = 8                     # zero words after a row: header / trailer reads never leave it
@@ -317,8 +320,8 @@ def decode_slots(layout: BucketLayout, slots: torch.Tensor, sums: bool = False
 
 
 def encode_slot(layout: BucketLayout, plan, payload: torch.Tensor, dense_words: torch.Tensor | None,
-                width: int, lmax: int, nonfinite: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+                width: int, lmax: int, nonfinite: torch.Tensor | None = None,
+                flag_word: int = NONFINITE_WORD) -> tuple[torch.Tensor, torch.Tensor]:
     """This rank's slot for the bucket's all_gather, built on the device without a host sync:
     [message length, the message, zeros], width `width` (the bound every rank computes from
     shapes, plus one). The message is the bucket's packets in layer order: the ZRLE v1 frame
@@ -327,7 +330,7 @@ def encode_slot(layout: BucketLayout, plan, payload: torch.Tensor, dense_words: 
     each layer's payload) and the dense layers' words (`dense_words`, int32, in bucket order).
     Frames lie at offsets computed on the device from their token and literal counts; their
     CRCs come from one pass (crc32_spans). With `nonfinite` (0-d bool) True the length word
-    is NONFINITE_WORD. A message longer than width - 1 (a wrong bound) keeps its true length
+    is `flag_word` (NONFINITE_WORD, or SKIP_WORD under the "skip" policy). A message longer than width - 1 (a wrong bound) keeps its true length
     in the length word and is cut, so every receiver refuses it.
     Returns (slot, frame lengths in words (F,) int64)."""
     dev = payload.device
@@ -401,6 +404,6 @@ def encode_slot(layout: BucketLayout, plan, payload: torch.Tensor, dense_words: 
     if dense_words is not None and dense_words.numel():
         put(poff[T_["dense_layer"]] + T_["dense_in_layer"], None, dense_words)
     length = total if nonfinite is None else torch.where(
-        nonfinite, torch.full_like(total, NONFINITE_WORD), total)
+        nonfinite, torch.full_like(total, flag_word), total)
     out[:1] = length.to(torch.int32)
     return out[:width], frame_len

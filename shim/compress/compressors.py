@@ -48,7 +48,7 @@ import torch
 from gradblock.codec import errors as frame_errors
 from gradblock import torchstep as tc
 from gradblock.codec import zrle_torch
-from gradblock.codec.zrle import DEFAULT_LMAX_LOG2
+from gradblock.codec.zrle import DEFAULT_LMAX_LOG2, frame_words_bound
 from gradblock.refmodel.momentum import MomentumConfig
 from gradblock.refmodel.quantiser import DEFAULT_RANGE, NonFiniteError
 from gradblock.refmodel.selection import block_layout, resolve_k
@@ -127,6 +127,12 @@ class WorkerState:
         return cls(layers, steps)
 
 
+def widen(g: torch.Tensor) -> torch.Tensor:
+    """A bfloat16 / float16 gradient as float32 (every value of either is a float32 value, so
+    the widening is exact and the contract runs as it is); other tensors unchanged."""
+    return g.float() if g.dtype in (torch.bfloat16, torch.float16) else g
+
+
 def _float_bits(x: torch.Tensor) -> torch.Tensor:
     return x.detach().reshape(-1).contiguous().view(torch.int32)
 
@@ -160,6 +166,15 @@ class Compressor:
     # messages are ZRLE v1 frames (spec §3): whole-message numba decoding and the host view of
     # a frame apply to them (decode_group, the hook's warm-up)
     frame_coded = False
+    # where the DDP hook runs the codec (shim/exchange/device_codec.py): "auto" (the device
+    # for gradients off the CPU, numba on it), "device" or "host"
+    codec = "auto"
+    # a non-finite gradient in the DDP hook: "raise" (the contract: a NaN is NonFiniteError on
+    # its rank, PeerNonFiniteError on the others; an Inf saturates) or "skip" (mixed precision
+    # with torch's GradScaler: a NaN or Inf on any rank makes the bucket's averages NaN on
+    # every rank, so the scaler skips the step as it would without the hook, and no rank's
+    # compressor state moves)
+    nonfinite = "raise"
 
     def __init__(self, layers: Sequence[LayerInfo], n_workers: int, *, dense_below: int = 0,
                  local_momentum: float = 0.0, momentum_mask: bool = True,
@@ -225,7 +240,9 @@ class Compressor:
     def encode_many(self, layers: Sequence[LayerInfo], grads: Sequence[torch.Tensor],
                     ws: WorkerState) -> list[tuple[torch.Tensor, StepStats]]:
         """Several layers at once -> [(packet, StepStats)] in the same order. `ws` changes
-        only if every layer encodes (a NaN gradient leaves the state as it was)."""
+        only if every layer encodes (a NaN gradient leaves the state as it was). bfloat16 and
+        float16 gradients are widened to float32 first (exact: docs/spec.md §1)."""
+        grads = [widen(g) for g in grads]
         out: list = [None] * len(layers)
         compressed = []
         velocities = {}                 # dense layers' new velocities, kept once all succeed
@@ -570,7 +587,6 @@ class CoarseCompressor(Compressor):
 
     def _packet_bound(self, layer, ws):
         from gradblock.refmodel.plan import step_plan
-        from .fastpath import frame_words_bound
         ks = self._ks([layer], self.compressed_step(layer, ws))
         p = step_plan(layer.shape, ks[0] if isinstance(ks, list) else ks, self.block_size,
                       layer.index, self.lmax_log2)
@@ -582,7 +598,6 @@ class CoarseCompressor(Compressor):
         if not sub:
             return sum(lay.numel for lay in layers)
         from gradblock.refmodel.plan import step_plan
-        from .fastpath import frame_words_bound
         ks = self._ks(layers, self.compressed_step(sub[0], ws))
         total = 0
         for j, layer in enumerate(layers):

@@ -25,13 +25,14 @@ import torch
 from gradblock import torchstep as tc
 from gradblock.refmodel.global_select import PeerNonFiniteError
 from gradblock.refmodel.quantiser import NonFiniteError
-from gradblock.torchstep.bucket import (NONFINITE_WORD, BucketLayout, bucket_layout, decode_slots,
-                                        encode_slot)
+from gradblock.torchstep.bucket import (NONFINITE_WORD, SKIP_WORD, BucketLayout, bucket_layout,
+                                        decode_slots, encode_slot)
 
 from ..compress.compressors import (Compressor, LayerInfo, PacketError, StepStats, WorkerState,
-                                    decode_group)
+                                    decode_group, widen)
 
 __all__ = ["CODECS", "resolve_codec", "ViewMap", "view_map", "write_views", "combine_futures",
+           "skip_bucket",
            "DeviceSend",
            "encode_bucket", "decode_bucket", "bucket_error", "nonfinite_slot_error"]
 
@@ -256,8 +257,9 @@ def encode_bucket(comp: Compressor, layers: list[LayerInfo], grads: list[torch.T
     at once, and DeviceSend.rollback restores it if a NaN shows after the collective."""
     dev = grads[0].device
     for lay, g in zip(layers, grads):
-        if g.dtype != torch.float32:
-            raise TypeError(f"layer {lay.name!r}: gradient must be float32, got {g.dtype}")
+        if g.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            raise TypeError(f"layer {lay.name!r}: gradient must be float32 (or bfloat16 / "
+                            f"float16, widened exactly), got {g.dtype}")
         if tuple(g.shape) != lay.shape:
             raise ValueError(f"layer {lay.name!r}: gradient shape {tuple(g.shape)}, "
                              f"expected {lay.shape}")
@@ -265,7 +267,9 @@ def encode_bucket(comp: Compressor, layers: list[LayerInfo], grads: list[torch.T
     T = layout.tensors(dev)
     coarse = [lay for lay, f in zip(layers, layout.framed) if f]
     vm = view_map(list(grads))
-    flat_all = vm.gather().detach()
+    flat_all = widen(vm.gather().detach())
+    skip = getattr(comp, "nonfinite", "raise") == "skip"
+    flag_word = SKIP_WORD if skip else NONFINITE_WORD
     flat_g = flat_all if T["identity"] else flat_all.index_select(0, T["coarse_map"])
     dense_words = dense_nan = None
     if T["dense_total"]:
@@ -286,11 +290,11 @@ def encode_bucket(comp: Compressor, layers: list[LayerInfo], grads: list[torch.T
             flat_u = _flat_state(ws, coarse, "velocity", dev)
         fs = tc.step_flat(plan, flat_g, flat_r, comp.cfg, flat_u, m_fix, comp.momentum_mask)
         coarse_nan = fs.flags[0]
-        nonfinite = coarse_nan.any()
-        if dense_nan is not None:
+        nonfinite = (~torch.isfinite(flat_all)).any() if skip else coarse_nan.any()
+        if dense_nan is not None and not skip:
             nonfinite = nonfinite | dense_nan.any()
         slot, frame_len = encode_slot(layout, plan, fs.payload, dense_words, width,
-                                      1 << comp.lmax_log2, nonfinite)
+                                      1 << comp.lmax_log2, nonfinite, flag_word)
         sat = [f.sum() for f in fs.flags[1:]] + ([] if len(fs.flags) > 3 else
                                                  [torch.zeros((), dtype=torch.int64, device=dev)])
         stats = torch.stack([4 * (frame_len.sum() + T["dense_total"]),
@@ -305,9 +309,9 @@ def encode_bucket(comp: Compressor, layers: list[LayerInfo], grads: list[torch.T
             ws.layers[lay.index] = st
             ws.steps[lay.index] = ws.steps.get(lay.index, 0) + 1
     else:
-        nonfinite = dense_nan.any()
+        nonfinite = (~torch.isfinite(flat_all)).any() if skip else dense_nan.any()
         slot, _ = encode_slot(layout, None, flat_g[:0].view(torch.int32), dense_words, width,
-                              1 << comp.lmax_log2, nonfinite)
+                              1 << comp.lmax_log2, nonfinite, flag_word)
         stats = torch.tensor([4 * T["dense_total"], T["dense_total"], 0, 0, 0],
                              dtype=torch.int64, device=dev)
     return DeviceSend(slot, width, layout, list(layers), list(grads), stats,
@@ -345,6 +349,10 @@ def bucket_error(comp: Compressor, sent: DeviceSend, gathered: torch.Tensor, ran
     host = gathered.detach().cpu()
     width = host.shape[1]
     lengths = host[:, 0].tolist()
+    if SKIP_WORD in lengths:
+        sent.rollback(ws)
+        skip_bucket(sent.views)
+        return
     err = nonfinite_slot_error(lengths, rank, None)
     if err is not None:
         sent.rollback(ws)
@@ -358,6 +366,13 @@ def bucket_error(comp: Compressor, sent: DeviceSend, gathered: torch.Tensor, ran
     messages = [host[r, 1:1 + n] for r, n in enumerate(lengths)]
     averaged = decode_group(comp, sent.layers, messages)
     write_views(sent.views, averaged)
+
+
+def skip_bucket(views: list[torch.Tensor]) -> None:
+    """The "skip" policy's result: the bucket's gradients NaN on every rank (torch's GradScaler
+    then skips the step, as it would have for the Inf / NaN that some rank had)."""
+    for v in views:
+        v.fill_(float("nan"))
 
 
 def stats_of(t: torch.Tensor) -> StepStats:

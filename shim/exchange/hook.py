@@ -54,13 +54,13 @@ import torch
 import torch.distributed as dist
 
 from gradblock.refmodel.quantiser import NonFiniteError
-from gradblock.torchstep.bucket import NONFINITE_WORD
+from gradblock.torchstep.bucket import NONFINITE_WORD, SKIP_WORD
 
 from ..compress.compressors import (Compressor, LayerInfo, StepStats, WorkerState, decode_group,
                                     encode_group)
 from .device import sync_device
 from .device_codec import (bucket_error, decode_bucket, encode_bucket, nonfinite_slot_error,
-                           resolve_codec, write_views)
+                           resolve_codec, skip_bucket, write_views)
 from .hook_state import HookState
 
 
@@ -96,8 +96,24 @@ class GradblockHookState(HookState):
         if bound is not None and resolve_codec(comp, layers, device) == "device":
             return self._send_device(layers, grads, bound, t0)
         own_nan = None
+        # the "skip" policy (mixed precision): a NaN or Inf here makes every rank skip
+        skip = bound is not None and getattr(comp, "nonfinite", "raise") == "skip"
+        own_skip = skip and not all(bool(torch.isfinite(g).all()) for g in grads)
+        old = ({lay.index: ws.layers.get(lay.index) for lay in layers},
+               {lay.index: ws.steps.get(lay.index, 0) for lay in layers})
+
+        def rollback():
+            for i, d in old[0].items():
+                if d is None:
+                    ws.layers.pop(i, None)
+                else:
+                    ws.layers[i] = d
+            ws.steps.update(old[1])
         try:
-            message, stats = encode_group(comp, layers, grads, ws)
+            if own_skip:
+                message, stats = torch.zeros(0, dtype=torch.int32), StepStats()
+            else:
+                message, stats = encode_group(comp, layers, grads, ws)
         except NonFiniteError as e:
             if bound is None:            # dlgs between threshold steps: no slot to carry it
                 raise
@@ -105,7 +121,7 @@ class GradblockHookState(HookState):
             own_nan, message, stats = e, torch.zeros(0, dtype=torch.int32), StepStats()
         if message.device != device:
             message = message.to(device)
-        if self.outgoing_filter is not None and own_nan is None:
+        if self.outgoing_filter is not None and own_nan is None and not own_skip:
             message = self.outgoing_filter(message, layers, self.rank)
         if self.timed:
             sync_device(message)
@@ -117,13 +133,14 @@ class GradblockHookState(HookState):
                 return [g[:n].cpu() for g, n in zip(gathered, lengths)]
         else:
             fut, messages, width = all_gather_slots_async(message, bound, self.group,
-                                                          rank=self.rank, own_error=own_nan)
+                                                          rank=self.rank, own_error=own_nan,
+                                                          skip=own_skip)
         self.track(fut)
         with self._lock:
             self.stats.add(stats)
             self.padded_bytes += 4 * width
             self.times.compress_s += t_sent - t0
-        return fut, HostReceived(layers, messages), t_sent
+        return fut, HostReceived(layers, messages, rollback), t_sent
 
     def _send_device(self, layers, grads, bound: int, t0: float):
         """send() on the device path: the slot encoded where the gradients are, no host sync."""
@@ -131,7 +148,7 @@ class GradblockHookState(HookState):
         sent = encode_bucket(self.compressor, layers, grads, self.worker_state, width)
         if self.outgoing_filter is not None:      # fault injection (tests): via the host
             n = int(sent.slot[0])
-            if n != NONFINITE_WORD:
+            if n >= 0:                            # not a NaN / skip flag
                 msg = self.outgoing_filter(sent.slot[1:1 + n].clone(), layers, self.rank)
                 sent.slot = slot_of(msg, width - 1)
         if self.timed:
@@ -153,11 +170,16 @@ class GradblockHookState(HookState):
 class HostReceived:
     """A bucket's messages reached through the host: the reference / numba decode."""
 
-    def __init__(self, layers, messages):
-        self.layers, self.messages = layers, messages
+    def __init__(self, layers, messages, rollback=None):
+        self.layers, self.messages, self.rollback = layers, messages, rollback
 
     def finish(self, state: HookState, views: list[torch.Tensor]) -> None:
-        write_views(views, decode_group(state.compressor, self.layers, self.messages()))
+        got = self.messages()
+        if got is None:                      # a rank skipped the bucket ("skip" policy)
+            self.rollback()
+            skip_bucket(views)
+            return
+        write_views(views, decode_group(state.compressor, self.layers, got))
 
 
 class DeviceReceived:
@@ -174,12 +196,13 @@ class DeviceReceived:
                                                     state.rank, state.worker_state))
 
 
-def slot_of(message: torch.Tensor, bound: int, nonfinite: bool = False) -> torch.Tensor:
+def slot_of(message: torch.Tensor, bound: int, nonfinite: bool = False,
+            skip: bool = False) -> torch.Tensor:
     """[length, message, zeros] of width bound + 1; a message longer than `bound` is cut with
     its true length, so every rank refuses it by name instead of hanging."""
     n = message.numel()
     slot = torch.zeros(bound + 1, dtype=torch.int32, device=message.device)
-    slot[0] = NONFINITE_WORD if nonfinite else n
+    slot[0] = SKIP_WORD if skip else NONFINITE_WORD if nonfinite else n
     slot[1:1 + min(n, bound)] = message[:bound]
     return slot
 
@@ -193,7 +216,7 @@ def _gather_sizes(message: torch.Tensor, group=None) -> list[int]:
 
 
 def all_gather_slots_async(message: torch.Tensor, bound: int, group=None, rank: int = 0,
-                           own_error: BaseException | None = None):
+                           own_error: BaseException | None = None, skip: bool = False):
     """Launch ONE all_gather of fixed-width slots for a message of at most `bound` words:
     slot = [length, message..., zeros], width bound + 1, the same on every rank without
     asking the others. -> (future, messages, width); messages() (after the future) returns
@@ -201,17 +224,20 @@ def all_gather_slots_async(message: torch.Tensor, bound: int, group=None, rank: 
     does not fit its slot. A local message longer than `bound` (a fault-injection filter) is
     sent cut with its true length, so every rank refuses it by name instead of hanging. With
     `own_error` (this rank's NaN) the length word says so and every rank raises: this rank
-    `own_error`, the others PeerNonFiniteError naming `rank`."""
+    `own_error`, the others PeerNonFiniteError naming `rank`. With `skip` (the "skip" policy)
+    the length word says so and messages() returns None on every rank."""
     from ..compress.compressors import PacketError
     world = dist.get_world_size(group)
     width = int(bound) + 1
-    slot = slot_of(message, int(bound), own_error is not None)
+    slot = slot_of(message, int(bound), own_error is not None, skip)
     out = torch.empty(world * width, dtype=torch.int32, device=message.device)
     work = dist.all_gather(list(out.chunk(world)), slot, group=group, async_op=True)
 
     def messages() -> list[torch.Tensor]:
         host = out.cpu().view(world, width)          # one copy off the device for all ranks
         lengths = host[:, 0].tolist()
+        if SKIP_WORD in lengths:
+            return None
         err = nonfinite_slot_error(lengths, rank, own_error)
         if err is not None:
             raise err

@@ -138,6 +138,7 @@ class SimulatedCluster:
         times.compute_s /= n
         times.compress_s /= n
         for p, g in zip(self.params, averaged):
-            p.grad = g
+            # a bfloat16 / float16 parameter takes the float32 average rounded to nearest even
+            p.grad = g if g.dtype == p.dtype else g.to(p.dtype)
         optimizer.step()
         return StepResult(losses, stats, times)
