@@ -55,6 +55,51 @@ def max_frame_words(n: int) -> int:
     return HEADER_WORDS + 3 * n + TRAILER_WORDS
 
 
+# ------------------------------------------------------------------------------ size bounds
+# `frame_words_bound(n, B, k_eff, lmax_log2)` is the most words a ZRLE v1 frame (docs/spec.md §3)
+# of a layer of n elements can take when its payload is nonzero only on k_eff blocks of B
+# elements. Derivation (docs/network.md, "The all_gather path"): a frame is 5 header words,
+# 2 words per token, one word per literal and 2 trailer words. A nonzero run of r elements is
+# ceil(r / LMAX) tokens. On a segment of P positions holding t runs of s nonzeros in all
+# (s + t - 1 <= P), the body words are s + 2 * sum ceil(r_i / LMAX); for LMAX >= 4 this is
+# largest with the most runs (runs of 1 or 2 separated by single zeros):
+# f(P) = P + floor((P + 1) / 2) + 1; for LMAX = 2 with one run: f(P) = P + 2 * ceil(P / 2).
+# Runs that cross block edges merge (ceil is subadditive), so selected blocks cost at most
+# f(B) each, plus one final (z, 0) token (2 words) for trailing zeros. For the whole layer
+# (every block selected) the exact maximum is g(n) = max(f(n), f(n - 1) + 2). The bound is
+# 7 + min(g(n), 2 + k_eff * f(B)); it is attained when the selected blocks are not adjacent.
+# Tested against the real encoder exhaustively on short layers and with hypothesis.
+# The all_gather's slot width of the training hook is built from it (one slot per rank: the
+# message's length word, then at most Compressor.message_bound words: shim/compress/compressors.py).
+
+
+def segment_words_max(p: int, lmax: int) -> int:
+    """Most body words (tokens' z, L and literals) the nonzeros of a segment of p positions
+    can cost, bordered by zeros or the layer's ends (the trailing (z, 0) token not counted)."""
+    if p <= 0:
+        return 0
+    if lmax <= 2:
+        return p + 2 * ((p + 1) // 2)
+    return p + (p + 1) // 2 + 1
+
+
+def body_words_max(n: int, lmax: int) -> int:
+    """Most body words of a frame of n elements (any payload), trailing zero token included."""
+    if n <= 0:
+        return 0
+    return max(segment_words_max(n, lmax), segment_words_max(n - 1, lmax) + 2)
+
+
+def frame_words_bound(n: int, block_size: int, k_eff: int, lmax_log2: int) -> int:
+    """Most words of a frame of n elements whose payload is zero outside k_eff blocks of
+    block_size elements (see the comment above)."""
+    lmax = 1 << int(lmax_log2)
+    body = body_words_max(n, lmax)
+    if k_eff * block_size < n:
+        body = min(body, 2 + k_eff * segment_words_max(block_size, lmax))
+    return HEADER_WORDS + body + TRAILER_WORDS
+
+
 def crc32_words(words: np.ndarray) -> int:
     """CRC-32 (zlib / IEEE 802.3) over the little-endian bytes of uint32 words."""
     return zlib.crc32(np.ascontiguousarray(words, dtype="<u4").tobytes()) & 0xFFFFFFFF

@@ -19,7 +19,7 @@ from gradblock.codec import errors as E  # noqa: E402
 from gradblock.codec import zrle_numba  # noqa: E402
 from gradblock.shim.compress.compressors import (PacketError, build_compressor, decode_group,  # noqa: E402
                                         encode_group, layers_of, LayerInfo)
-from gradblock.shim.compress.fastpath import body_words_max, frame_words_bound  # noqa: E402
+from gradblock.codec.zrle import body_words_max, frame_words_bound  # noqa: E402
 from gradblock.shim.compress.warmup import Warmup  # noqa: E402
 
 pytestmark = [pytest.mark.torch]

@@ -1,21 +1,9 @@
-"""The exchange's fast paths: packet-size bounds (one collective per bucket, no size round trip)
-and the coarse codec on host memory through the numba kernels (zero copy).
+"""The exchange's fast path: the coarse codec on host memory through the numba kernels (zero
+copy). A frame's size bound (one collective per bucket, no size round trip) is the wire
+format's: codec/zrle.py `frame_words_bound`.
 
-* `frame_words_bound(n, B, k_eff, lmax_log2)`: the most words a ZRLE v1 frame (docs/spec.md §3)
-  of a layer of n elements can take when its payload is nonzero only on k_eff blocks of B
-  elements. Derivation (docs/network.md, "The all_gather path"): a frame is 5 header words,
-  2 words per token, one word per literal and 2 trailer words. A nonzero run of r elements is
-  ceil(r / LMAX) tokens. On a segment of P positions holding t runs of s nonzeros in all
-  (s + t - 1 <= P), the body words are s + 2 * sum ceil(r_i / LMAX); for LMAX >= 4 this is
-  largest with the most runs (runs of 1 or 2 separated by single zeros):
-  f(P) = P + floor((P + 1) / 2) + 1; for LMAX = 2 with one run: f(P) = P + 2 * ceil(P / 2).
-  Runs that cross block edges merge (ceil is subadditive), so selected blocks cost at most
-  f(B) each, plus one final (z, 0) token (2 words) for trailing zeros. For the whole layer
-  (every block selected) the exact maximum is g(n) = max(f(n), f(n - 1) + 2). The bound is
-  7 + min(g(n), 2 + k_eff * f(B)); it is attained when the selected blocks are not adjacent.
-  Tested against the real encoder exhaustively on short layers and with hypothesis.
 * `encode_coarse_host`: CoarseCompressor's packets for CPU tensors in one jitted call
-  (refmodel.fast.compress_message; refmodel.momentum_numba per layer with momentum
+  (gradblock.fastpath.fast.compress_message; fastpath.momentum_numba per layer with momentum
   correction), frames bit-identical to the torch path (tests/test_hook_fastpath.py).
 * `decode_coarse_host`: every peer's frames of a run of coarse layers validated and summed
   into one int64 buffer in one jitted call per peer message (codec.zrle_numba's decoder in
@@ -33,37 +21,8 @@ from gradblock.codec import zrle_numba as ZN
 from gradblock.codec.zrle import HEADER_WORDS, TRAILER_WORDS
 from gradblock.refmodel.quantiser import NonFiniteError
 
-__all__ = ["segment_words_max", "body_words_max", "frame_words_bound", "host_words",
+__all__ = ["host_words",
            "flat_host", "encode_coarse_host", "decode_coarse_host"]
-
-
-# ------------------------------------------------------------------------------ size bounds
-
-def segment_words_max(p: int, lmax: int) -> int:
-    """Most body words (tokens' z, L and literals) the nonzeros of a segment of p positions
-    can cost, bordered by zeros or the layer's ends (the trailing (z, 0) token not counted)."""
-    if p <= 0:
-        return 0
-    if lmax <= 2:
-        return p + 2 * ((p + 1) // 2)
-    return p + (p + 1) // 2 + 1
-
-
-def body_words_max(n: int, lmax: int) -> int:
-    """Most body words of a frame of n elements (any payload), trailing zero token included."""
-    if n <= 0:
-        return 0
-    return max(segment_words_max(n, lmax), segment_words_max(n - 1, lmax) + 2)
-
-
-def frame_words_bound(n: int, block_size: int, k_eff: int, lmax_log2: int) -> int:
-    """Most words of a frame of n elements whose payload is zero outside k_eff blocks of
-    block_size elements (see the module doc)."""
-    lmax = 1 << int(lmax_log2)
-    body = body_words_max(n, lmax)
-    if k_eff * block_size < n:
-        body = min(body, 2 + k_eff * segment_words_max(block_size, lmax))
-    return HEADER_WORDS + body + TRAILER_WORDS
 
 
 # ------------------------------------------------------------------------------ host memory
