@@ -10,6 +10,7 @@ import json
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 
 from gradblock.codec.errors import GradblockError
@@ -218,3 +219,24 @@ def test_plain_bench(bench, sim, golden_quick, planted, tmp_path):
     what = PLANTS[bench][1]
     assert bad.mismatches() and all(m.startswith(f"case {case}: {what} {word}:")
                                     for m in bad.mismatches()), bad.mismatches()
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize("bench", sorted(plain_bench.BENCHES))
+def test_plain_bench_empty_layer(bench, tmp_path):
+    """n = 0: every array an empty file with a word count of 0, the frame 7 words; each bench
+    reads nothing for the empty arrays and passes the case (Icarus)."""
+    from gradblock.golden.datapath import make_case
+    if simulator_available("icarus"):
+        pytest.skip("iverilog unavailable")
+    meta, arrays = make_case("empty_layer", np.zeros(0, np.float32), block_size=4,
+                             description="n = 0")
+    d = tmp_path / "g"
+    write_golden(d, {"generator": "gradblock test"}, [(meta, arrays)])
+    p = params_of(d, "empty_layer")
+    assert (p["n"], p["words_grad_bits"], p["words_frame"]) == (0, 0, 7)
+    assert (d / "empty_layer" / "grad_bits.hex").read_bytes() == b""
+    parameters = dict(DUTS["compress_top"].parameters) if bench == "tb_compress_top_golden" \
+        else {}
+    res = plain_bench.run(plain_bench.build(bench, "icarus", tmp_path / "b", parameters), d)
+    assert res.passed and res.cases == 1, res.output[-2000:]
