@@ -41,6 +41,7 @@ def rdl(name: str) -> str:
     """The map's source, relative to ROOT (the generated map names it)."""
     return f"hw/csr/{name}.rdl"
 
+
 # regblock: flat AXI4-Lite ports (no SV interface), struct types named by hierarchy, and an
 # error response (SLVERR) for an unmapped address or a write to a read-only register
 REGBLOCK_ARGS = ("--cpuif", "axi4-lite-flat", "--type-style", "hier",
