@@ -37,6 +37,7 @@ import numpy as np
 from gradblock.codec import fileio
 from gradblock.codec.errors import GradblockError
 from gradblock.codec.zrle import LMAX_LOG2_MAX, LMAX_LOG2_MIN, max_frame_words
+from gradblock.refmodel.validation import NORMS
 from gradblock.golden import plain
 
 FORMAT = "gradblock-golden"
@@ -98,7 +99,7 @@ META_KEYS = ("name", "kind", "description", "stages", "shape", "n", "layer_id", 
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 # the block norm kind (docs/spec.md §2.3): an optional case key; a case without it (written
 # before L2 existed) is an L1 case, so older golden directories still load and check
-NORM_KINDS = ("l1", "l2")
+NORM_KINDS = NORMS                      # the contract's one list (refmodel/validation.py)
 
 
 def case_norm(meta: dict) -> str:
