@@ -161,14 +161,25 @@ def _digit_tables(level: int, device: torch.device, inverse: bool) -> torch.Tens
     return _DIGIT_TABLES[key]
 
 
+_CONSTS: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _byte_consts(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The byte shifts and table offsets on `device`, made once (no copy per call)."""
+    key = str(device)
+    if key not in _CONSTS:
+        _CONSTS[key] = (torch.tensor([0, 8, 16, 24], dtype=torch.int64, device=device),
+                        torch.tensor([0, 256, 512, 768], dtype=torch.int64, device=device))
+    return _CONSTS[key]
+
+
 def _apply_power(v: torch.Tensor, d: torch.Tensor, levels: int, inverse: bool = False
                  ) -> torch.Tensor:
     """A32^d (or A32^-d) applied to each value of v, d >= 0 elementwise with d < 2**levels:
     one table gather per hex digit of d (the digit picks the table), whatever the values, so
     the number of ops is set by `levels` alone."""
     dev = v.device
-    shifts = torch.tensor([0, 8, 16, 24], dtype=torch.int64, device=dev)
-    offs = torch.tensor([0, 256, 512, 768], dtype=torch.int64, device=dev)
+    shifts, offs = _byte_consts(dev)
     for k in range((levels + 3) // 4):
         digit = (d >> (4 * k)) & 15
         idx = ((v.unsqueeze(-1) >> shifts) & 0xFF) + (digit.unsqueeze(-1) * 1024 + offs)

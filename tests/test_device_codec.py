@@ -436,3 +436,62 @@ def test_skip_policy_makes_every_rank_skip_and_keeps_the_state():
         for i, d in before[r].items():
             for k, v in d.items():
                 assert ws[r].layers[i][k] is v
+
+
+# ------------------------------------------------------------------------------ on a GPU
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(),
+                          reason="no CUDA device (torch.cuda.is_available() is False): the CPU "
+                                 "cases above run the same torch ops")
+
+
+@cuda
+def test_cuda_bucket_is_the_references_bits_without_a_host_sync():
+    """On a GPU: channels_last bucket views, dense and framed layers, state carried over two
+    steps; the second step's encode, decode and write run under torch's sync debug mode set to
+    "error" (any synchronising call raises), then the one flag is read."""
+    shapes = [(8, 4, 3, 3), (8,), (16, 8, 3, 3), (16,), (10, 16 * 9), (10,)]
+    layers = [LayerInfo(i, f"l{i}", s) for i, s in enumerate(shapes)]
+    n = 2
+    comp = build_compressor("coarse", layers, n, k=0.5, dense_below=12)
+    comp.host_fast = False
+    host_ws = [comp.new_worker_state() for _ in range(n)]
+    dev_ws = [comp.new_worker_state() for _ in range(n)]
+    flats = [torch.zeros(sum(int(np.prod(s)) for s in shapes), device="cuda") for _ in range(n)]
+    bufs = [(flat, _views_on(flat, shapes)) for flat in flats]
+    g = torch.Generator().manual_seed(5)
+    for step in range(2):
+        grads = [[torch.randn(s, generator=g) * 0.5 for s in shapes] for _ in range(n)]
+        want = decode_group(comp, layers, [encode_group(comp, layers, grads[r], host_ws[r])[0]
+                                           for r in range(n)])
+        for r, (_, views) in enumerate(bufs):
+            for v, gr in zip(views, grads[r]):
+                v.copy_(gr)
+        width = comp.message_bound(layers, dev_ws[0]) + 1
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error" if step else "default")
+        try:
+            sends = [encode_bucket(comp, layers, bufs[r][1], dev_ws[r], width) for r in range(n)]
+            gathered = torch.stack([s.slot for s in sends])
+            bads = [decode_bucket(sends[r], gathered) for r in range(n)]
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        assert not any(bool(b) for b in bads)
+        for r, (_, views) in enumerate(bufs):
+            for v, a in zip(views, want):
+                assert torch.equal(v.cpu().contiguous().view(torch.int32), a.view(torch.int32))
+
+
+def _views_on(flat, shapes):
+    out, at = [], 0
+    for s in shapes:
+        n = int(np.prod(s))
+        v = flat[at:at + n]
+        if len(s) == 4:
+            n_, c, h, w = s
+            v = v.view(n_, h, w, c).permute(0, 3, 1, 2)
+        else:
+            v = v.view(s)
+        out.append(v)
+        at += n
+    return out
