@@ -199,6 +199,18 @@ def planted(golden_quick, tmp_path_factory):
     return out
 
 
+@pytest.mark.parametrize("bench", sorted(plain_bench.BENCHES))
+def test_plain_bench_lint_clean(bench):
+    """Each bench with its DUT: verilator --lint-only -Wall --timing, no message."""
+    if simulator_available("verilator"):
+        pytest.skip("verilator unavailable")
+    cmd = ["verilator", "--lint-only", "-Wall", "--timing", f"-I{plain_bench.BENCH_DIR}",
+           "--top-module", bench, *map(str, plain_bench.sources(bench))]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    messages = [s for s in (proc.stdout + proc.stderr).splitlines() if s.startswith("%")]
+    assert proc.returncode == 0 and not messages, "\n".join(messages)
+
+
 @pytest.mark.sim
 @pytest.mark.parametrize("sim", ["icarus", "verilator"])
 @pytest.mark.parametrize("bench", sorted(plain_bench.BENCHES))

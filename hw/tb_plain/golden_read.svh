@@ -13,11 +13,14 @@ reg [8*160-1:0] case_name_r;     // $fscanf's %s target (Icarus 11 reads no stri
 reg [8*16-1:0]  case_kind_r;
 string        case_name;
 string        case_kind;
+// every value params.txt gives; a bench uses those it needs
+/* verilator lint_off UNUSEDSIGNAL */
 longint gp_n, gp_layer_id, gp_range_bits, gp_m, gp_k_shift, gp_lmax_log2, gp_block_size,
         gp_n_blocks, gp_k_eff, gp_norm, gp_sat_quant, gp_sat_feedback, gp_nan_count,
         gp_frame_words, gp_momentum, gp_stage_quantiser, gp_stage_top, gp_words_grad_bits,
         gp_words_residual_in, gp_words_quantised, gp_words_quant_sat, gp_words_quant_nan,
         gp_words_residual_out, gp_words_frame;
+/* verilator lint_on UNUSEDSIGNAL */
 
 task open_golden;
     if (!$value$plusargs("GOLDEN=%s", golden_dir)) begin

@@ -21,8 +21,12 @@ module tb_compress_top_golden #(
 );
     `include "golden_read.svh"
 
-    logic clk = 1'b0;
-    logic rst = 1'b1;
+    logic clk;
+    logic rst;
+    initial begin
+        clk = 1'b0;
+        rst = 1'b1;
+    end
     always #5 clk = ~clk;
 
     logic               cfg_valid, cfg_ready;
@@ -162,6 +166,7 @@ module tb_compress_top_golden #(
             repeat (20) @(negedge clk);      // nothing more may come out
             running = 1'b0;
             if (dones != 1) fail($sformatf("done pulsed %0d times", dones));
+            if (busy !== 1'b0) fail("busy after done");
             if (fgot != frame_words)
                 fail($sformatf("%0d frame words, expected %0d", fgot, frame_words));
             if (rgot != n) fail($sformatf("%0d residual words, expected %0d", rgot, n));

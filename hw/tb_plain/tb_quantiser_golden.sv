@@ -17,8 +17,12 @@ module tb_quantiser_golden #(
 );
     `include "golden_read.svh"
 
-    logic clk = 1'b0;
-    logic rst = 1'b1;
+    logic clk;
+    logic rst;
+    initial begin
+        clk = 1'b0;
+        rst = 1'b1;
+    end
     always #5 clk = ~clk;
 
     logic        [31:0] cfg_m;
@@ -76,6 +80,7 @@ module tb_quantiser_golden #(
                     fail($sformatf("nan flag word %0d: expected %0d, actual %0d", got,
                                    want_nan[got], m_tuser[1]));
                 if (m_tlast !== (got == n - 1)) fail($sformatf("tlast at word %0d", got));
+                if (m_tuser[2] !== 1'b0) fail($sformatf("s_tuser not carried at word %0d", got));
             end
             sat_seen <= sat_seen + int'(m_tuser[0]);
             nan_seen <= nan_seen + int'(m_tuser[1]);
