@@ -12,6 +12,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..errors import ConfigError
+from ..params import check_values
+
 
 def as_float32(value: float, what: str) -> float:
     v = np.float32(value)
@@ -24,12 +27,11 @@ class GlobalMomentumSGD(torch.optim.Optimizer):
     """SGD with global momentum on the decoded average (spec §5); state 'momentum_buffer'."""
 
     def __init__(self, params, lr: float, momentum: float = 0.9):
-        lr = as_float32(lr, "lr")
+        check_values({"lr": lr, "momentum": momentum})   # shim/params.py: ConfigError by name
+        lr = as_float32(lr, "lr")                        # spec §5 computes in float32
         momentum = as_float32(momentum, "momentum")
-        if lr <= 0:
-            raise ValueError(f"lr must be > 0, got {lr}")
-        if not (0.0 <= momentum < 1.0):
-            raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+        if momentum >= 1.0:                              # 0.99999999 rounds up to 1.0
+            raise ConfigError(f"momentum must be in [0, 1) as a float32, got {momentum!r}")
         super().__init__(params, {"lr": lr, "momentum": momentum})
 
     @torch.no_grad()

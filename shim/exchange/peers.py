@@ -47,7 +47,7 @@ import torch.nn.functional as F
 
 from ..compress.compressors import Compressor, LayerInfo, StepStats
 from .device import sync_device
-from ..errors import TrainingError
+from ..errors import ConfigError, TrainingError
 from .modes import DdpExchange, StepOutcome
 from ..setup.problem import worker_batch
 from .workers import StepTimes
@@ -66,7 +66,7 @@ class PeerCompressor(Compressor):
 
     def __init__(self, name: str, layers: Sequence[LayerInfo], n_workers: int, rank: int = 1):
         if name not in PEERS:
-            raise ValueError(f"unknown peer {name!r}; choose one of {', '.join(PEERS)}")
+            raise ConfigError(f"unknown peer {name!r}; choose one of {', '.join(PEERS)}")
         super().__init__(layers, n_workers)
         self.name = name
         self.rank = int(rank)
