@@ -34,7 +34,6 @@ import os
 import sys
 import time
 import traceback
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -447,8 +446,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["selfcheck"]:            # every option is the self-check's own
         from gradblock.shim.exchange import ddp_check
         rc = ddp_check.main(argv[1:])
-        print(f"RESULT {'pass' if rc == 0 else 'FAIL'} the shim's ddp self-check "
-              f"(rank {os.environ.get('RANK', '?')}: exit {rc})", flush=True)
+        if rc or os.environ.get("RANK") == "0":      # one line for the row, each failure's own
+            print(f"RESULT {'pass' if rc == 0 else 'FAIL'} the shim's ddp self-check"
+                  + ("" if rc == 0 else f" (rank {os.environ.get('RANK')}: exit {rc})"), flush=True)
         return rc
     a = p.parse_args(argv)
     if a.cmd == "codec":
