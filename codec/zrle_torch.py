@@ -25,6 +25,7 @@ from .crc32_torch import crc32_segments, crc32_words
 from .zrle_torch_decode import decode_frame_on_device
 
 __all__ = ["encode_frame", "encode_frames", "decode_frame", "decode_message", "DecodedFrame",
+           "check_args",
            "frame_to_numpy", "tokens", "split_runs", "u32_to_i32"]
 
 _MASK32 = 0xFFFFFFFF
@@ -214,7 +215,7 @@ class DecodedFrame:
 _NO_WORDS = np.zeros(0, dtype=np.uint32)
 
 
-def _check_args(words, expected_n, start):
+def check_args(words, expected_n, start):
     """The reference's argument checks (DecodeArgumentError), for a 1-D int32 tensor of words
     or a host uint32 array."""
     if isinstance(words, torch.Tensor):
@@ -243,7 +244,7 @@ def decode_frame(words: torch.Tensor | np.ndarray, expected_n: int | None = None
     decodes where the tensor lives (codec/zrle_torch_decode.py); "host" runs the reference
     decoder on the host words (zero copy for CPU tensors); "auto" is "device" for tensors off
     the CPU and "host" otherwise. The values land on `device` (default: the input's)."""
-    words, expected_n, start = _check_args(words, expected_n, start)
+    words, expected_n, start = check_args(words, expected_n, start)
     if _use_device_walk(words, method):
         hdr, values, T, used = decode_frame_on_device(words, expected_n, start)
         if device is not None:
@@ -262,7 +263,7 @@ def decode_message(words: torch.Tensor | np.ndarray, expected_sizes: list[int] |
                    method: str = "auto") -> list[DecodedFrame]:
     """Decode concatenated frames (one per layer, in parameter order), checking the frame count
     against `expected_sizes` as codec.zrle.decode_message does (the same walk and errors)."""
-    words, _, _ = _check_args(words, None, 0)
+    words, _, _ = check_args(words, None, 0)
     total = words.numel() if isinstance(words, torch.Tensor) else words.size
     return zrle.walk_message(total, lambda exp, at: decode_frame(words, exp, at, device=device,
                                                                  method=method), expected_sizes)

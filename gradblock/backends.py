@@ -177,7 +177,9 @@ class NumpyFamilyBackend:
 class TorchBackend:
     """Tensors on one device (CPU unless told); frames are int32 tensors (uint32 bit patterns).
     `decode`: "auto" (validate on the device off the CPU, with the reference on CPU tensors),
-    "device" or "host" (codec.zrle_torch.decode_frame)."""
+    "device" or "host" (codec.zrle_torch.decode_frame), or "bucket": the DDP hook's batched
+    walk (torchstep.bucket.decode_frame_walk, no host sync besides its flag), so the
+    conformance suite runs what the hook runs on a GPU."""
 
     name = "torch"
 
@@ -218,12 +220,34 @@ class TorchBackend:
         return self._codec.encode_frame(payload, layer_id, R, lmax_log2)
 
     def decode_frame(self, words, expected_n=None, start=0) -> DecodedFrame:
+        if self.decode == "bucket":
+            words, expected_n, start = self._codec.check_args(words, expected_n, start)
+            f = self._walk(self._words(words), expected_n, start)
+            return _decoded(f, f.values)
         f = self._codec.decode_frame(words, expected_n, start, method=self.decode)
         return _decoded(f, f.values)
 
     def decode_message(self, words, expected_sizes=None) -> list[DecodedFrame]:
+        if self.decode == "bucket":
+            from gradblock.codec.zrle import walk_message
+            words, _, _ = self._codec.check_args(words, None, 0)
+            w = self._words(words)
+            return [_decoded(f, f.values) for f in walk_message(
+                w.numel(), lambda exp, at: self._walk(w, exp, at), expected_sizes)]
         return [_decoded(f, f.values) for f in
                 self._codec.decode_message(words, expected_sizes, method=self.decode)]
+
+    def _words(self, words):
+        if isinstance(words, np.ndarray):
+            return self._torch.from_numpy(np.ascontiguousarray(words).view(np.int32)).to(
+                self.device)
+        return words
+
+    def _walk(self, words, expected_n, start):
+        from gradblock.torchstep.bucket import decode_frame_walk
+        head, values, tokens, used = decode_frame_walk(words, expected_n, start)
+        return self._codec.DecodedFrame(head.layer_id, head.range_bits, head.lmax_log2, values,
+                                        tokens, used)
 
     def __repr__(self) -> str:
         return f"<gradblock backend torch on {self.device}, decode {self.decode}>"

@@ -28,6 +28,8 @@ def _backend_params():
             reason is not None, reason=reason or "")))
     params.append(pytest.param("torch-device", id="torch-device", marks=pytest.mark.skipif(
         UNAVAILABLE["torch"] is not None, reason=UNAVAILABLE["torch"] or "")))
+    params.append(pytest.param("torch-bucket", id="torch-bucket", marks=pytest.mark.skipif(
+        UNAVAILABLE["torch"] is not None, reason=UNAVAILABLE["torch"] or "")))
     cuda_reason = UNAVAILABLE["torch"]
     if cuda_reason is None:
         import torch
@@ -44,6 +46,8 @@ def backend(request):
         return get_backend("torch", device="cuda")
     if request.param == "torch-device":      # the on-device frame decoder, run on the CPU
         return get_backend("torch", decode="device")
+    if request.param == "torch-bucket":      # the DDP hook's batched walk (issue 29), on the CPU
+        return get_backend("torch", decode="bucket")
     return get_backend(request.param)
 
 

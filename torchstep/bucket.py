@@ -42,7 +42,8 @@ from gradblock.codec import zrle
 from gradblock.codec.crc32_torch import crc32_spans
 from gradblock.refmodel.quantiser import QMAX, QuantConfig
 
-__all__ = ["BucketLayout", "bucket_layout", "decode_slots", "slot_messages", "encode_slot",
+__all__ = ["BucketLayout", "bucket_layout", "decode_slots", "decode_frame_walk", "slot_messages",
+           "encode_slot",
            "NONFINITE_WORD", "SKIP_WORD"]
 
 # the length word of a slot whose sender had a NaN gradient: every rank still enters the
@@ -142,13 +143,16 @@ def _signed(u: torch.Tensor) -> torch.Tensor:
     return u - ((u >> 31) << 32)
 
 
-def decode_slots(layout: BucketLayout, slots: torch.Tensor, sums: bool = False
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+def decode_slots(layout: BucketLayout, slots: torch.Tensor, sums: bool = False,
+                 open_end: bool = False):
     """The bucket's averaged gradient, flat float32 in bucket (layer) order, and `bad`, a
     0-d bool tensor: True when some row is not exactly what the reference accepts (or could
     not be shown to be; see the module doc) -- the flat result then means nothing. No host
     sync; ops in a number set by log2(width). With `sums`: the framed layers' exact int64
-    sums over the rows (in frame order) instead of the averages."""
+    sums over the rows (in frame order) instead of the averages. With `open_end` (frames only,
+    with `sums`): a row's frames may be followed by anything (decode_frame's view of a frame
+    at the start of a longer buffer); returns (sums, bad, each frame's trailer position in
+    its row, (world, F))."""
     if slots.dim() != 2 or slots.dtype != torch.int32:
         raise TypeError(f"slots must be a (world, width) int32 tensor, got {slots.dim()}-D "
                         f"{slots.dtype}")
@@ -192,8 +196,9 @@ def decode_slots(layout: BucketLayout, slots: torch.Tensor, sums: bool = False
         a = pos - gaps_t[fc]
         a = torch.where(hdr & (f_at >= 1) & (a >= 0), a, torch.full_like(a, dummy))
         jm.scatter_(1, a, pos.expand(world, NP))
-        a_end = E - gaps_t[F]
-        jm.scatter_(1, torch.where(a_end >= 0, a_end, torch.full_like(a_end, dummy)), E)
+        if not open_end:
+            a_end = E - gaps_t[F]
+            jm.scatter_(1, torch.where(a_end >= 0, a_end, torch.full_like(a_end, dummy)), E)
 
         def after_trailer(q):                        # q: a trailer's first word
             at = (q + 2).clamp(max=dummy)
@@ -241,6 +246,10 @@ def decode_slots(layout: BucketLayout, slots: torch.Tensor, sums: bool = False
         remaining = n_f - produced
         final_t = is_t & (produced + z + L == n_f)
         ends = final_t | (is_h & (n_f == 0))
+        keep = valid
+        if open_end:                                 # nodes past the last frame: not ours
+            e64 = (ends & valid).to(i64)
+            keep = valid & ((torch.cumsum(e64, 1) - e64) < F)
         first = node == 0
         prev_ends = torch.cat([torch.ones(world, 1, dtype=torch.bool, device=dev),
                                ends[:, :-1]], dim=1)
@@ -264,14 +273,18 @@ def decode_slots(layout: BucketLayout, slots: torch.Tensor, sums: bool = False
         hdr_bad = is_h & (~in_range | (f_h != fidx) | ((n_f > 0) & (nxt_pos != P + 5)))
         seq_bad = valid & ((is_h != prev_ends) | (first & ~is_h))
         last = fidx == F - 1
-        end_bad = ends & ((q + 2 > E) | (u.gather(1, qc) != node - h_of)
-                          | (nxt_pos != q + 2 + gap_after) | (last & (q + 2 + gap_after != E)))
+        after = nxt_pos != q + 2 + gap_after
+        if open_end:
+            after = after & ~last                    # what follows the last frame is not read
+        else:
+            after = after | (last & (q + 2 + gap_after != E))
+        end_bad = ends & ((q + 2 > E) | (u.gather(1, qc) != node - h_of) | after)
         cont_bad = final_t.logical_not() & is_t & (nxt_pos != q)
-        n_ends = (ends & valid).sum(1)
-        bad = bad | (tok_bad | hdr_bad | seq_bad | end_bad | cont_bad).any() \
-            | (is_h.sum(1) != F).any() | (n_ends != F).any() | valid[:, -1].any()
+        n_ends = (ends & keep).sum(1)
+        bad = bad | ((tok_bad | hdr_bad | seq_bad | end_bad | cont_bad) & keep).any() \
+            | ((is_h & keep).sum(1) != F).any() | (n_ends != F).any() | keep[:, -1].any()
         # CRC of every frame of every row in one pass: [header, t0]
-        slot_e = torch.where(ends & valid & in_range, fidx, torch.full_like(fidx, F))
+        slot_e = torch.where(ends & keep & in_range, fidx, torch.full_like(fidx, F))
         qpos = torch.zeros(world, F + 1, dtype=i64, device=dev).scatter_(1, slot_e, q)
         crc = crc32_spans(u[:, :NP], hpos[:, :F], qpos[:, :F] + 1)
         t1 = u.gather(1, (qpos[:, :F] + 1).clamp(max=NP + _PAD - 1))
@@ -280,7 +293,7 @@ def decode_slots(layout: BucketLayout, slots: torch.Tensor, sums: bool = False
             gap_start[:, 1:] = qpos[:, :F] + 2
         # literals: the token covering each word position (ids rise along a row: cummax)
         mark = torch.full((world, NP + _PAD + 1), -1, dtype=i64, device=dev)
-        lit_tok = is_t & (L > 0)
+        lit_tok = is_t & (L > 0) & keep
         mark.scatter_(1, torch.where(lit_tok, (P + 2).clamp(max=dummy), torch.full_like(P, dummy)),
                       torch.where(lit_tok, node, torch.full_like(node, -1)))
         tk = torch.cummax(mark[:, :NP], 1).values
@@ -300,7 +313,7 @@ def decode_slots(layout: BucketLayout, slots: torch.Tensor, sums: bool = False
         bad = bad | (at >= E).any() | ((dense_bits & 0x7F800000) == 0x7F800000).any()
 
     if sums:
-        return acc, bad
+        return (acc, bad, qpos[:, :F]) if open_end and F else (acc, bad)
     n = layout.n_workers
     out = torch.empty(layout.total, dtype=torch.float32, device=dev)
     if F:
@@ -407,3 +420,28 @@ def encode_slot(layout: BucketLayout, plan, payload: torch.Tensor, dense_words: 
         nonfinite, torch.full_like(total, flag_word), total)
     out[:1] = length.to(torch.int32)
     return out[:width], frame_len
+
+
+def decode_frame_walk(words: torch.Tensor, expected_n: int | None = None, start: int = 0):
+    """decode_frame through this module's walk (the code the DDP hook runs), for the
+    conformance suite: the header is read on the host first (the reference's header checks;
+    its n, id and range are the walk's layout), the frame at words[start:] validated and
+    decoded on the words' device with open_end; on `bad`, the reference decoder over a host
+    copy raises its error (or decodes a frame the walk could not prove). -> (header, values
+    int32 tensor, tokens, words used)."""
+    host = words.detach().cpu().numpy().view(np.uint32)
+    head = zrle.read_header(host, expected_n, start)
+    cfg = type("Range", (), {"range_bits": head.range_bits,
+                             "range": float(np.uint32(head.range_bits).view(np.float32))})()
+    layout = bucket_layout([True], [head.n], [head.layer_id], cfg, 1)
+    avail = max(0, words.numel() - start)
+    row = torch.zeros(1, avail + 1, dtype=torch.int32, device=words.device)
+    row[0, 0] = avail
+    row[0, 1:] = words[start:]
+    acc, bad, qpos = decode_slots(layout, row, sums=True, open_end=True)
+    if bool(bad):
+        f = zrle.decode_frame(host, expected_n, start)
+        return head, torch.from_numpy(f.values).to(words.device), f.n_tokens, f.n_words
+    q = int(qpos[0, 0])                               # the trailer's t0, in the row
+    tokens = int(row[0, q]) & _MASK32
+    return head, acc.to(torch.int32), tokens, q + 2 - 1
