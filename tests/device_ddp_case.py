@@ -192,3 +192,62 @@ def main(out: str) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1]))
+
+
+def combined_future_case() -> None:
+    """The allreduce exchange with --dense-below issues two collectives per bucket; the
+    callback that averages them must wait on EACH collective's own future (on CUDA that wait
+    is what puts the callback's stream behind NCCL's), not only on a combined one. Run in a
+    one-rank gloo group with the collectives' futures wrapped to log their wait() calls."""
+    from own_process import one_rank_gloo_group
+
+    waited: list = []
+
+    class Watched(torch.futures.Future):
+        def __init__(self, inner):
+            super().__init__()
+            inner.then(lambda f: self.set_result(f.value()))
+
+        def wait(self):
+            waited.append(id(self))
+            return super().wait()
+
+    issued: list = []
+
+    class Work:
+        def __init__(self, work):
+            self.work = work
+
+        def get_future(self):
+            fut = Watched(self.work.get_future())
+            issued.append(id(fut))
+            return fut
+
+        def wait(self):
+            return self.work.wait()
+
+    real_reduce, real_gather = dist.all_reduce, dist.all_gather
+
+    def all_reduce(*a, async_op=False, **kw):
+        w = real_reduce(*a, async_op=async_op, **kw)
+        return Work(w) if async_op else w
+
+    def all_gather(*a, async_op=False, **kw):
+        w = real_gather(*a, async_op=async_op, **kw)
+        return Work(w) if async_op else w
+
+    with one_rank_gloo_group():
+        dist.all_reduce, dist.all_gather = all_reduce, all_gather
+        try:
+            model = make(False)
+            ddp = torch.nn.parallel.DistributedDataParallel(model)
+            comp = build_compressor("coarse", layers_of(model), 1, k=1, dense_below=12,
+                                    exchange="allreduce")
+            hook = register(ddp, comp)
+            x = torch.randn(4, 1, 8, 8)
+            hook.backward(F.cross_entropy(ddp(x), torch.tensor([1, 2, 3, 4])))
+        finally:
+            dist.all_reduce, dist.all_gather = real_reduce, real_gather
+    assert len(issued) >= 2, f"expected both collectives' futures, got {len(issued)}"
+    missing = [f for f in issued if f not in waited]
+    assert not missing, f"{len(missing)} of {len(issued)} collective futures never waited on"

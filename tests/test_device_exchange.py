@@ -78,3 +78,8 @@ def test_gradscaler_overflow_on_one_rank_skips_the_step_as_without_the_hook(repo
         assert plain["unchanged"], (r, plain)            # torch's own DDP skips the step
         for codec in ("host", "device"):
             assert rep["amp"][codec] == plain, (r, codec, rep["amp"])
+
+
+def test_allreduce_exchange_waits_on_every_collectives_future():
+    from own_process import run_in_own_process
+    run_in_own_process("device_ddp_case", "combined_future_case", timeout=300)
