@@ -70,13 +70,18 @@ def optimiser(model, kw):
                              momentum=0.0 if kw.get("local_momentum") else 0.9)
 
 
-def run_ddp(channels_last, kw, rank, world, data, *, codec=None, check=None, exchange="allgather"):
+def run_ddp(channels_last, kw, rank, world, data, *, codec=None, check=None, exchange="allgather",
+            groups=None):
     model = make(channels_last)
     ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.001)
     comp = build_compressor("coarse", layers_of(model), world, exchange=exchange, **kw)
     if codec is not None:
         comp.codec = codec
-    hook = register(ddp, comp)
+    if groups is not None:
+        from gradblock.shim.systems.merge_hook import register_merged
+        hook = register_merged(ddp, comp, groups)
+    else:
+        hook = register(ddp, comp)
     if check is not None:
         hook.check = check
     opt = optimiser(model, kw)
@@ -89,10 +94,11 @@ def run_ddp(channels_last, kw, rank, world, data, *, codec=None, check=None, exc
     return snapshot(model)
 
 
-def run_simulation(channels_last, kw, world, data, exchange="allgather"):
+def run_simulation(channels_last, kw, world, data, exchange="allgather", groups=None):
     model = make(channels_last)
     comp = build_compressor("coarse", layers_of(model), world, exchange=exchange, **kw)
-    cluster = SimulatedCluster(model, comp, layers_of(model), F.cross_entropy, "cpu")
+    cluster = SimulatedCluster(model, comp, layers_of(model), F.cross_entropy, "cpu",
+                               groups=groups)
     opt = optimiser(model, kw)
     for step in data:
         cluster.step(step, opt)
@@ -169,7 +175,12 @@ def main(out: str) -> int:
             for check in ("bucket", "step"):
                 got = run_ddp(cl, kw, rank, world, data, codec="device", check=check)
                 report["device"][f"{name}/{check}"] = compare(rank, got, sim)
+        groups = [[0, 1], [2, 3, 4, 5]]      # groups spanning DDP's one-layer buckets
         kw = dict(k=1, dense_below=12)
+        sim = run_simulation(True, kw, world, data, groups=groups)
+        for check in ("bucket", "step"):
+            got = run_ddp(True, kw, rank, world, data, codec="device", check=check, groups=groups)
+            report["device"][f"merged_channels_last/{check}"] = compare(rank, got, sim)
         got = run_ddp(True, kw, rank, world, data, exchange="allreduce")
         report["allreduce_channels_last"] = compare(
             rank, got, run_simulation(True, kw, world, data, exchange="allreduce"))

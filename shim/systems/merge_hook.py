@@ -12,8 +12,8 @@ for the whole group) and exchanged (`GradblockHookState.send`: one all_gather of
 slots, or for dlgs between threshold steps a size gather first), in plan order, from the hook itself so the
 collectives reach every rank in the same order. The decode (`decode_group`, chained with
 `fut.then`) writes each layer's averaged gradient into its gradient view of its bucket
-(`bucket.gradients()`: the parameter's strides; on CUDA the copies are waited for before a
-bucket completes, whichever callback wrote them); a bucket's
+(`bucket.gradients()`: the parameter's strides) through the one write every hook uses
+(`received.finish`: the host or the device codec, shim/exchange/device_codec.py); a bucket's
 Future is completed with that buffer once every group touching it is decoded. A bucket that
 spans two groups therefore completes when both have; a group spanning two buckets waits for
 the second. Small buckets (`bucket_cap_mb`) let groups start during backward; with one big
