@@ -322,9 +322,10 @@ def annotate(points: dict[Point, int], out_dir: Path) -> list[Path]:
 
 
 def _write(path: Path, text: str) -> None:
-    from gradblock.codec.fileio import write_text       # atomic, refuses what it must
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, text)
+    # atomic and recorded in the directory's ledger: a rerun replaces the report it wrote,
+    # never a user's file of the same name (ForeignFileError)
+    from gradblock.codec.fileio import write_own_text
+    write_own_text(path, text)
 
 
 def write_report(dat_files, out_dir: str | os.PathLike, bins: dict[str, bool] | None = None,
@@ -332,7 +333,10 @@ def write_report(dat_files, out_dir: str | os.PathLike, bins: dict[str, bool] | 
     """Merge `dat_files` (or take `points`, already merged) and write coverage.json,
     coverage.info and annotated/ under `out_dir`. `bins` are the functional bins
     (name -> hit), from sim.functional_bins. Returns the JSON."""
+    from gradblock.codec.fileio import check_replaceable
     out = Path(out_dir)
+    for name in ("coverage.json", "coverage.info"):      # refused before anything is written
+        check_replaceable(out / name)
     out.mkdir(parents=True, exist_ok=True)
     points = merge(dat_files) if points is None else points
     bins = dict(bins or {})

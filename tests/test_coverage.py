@@ -13,6 +13,7 @@ import re
 
 import pytest
 
+from gradblock.codec.fileio import ForeignFileError
 from gradblock.sim import coverage, functional_bins
 from gradblock.sim.duts import DUTS
 from gradblock.sim.harness import HW_DIR, simulator_available
@@ -69,6 +70,15 @@ def test_waivers_cover_only_their_points(tmp_path):
     report = coverage.write_report([dat], tmp_path / "out", {"a": True, "b": False})
     assert "waivers_unused" in report and report["bins_missed"] == ["b"]
     assert "line*" in coverage.format_summary(report)
+    # a rerun replaces the report it wrote; a user's file of the same name is refused, untouched
+    coverage.write_report([dat], tmp_path / "out", {"a": True})
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "coverage.json").write_text("mine\n")
+    with pytest.raises(ForeignFileError):
+        coverage.write_report([dat], theirs, {})
+    assert (theirs / "coverage.json").read_text() == "mine\n"
+    assert sorted(p.name for p in theirs.iterdir()) == ["coverage.json"]     # nothing written
 
 
 def test_every_testbench_bin_has_a_dedicated_test():
