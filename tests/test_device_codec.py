@@ -495,3 +495,29 @@ def _views_on(flat, shapes):
         out.append(v)
         at += n
     return out
+
+
+def test_empty_layers_and_rows_of_different_lengths():
+    """Frames of 0 elements (header then trailer, no token) between dense packets of 0 or
+    more words, rows of different lengths: the walk jumps over an empty frame per row."""
+    cfg = _cfg()
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        sizes = [int(rng.choice([0, 3, 7])) for _ in range(4)]
+        framed = [bool(rng.random() < 0.8) for _ in sizes]
+        msgs, sums = [], [np.zeros(n, np.int64) for n in sizes]
+        for _ in range(2):
+            parts = []
+            for j, (n, f) in enumerate(zip(sizes, framed)):
+                if f:
+                    p = rng.integers(-2, 3, size=n).astype(np.int32)
+                    sums[j] += p
+                    parts.append(zrle.encode_frame(p, j, 10.0, 8))
+                else:
+                    parts.append(rng.standard_normal(n).astype(np.float32).view(np.uint32))
+            msgs.append(np.concatenate(parts))
+        layout = bucket_layout(framed, sizes, range(4), cfg, 2)
+        acc, bad = decode_slots(layout, _slots(msgs), sums=True)
+        assert not bool(bad), (sizes, framed)
+        want = [s for s, f in zip(sums, framed) if f]
+        assert np.array_equal(acc.numpy(), np.concatenate(want) if want else np.zeros(0))

@@ -208,7 +208,7 @@ def decode_slots(layout: BucketLayout, slots: torch.Tensor, sums: bool = False,
         q_tok = (pos + 2 + L_at).clamp(max=NP + _PAD - 3)
         j_tok = after_trailer(q_tok)
         tok_next = torch.where(j_tok >= 0, j_tok, q_tok)
-        j_hdr = after_trailer(pos + 5)
+        j_hdr = after_trailer(pos.expand(world, NP) + 5)     # (gather takes the index's rows)
         hdr_next = torch.where(n_at > 0, pos + 5, torch.where(j_hdr >= 0, j_hdr, pos + 5))
         nxt = torch.where(hdr, hdr_next, tok_next)
         nxt = torch.where(pos >= E, E.expand(world, NP), torch.minimum(nxt, E))
