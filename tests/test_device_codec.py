@@ -521,3 +521,15 @@ def test_empty_layers_and_rows_of_different_lengths():
         assert not bool(bad), (sizes, framed)
         want = [s for s, f in zip(sums, framed) if f]
         assert np.array_equal(acc.numpy(), np.concatenate(want) if want else np.zeros(0))
+
+
+def test_allreduce_exchange_takes_half_gradients_as_their_float32_values():
+    from gradblock.shim.exchange.global_step import prepare_group
+    layers = [LayerInfo(0, "a", (8, 8)), LayerInfo(1, "b", (8,))]
+    comp = build_compressor("coarse", layers, 2, k=1, exchange="allreduce", dense_below=10)
+    g = torch.Generator().manual_seed(2)
+    half = [torch.randn(8, 8, generator=g).bfloat16(), torch.randn(8, generator=g).half()]
+    a = prepare_group(comp, layers, half, comp.new_worker_state())
+    b = prepare_group(comp, layers, [x.float() for x in half], comp.new_worker_state())
+    assert torch.equal(a.prep.vector, b.prep.vector)
+    assert torch.equal(a.dense_message, b.dense_message)

@@ -20,7 +20,7 @@ from gradblock.refmodel.quantiser import NonFiniteError
 from gradblock.torchstep import global_select as gs
 
 from ..compress.compressors import (Compressor, LayerInfo, StepStats, WorkerState, decode_group,
-                          encode_group)
+                          encode_group, widen)
 from ..params import EXCHANGES  # noqa: F401  (the one list, re-exported)
 
 __all__ = ["EXCHANGES", "exchange_of", "is_global", "GroupPrep", "prepare_group", "finish_group",
@@ -86,7 +86,7 @@ def prepare_group(compressor: Compressor, layers: Sequence[LayerInfo],
     plan = prep = None
     if coarse:
         sub = [layers[j] for j in coarse]
-        g = [grads[j].detach() for j in coarse]
+        g = [widen(grads[j].detach()) for j in coarse]     # bf16 / fp16: exact float32
         plan = _plan(compressor, sub, g[0].device,
                      compressor._ks(sub, compressor.compressed_step(sub[0], ws)))
         state = [ws.layers.get(lay.index, {}) for lay in sub]
