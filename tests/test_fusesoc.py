@@ -1,9 +1,11 @@
-"""FuseSoC CAPI2 cores (hw/<name>.core, written by sim/cores.py): one per module or package, beside
-its one file, `depend:` on the cores of what it instantiates and uses (hw/deps.py), a
-`parameters:` section with every HDL parameter, and lint / sim (cocotb) / synth targets; and a
-system core, written here in a temporary directory the way a user would, that depends on both
-engines and builds with Verilator lint (and, slow, yosys) with no warning. FuseSoC runs are
-skipped with a reason when fusesoc or the tool is not installed."""
+"""FuseSoC CAPI2 cores (hw/<name>.core and hw/csr/<name>.core, written by sim/cores.py): one per
+module or package, beside its one file, `depend:` on the cores of what it instantiates and uses
+(hw/deps.py), a `parameters:` section with every HDL parameter, and lint / sim (cocotb) / synth
+targets; the register blocks' generated files also depend on the core of their Verilator
+waivers (hw/csr/regblock.vlt); and a system core, written here in a temporary directory the way
+a user would, that depends on both engines and both register-block tops and builds with
+Verilator lint (and, slow, yosys) with no warning. FuseSoC runs are skipped with a reason when
+fusesoc or the tool is not installed."""
 from __future__ import annotations
 
 import os
@@ -15,7 +17,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from gradblock.hw import deps, slang_lint
+from gradblock.hw import deps
+from gradblock.hw.csr import generate as csr
 from gradblock.sim import cores
 from gradblock.sim.duts import DUTS
 from gradblock.sim.harness import setup_verilator
@@ -24,16 +27,44 @@ yaml = pytest.importorskip("yaml", reason="PyYAML (a FuseSoC dependency) not ins
 
 
 def test_every_module_and_package_has_a_core():
+    """Every hw/*.sv and hw/csr/*.sv has its core beside it, and the waiver file one too."""
     have = {p.stem for p in cores.CORES_DIR.glob("*.core")}
     assert have == set(deps.available()), "run `python -m gradblock.sim.cores`"
+    have_csr = {p.stem for p in cores.CSR_DIR.glob("*.core")}
+    want_csr = {n for m, (top, _) in csr.MAPS.items() for n in (m, f"{m}_pkg", top)}
+    assert want_csr == set(deps.available(cores.CSR_DIR))
+    assert have_csr == want_csr | {"regblock"}, "run `python -m gradblock.sim.cores`"
+    assert set(cores.names()) == have | have_csr
     assert not (deps.HW_DIR / "cores").exists(), "the flat cores of hw/cores/ are gone"
     assert (cores.CORES_DIR / cores.ICARUS_CMD).read_text() == cores.ICARUS_CMD_TEXT
 
 
-@pytest.mark.parametrize("name", list(deps.available()))
+def _csr_depends(name: str) -> list[str] | None:
+    """What a register-block file's core must depend on, from hw/csr/generate.py's table (None:
+    not a register-block file)."""
+    for m, (top, engine) in csr.MAPS.items():
+        want = {f"{m}_pkg": ["regblock"], m: [f"{m}_pkg", "regblock"],
+                top: [f"{m}_pkg", m, engine]}
+        if name in want:
+            return want[name]
+    return None
+
+
+def test_waiver_core():
+    """The waivers of the generated blocks: one file of type vlt (edalize gives it to Verilator)."""
+    core = yaml.safe_load(cores.core_path("regblock").read_text())
+    assert cores.core_path("regblock").read_text() == cores.core_text("regblock")
+    assert core["name"] == cores.vlnv("regblock")
+    assert core["filesets"]["vlt"] == {"files": ["regblock.vlt"], "file_type": "vlt"}
+    assert (cores.CSR_DIR / "regblock.vlt").is_file()
+
+
+@pytest.mark.parametrize("name", [n for n in cores.names() if n != "regblock"])
 def test_core_is_current_and_composes(name):
     """The committed core is what sim/cores.py writes; it lists its own file only (no `../`),
-    depends on exactly the cores the resolver says it uses, and declares every parameter."""
+    beside it; depends on exactly the cores the resolver says it uses (a register-block file:
+    what hw/csr/generate.py's table says, the generated ones also the waivers); and declares
+    every parameter."""
     pytest.importorskip("pyslang", reason="pyslang not installed (pip install 'gradblock[sim]')")
     path = cores.core_path(name)
     text = path.read_text()
@@ -42,22 +73,30 @@ def test_core_is_current_and_composes(name):
     core = yaml.safe_load(text)
     assert core["name"] == cores.vlnv(name)
     assert core["filesets"]["rtl"]["files"] == [f"{name}.sv"]
-    modules, packages = deps.direct(name)
-    assert core["filesets"]["rtl"].get("depend", []) == [f"gradblock:ip:{d}"
-                                                          for d in packages + modules]
-    if deps.scan(deps.HW_DIR / f"{name}.sv")[0] == "package":
+    assert (path.parent / f"{name}.sv").is_file()
+    want = _csr_depends(name)
+    if want is None:
+        assert path.parent == deps.HW_DIR
+        modules, packages = deps.direct(name)
+        want = packages + modules
+    else:
+        assert path.parent == cores.CSR_DIR
+    assert core["filesets"]["rtl"].get("depend", []) == [f"gradblock:ip:{d}" for d in want]
+    if deps.scan(path.with_suffix(".sv"))[0] == "package":
         return
     hdl = [p for p, _, _ in cores.parameters(name)]
     assert list(core.get("parameters", {})) == hdl
     targets = core["targets"]
-    bench = next((d.test_module for d in DUTS.values()
-                  if d.toplevel == name and d.sources_fn is None), None)
+    bench = next((d.test_module for d in DUTS.values() if d.toplevel == name), None)
     assert {"lint", "synth"} <= set(targets) and ("sim" in targets) == bool(bench)
     for t in ("lint", "sim", "synth"):
         if t in targets:
             assert targets[t].get("parameters", []) == hdl, t
     if bench:
         assert targets["sim"]["flow_options"]["cocotb_module"] == bench
+        # the register-block tops on Verilator: Icarus 11 refuses the generated block
+        tool = "verilator" if path.parent == cores.CSR_DIR else "icarus"
+        assert targets["sim"]["flow_options"]["tool"] == tool
 
 
 def test_parameters_read_from_the_hdl():
@@ -114,31 +153,60 @@ def test_fusesoc_refuses_an_unknown_parameter(tmp_path):
     assert proc.returncode != 0
 
 
+def _gpi_users() -> dict:
+    """cocotb 2's GPI_USERS, which edalize (older than cocotb 2) does not set."""
+    from cocotb_tools import config
+    import find_libpython
+    return {"GPI_USERS": f"{find_libpython.find_libpython()};{config.pygpi_entry_point()}"}
+
+
+def _results(tmp_path) -> dict[str, bool]:
+    """test name -> passed, from the run's results.xml."""
+    results = next((tmp_path / "build").rglob("results.xml"))
+    cases = ET.parse(results).getroot().iter("testcase")
+    return {c.get("name"): not any(ch.tag in ("failure", "error") for ch in c) for c in cases}
+
+
 def test_fusesoc_sim_runs_the_blocks_cocotb_tests(tmp_path):
     """The sim target runs the block's cocotb testbench on Icarus (crc32_word's makes its own
     cases): every test of the DUT table's list passes (results.xml)."""
     if not shutil.which("iverilog"):
         pytest.skip("iverilog not installed")
-    from cocotb_tools import config
-    import find_libpython
-    gpi = f"{find_libpython.find_libpython()};{config.pygpi_entry_point()}"
-    proc = _fusesoc(tmp_path, "sim", "gradblock:ip:crc32_word", env={"GPI_USERS": gpi})
+    proc = _fusesoc(tmp_path, "sim", "gradblock:ip:crc32_word", env=_gpi_users())
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-3000:]
-    results = next((tmp_path / "build").rglob("results.xml"))
-    cases = ET.parse(results).getroot().iter("testcase")
-    status = {c.get("name"): not any(ch.tag in ("failure", "error") for ch in c) for c in cases}
+    status = _results(tmp_path)
     assert set(status) == set(DUTS["crc32_word"].tests) and all(status.values()), status
 
 
+@pytest.mark.slow
+def test_fusesoc_sim_runs_a_register_block_top_on_verilator(tmp_path, golden_quick):
+    """A register-block top's sim target: edalize's cocotb flow on Verilator builds
+    aggregate_engine_axil from its cores and runs its bench over the quick golden set; every
+    test passes (results.xml), the golden cases among them."""
+    _need_verilator()
+    proc = _fusesoc(tmp_path, "sim", "gradblock:ip:aggregate_engine_axil",
+                    env={**_gpi_users(), "TB_GOLDEN_DIR": str(golden_quick)})
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-3000:]
+    status = _results(tmp_path)
+    assert "golden_cases" in status and all(status.values()), status
+
+
 # ------------------------------------------------------------------ a system core
-def system_core(out, engines=("compress_engine", "aggregate_engine")):
-    """A user's system: a top with one instance of each engine (every port brought out, prefixed
-    by the engine's name, clk and rst shared) and a core that depends on the engines' cores."""
+ENGINES = ("compress_engine", "aggregate_engine")
+TOPS = tuple(top for top, _ in csr.MAPS.values())       # each wraps its engine
+
+
+def system_core(out, instances=TOPS, depend=ENGINES + TOPS):
+    """A user's system: a top with one instance of each of `instances` (every port brought out,
+    prefixed by the instance's module name, clk and rst shared) and a core that depends on the
+    cores of `depend`: both engines and both register-block tops, which instantiate the engines
+    again (FuseSoC must give each file once)."""
     ports, conns, insts = [], [], []
-    for eng in engines:
+    for eng in instances:
         conns = []
-        for name, direction, width in slang_lint.ports(eng):
+        for name, direction, width in cores.ports(eng):
             if name in ("clk", "rst"):
                 conns.append(f".{name}")
                 continue
@@ -150,14 +218,10 @@ def system_core(out, engines=("compress_engine", "aggregate_engine")):
           "    input  wire rst,\n" + ",\n".join(ports) + "\n);\n" + "\n".join(insts)
           + "\nendmodule\n`resetall\n")
     (out / "system_top.sv").write_text(sv)
-    depend = "".join(f"\n      - gradblock:ip:{e}" for e in engines)
-    # the register block (hw/csr/, issue 30 item 3) has no core of its own in the tree yet:
-    # a core there would be one more `depend:` line here
-    csr = sorted((deps.HW_DIR / "csr").glob("*.core"))
-    depend += "".join(f"\n      - {yaml.safe_load(c.read_text())['name']}" for c in csr)
+    depend = "".join(f"\n      - gradblock:ip:{e}" for e in depend)
     (out / "system.core").write_text(f"""CAPI=2:
 name: example:soc:system:0.1.0
-description: "both gradblock engines in one design"
+description: "both gradblock engines behind their register blocks in one design"
 filesets:
   rtl:
     files: [system_top.sv]
@@ -195,21 +259,27 @@ def _system(tmp_path, target):
 
 
 def test_system_core_lints(tmp_path):
-    """Both engines by `depend:` in one system core: Verilator -Wall lint, no warning, each
+    """Both engines and both register-block tops by `depend:` in one system core: Verilator
+    -Wall lint, no warning (the generated blocks' own waived by regblock.vlt, given once), each
     shared module once (duplicates would be Verilator errors)."""
     _need_verilator()
     (tmp_path / "system").mkdir()
     _system(tmp_path, "lint")
     vc = next((tmp_path / "build").rglob("*.vc")).read_text().split()
-    files = [f for f in vc if f.endswith(".sv")]
+    files = [f for f in vc if f.endswith((".sv", ".vlt"))]
     names = [f.rsplit("/", 1)[-1] for f in files]
     assert len(names) == len(set(names)), sorted(names)
-    assert {"compress_engine.sv", "aggregate_engine.sv", "sync_fifo.sv"} <= set(names)
+    generated = {f for m in csr.MAPS for f in (f"{m}.sv", f"{m}_pkg.sv")}
+    assert {"compress_engine.sv", "aggregate_engine.sv", "sync_fifo.sv", "regblock.vlt",
+            *(f"{t}.sv" for t in TOPS), *generated} <= set(names)
+    # Verilator reads the waivers before the files they waive
+    assert names.index("regblock.vlt") < min(names.index(g) for g in generated)
 
 
 @pytest.mark.slow
 def test_system_core_synthesises(tmp_path):
-    """The same system core through yosys synth_ecp5: no warning."""
+    """The same system core (both register-block tops with their engines) through yosys
+    synth_ecp5: no warning."""
     if not shutil.which("yosys"):
         pytest.skip("yosys not installed")
     (tmp_path / "system").mkdir()
