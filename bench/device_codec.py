@@ -220,8 +220,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{b:>6} {c['layers']:>6} {c['elements']:>9} {path:>6} {c['ops']:>6} "
                   f"{c['syncs']:>6}")
     if a.json:
-        from gradblock.codec.fileio import write_text_atomic
-        write_text_atomic(a.json, json.dumps(rows, indent=2) + "\n")
+        from gradblock.codec.fileio import write_text
+        write_text(a.json, json.dumps(rows, indent=2) + "\n")
     return 0
 
 
