@@ -22,6 +22,9 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--report", default=None, help="directory for the per-rank check (tests)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                   help="the parameters' dtype: bf16 / fp16 gradients are widened exactly to "
+                        "float32 by the codec, the average rounded back (docs/spec.md §1.2)")
     a = p.parse_args()
     cuda = torch.cuda.is_available()
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -29,7 +32,9 @@ def main() -> None:
     dist.init_process_group("nccl" if cuda else "gloo")
     torch.manual_seed(0)                       # the same initial weights on every rank
     model = nn.Sequential(nn.Conv2d(1, 8, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                          nn.Linear(8 * 13 * 13, 64), nn.ReLU(), nn.Linear(64, 10)).to(device)
+                          nn.Linear(8 * 13 * 13, 64), nn.ReLU(), nn.Linear(64, 10))
+    dtype = getattr(torch, a.dtype)
+    model = model.to(device=device, dtype=dtype)
     model = DistributedDataParallel(model, device_ids=[local] if cuda else None)
     state = gb.GradblockState()                # the recipe: coarse k=1, L2, R 100, m 0.9  2/5
     model.register_comm_hook(state, gb.gradblock_hook)                 # gradblock 3/5
@@ -37,7 +42,7 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.0)
     g = torch.Generator().manual_seed(dist.get_rank())   # each rank its own batches
     for _ in range(a.steps):
-        x = torch.randn(16, 1, 28, 28, generator=g).to(device)
+        x = torch.randn(16, 1, 28, 28, generator=g).to(device=device, dtype=dtype)
         y = torch.randint(0, 10, (16,), generator=g).to(device)
         opt.zero_grad(set_to_none=True)
         F.cross_entropy(model(x), y).backward()    # or state.backward(loss): peers' errors by name  5/5

@@ -76,15 +76,19 @@ class GradblockState:
     quantiser's R (None: 100 with momentum correction, else 10); norm: l1 | l2 (None: l2, l1
     under exchange allreduce); local_momentum: momentum correction's m (0: off; then use
     momentum in the optimiser); exchange: allgather | allreduce (global block selection);
-    dense_below: layers with fewer elements go as float32; process_group: None = the default
-    group, looked up at the first bucket; timed: per-step compress / exchange seconds in
-    `state.times` (synchronises the device). A bad setting raises its named error here."""
+    dense_below: layers with fewer elements go as float32; nonfinite: raise (a NaN is a named
+    error on every rank) | skip (with torch's GradScaler: an Inf / NaN makes the bucket NaN on
+    every rank so the scaler skips the step, no state moving); codec: auto | device | host
+    (where the codec runs for device tensors); process_group: None = the default group, looked
+    up at the first bucket; timed: per-step compress / exchange seconds in `state.times`
+    (synchronises the device). A bad setting raises its named error here."""
 
     def __init__(self, compressor: str = "coarse", *, k: int | float = 1,
                  block_size: int | None = None, range: float | None = None,
                  norm: str | None = None, local_momentum: float = LOCAL_MOMENTUM,
                  momentum_mask: bool = True, exchange: str = "allgather", dense_below: int = 0,
-                 lmax_log2: int = 8, process_group=None, timed: bool = False):
+                 lmax_log2: int = 8, nonfinite: str = "raise", codec: str = "auto",
+                 process_group=None, timed: bool = False):
         from gradblock.shim.compress.compressors import build_compressor
         self.settings = dict(
             name=compressor, k=k, block_size=block_size,
@@ -98,6 +102,11 @@ class GradblockState:
             raise
         except (TypeError, ValueError) as e:     # an unknown name or exchange
             raise UsageError(f"gradblock.ddp: {e}") from None
+        if nonfinite not in ("raise", "skip"):
+            raise UsageError(f"gradblock.ddp: nonfinite must be raise or skip, got {nonfinite!r}")
+        if codec not in ("auto", "device", "host"):
+            raise UsageError(f"gradblock.ddp: codec must be auto, device or host, got {codec!r}")
+        self.nonfinite, self.codec = nonfinite, codec
         self.process_group = process_group
         self.timed = bool(timed)
         self._model = None
@@ -136,6 +145,7 @@ class GradblockState:
             from gradblock.shim.compress.compressors import build_compressor
             world = dist.get_world_size(self.process_group)
             comp = build_compressor(**self._compressor_kw(), layers=[], n_workers=world)
+            comp.nonfinite, comp.codec = self.nonfinite, self.codec
             if comp.frame_coded and comp.host_fast and comp.momentum is not None:
                 # the plain codec's kernels now (the momentum encoder's load at the first bucket)
                 build_compressor("coarse", [], world).warm_host()

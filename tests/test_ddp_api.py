@@ -42,6 +42,7 @@ def test_state_builds_from_settings_alone_with_the_recipe():
 
 
 @pytest.mark.parametrize("kw, match", [
+    (dict(nonfinite="ignore"), "nonfinite"), (dict(codec="gpu"), "codec"),
     (dict(k=0), "k"), (dict(range=-1.0), "range"), (dict(norm="l3"), "norm"),
     (dict(local_momentum=1.5), "momentum"), (dict(compressor="zip"), "compressor"),
     (dict(exchange="allreduce", norm="l2"), "norm"), (dict(exchange="ring"), "exchange")])
@@ -169,6 +170,40 @@ def case_bf16_parameters_train_with_identical_replicas():
             opt.step()
         assert state.stats.bytes_sent > 0
         assert all(p.dtype == torch.bfloat16 for p in model.parameters())
+
+
+def case_gradscaler_skips_an_overflow_as_plain_ddp():
+    """nonfinite="skip": an overflowing step is skipped by torch's GradScaler exactly as
+    without the hook (parameters untouched, the scale backed off), and the next step trains."""
+    outcomes = []
+    for hooked in (False, True):
+        with one_rank_gloo_group():
+            model = _lenet()
+            ddp = torch.nn.parallel.DistributedDataParallel(model)
+            state = gb.GradblockState(nonfinite="skip")
+            if hooked:
+                ddp.register_comm_hook(state, gb.gradblock_hook)
+            opt = torch.optim.SGD(model.parameters(), lr=0.05)
+            scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16)
+            (x, y), (x2, y2) = _batches(2)
+            x[0, 0, 0, 0] = float("inf")
+            before = _flat(model).clone()
+            for xb, yb in ((x, y), (x2, y2)):
+                opt.zero_grad(set_to_none=True)
+                scaler.scale(F.cross_entropy(ddp(xb), yb)).backward()
+                scaler.step(opt)
+                scaler.update()
+                if xb is x:
+                    skipped = torch.equal(_flat(model), before)
+                    scale = scaler.get_scale()
+            outcomes.append((skipped, scale, not torch.equal(_flat(model), before)))
+            if hooked:
+                assert state.stats.bytes_sent > 0
+    assert outcomes[0] == outcomes[1] == (True, 2.0 ** 15, True), outcomes
+
+
+def test_gradscaler_skips_an_overflow_as_plain_ddp():
+    run_in_own_process("test_ddp_api", "case_gradscaler_skips_an_overflow_as_plain_ddp")
 
 
 def test_bf16_parameters_through_the_public_api():

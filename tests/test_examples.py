@@ -26,8 +26,10 @@ CASES = {"ddp_torchrun.py": None,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("example", sorted(CASES))
-def test_example_runs_two_gloo_ranks_with_identical_replicas(example, tmp_path):
+@pytest.mark.parametrize("example, options", [(e, ()) for e in sorted(CASES)] + [
+    ("ddp_torchrun.py", ("--dtype", "bfloat16")), ("ddp_torchrun.py", ("--dtype", "float16"))])
+def test_example_runs_two_gloo_ranks_with_identical_replicas(example, options, tmp_path):
+    """bf16 / fp16 parameters too (issue 32 item 3): the codec widens their gradients."""
     need = CASES[example]
     if need and importlib.util.find_spec(need[0]) is None:
         pytest.skip(f"{need[0]} is not installed (pip install \"{need[1]}\")")
@@ -36,7 +38,7 @@ def test_example_runs_two_gloo_ranks_with_identical_replicas(example, tmp_path):
                GLOO_SOCKET_IFNAME=os.environ.get("GLOO_SOCKET_IFNAME", "lo"))
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         str(EXAMPLES / example), "--steps", "4", "--report", str(report)]
+         str(EXAMPLES / example), "--steps", "4", "--report", str(report), *options]
         + (["--out", str(tmp_path / "hf_out")] if example == "hf_trainer.py" else []),
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
