@@ -43,24 +43,9 @@ def _gf2_apply(cols: tuple[int, ...], v: int) -> int:
     return out
 
 
-def _gf2_inverse(cols: tuple[int, ...]) -> tuple[int, ...]:
-    """The inverse of a 32x32 GF(2) matrix given by its columns (Gauss-Jordan). A32 is
-    invertible: multiplying by x**32 modulo the CRC polynomial, whose constant term is 1."""
-    # rows of [M | I] with M's rows read off its columns
-    rows = [(sum(((cols[j] >> i) & 1) << j for j in range(32)), 1 << i) for i in range(32)]
-    for c in range(32):
-        piv = next(r for r in range(c, 32) if (rows[r][0] >> c) & 1)
-        rows[c], rows[piv] = rows[piv], rows[c]
-        for r in range(32):
-            if r != c and (rows[r][0] >> c) & 1:
-                rows[r] = (rows[r][0] ^ rows[c][0], rows[r][1] ^ rows[c][1])
-    inv_rows = [rows[i][1] for i in range(32)]               # row i of the inverse
-    return tuple(sum(((inv_rows[i] >> j) & 1) << i for i in range(32)) for j in range(32))
-
-
 @lru_cache(maxsize=None)
-def _a32_power_cols(level: int, inverse: bool = False) -> tuple[int, ...]:
-    """Columns (images of each basis bit) of A32^(2**level), or of its inverse."""
+def _a32_power_cols(level: int) -> tuple[int, ...]:
+    """Columns (images of each basis bit) of A32^(2**level)."""
     if level == 0:
         cols = []
         for i in range(32):
@@ -68,20 +53,20 @@ def _a32_power_cols(level: int, inverse: bool = False) -> tuple[int, ...]:
             for _ in range(32):
                 s = (s >> 1) ^ (_CRC_POLY if s & 1 else 0)
             cols.append(s)
-        return _gf2_inverse(tuple(cols)) if inverse else tuple(cols)
-    half = _a32_power_cols(level - 1, inverse)
+        return tuple(cols)
+    half = _a32_power_cols(level - 1)
     return tuple(_gf2_apply(half, c) for c in half)
 
 
-_A32_TABLES: dict[tuple[int, bool, str], torch.Tensor] = {}
+_A32_TABLES: dict[tuple[int, str], torch.Tensor] = {}
 
 
-def _a32_tables(level: int, device: torch.device, inverse: bool = False) -> torch.Tensor:
-    """A32^(2**level) (or its inverse) as four 256-entry byte tables (slice-by-4): by linearity
-    the image of a word is the XOR of its four bytes' images. int64 (4, 256) on `device`."""
-    key = (level, inverse, str(device))
+def _a32_tables(level: int, device: torch.device) -> torch.Tensor:
+    """A32^(2**level) as four 256-entry byte tables (slice-by-4): by linearity the image of a
+    word is the XOR of its four bytes' images. int64 (4, 256) on `device`, cached."""
+    key = (level, str(device))
     if key not in _A32_TABLES:
-        cols = _a32_power_cols(level, inverse)
+        cols = _a32_power_cols(level)
         tables = []
         for j in range(4):
             t = [0] * 256
@@ -93,10 +78,9 @@ def _a32_tables(level: int, device: torch.device, inverse: bool = False) -> torc
     return _A32_TABLES[key]
 
 
-def _gf2_apply_tensor(level: int, v: torch.Tensor, inverse: bool = False) -> torch.Tensor:
-    """Apply A32^(2**level) (or its inverse) to each 32-bit value in int64 tensor v (four table
-    gathers)."""
-    t = _a32_tables(level, v.device, inverse)
+def _gf2_apply_tensor(level: int, v: torch.Tensor) -> torch.Tensor:
+    """Apply A32^(2**level) to each 32-bit value in int64 tensor v (four table gathers)."""
+    t = _a32_tables(level, v.device)
     return t[0][v & 0xFF] ^ t[1][(v >> 8) & 0xFF] ^ t[2][(v >> 16) & 0xFF] ^ t[3][(v >> 24) & 0xFF]
 
 
@@ -143,15 +127,15 @@ def _byte_tables(cols: tuple[int, ...]) -> list[int]:
     return out
 
 
-_DIGIT_TABLES: dict[tuple[int, bool, str], torch.Tensor] = {}
+_DIGIT_TABLES: dict[tuple[int, str], torch.Tensor] = {}
 
 
-def _digit_tables(level: int, device: torch.device, inverse: bool) -> torch.Tensor:
-    """A32^(m * 16**level) (or the inverse) for every hex digit m, as byte tables: int64
-    (16 * 1024,), entry m * 1024 + 256 j + b the image of byte b in position j."""
-    key = (level, inverse, str(device))
+def _digit_tables(level: int, device: torch.device) -> torch.Tensor:
+    """A32^(m * 16**level) for every hex digit m, as byte tables: int64 (16 * 1024,), entry
+    m * 1024 + 256 j + b the image of byte b in position j."""
+    key = (level, str(device))
     if key not in _DIGIT_TABLES:
-        base = _a32_power_cols(4 * level, inverse)            # A32^(16**level)
+        base = _a32_power_cols(4 * level)                     # A32^(16**level)
         cols = tuple(1 << i for i in range(32))               # the identity, m = 0
         flat = []
         for _ in range(16):
@@ -173,9 +157,8 @@ def _byte_consts(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     return _CONSTS[key]
 
 
-def _apply_power(v: torch.Tensor, d: torch.Tensor, levels: int, inverse: bool = False
-                 ) -> torch.Tensor:
-    """A32^d (or A32^-d) applied to each value of v, d >= 0 elementwise with d < 2**levels:
+def _apply_power(v: torch.Tensor, d: torch.Tensor, levels: int) -> torch.Tensor:
+    """A32^d applied to each value of v, d >= 0 elementwise with d < 2**levels:
     one table gather per hex digit of d (the digit picks the table), whatever the values, so
     the number of ops is set by `levels` alone."""
     dev = v.device
@@ -183,7 +166,7 @@ def _apply_power(v: torch.Tensor, d: torch.Tensor, levels: int, inverse: bool = 
     for k in range((levels + 3) // 4):
         digit = (d >> (4 * k)) & 15
         idx = ((v.unsqueeze(-1) >> shifts) & 0xFF) + (digit.unsqueeze(-1) * 1024 + offs)
-        g = _digit_tables(k, dev, inverse)[idx]
+        g = _digit_tables(k, dev)[idx]
         v = g[..., 0] ^ g[..., 1] ^ g[..., 2] ^ g[..., 3]
     return v
 
@@ -202,15 +185,15 @@ def crc32_spans(u: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor) -> to
     """CRC-32 of many spans of words at once, on the words' device, without a host sync:
     u (rows, W) int64 holding uint32 word values, starts / ends (rows, S) int64 span bounds
     [start, end) with 0 <= start < end <= W for real spans (others may hold anything and give
-    garbage). Spans must not hold another span's start (disjoint spans, such as the frames of a
-    message, are fine): each start's word takes the init value. Returns (rows, S) int64 CRCs.
+    garbage). Spans must be disjoint (the frames of a message are): each start's word takes
+    the init value, and each word belongs to the span that starts last at or before it.
+    Returns (rows, S) int64 CRCs.
 
     Each word j of a span [s, e) adds A32^(e - j)(word) to the span's raw value (the tree in
-    crc32_words_tensor, unrolled; the init folded into the first word). With exponents taken
-    against the row's end W instead, every word's term is independent of its span:
-    c_j = A32^(W - j)(v_j); a prefix XOR P of the c_j gives each span's XOR as P[e] ^ P[s],
-    which is A32^(W - e) of its raw value: one inverse power per span undoes it. The number
-    of torch ops depends only on log2(W), not on the number of spans."""
+    crc32_words_tensor, unrolled; the init folded into the first word). Every word's term is
+    computed at once with its own span's end (one table gather per hex digit of e - j), and
+    a prefix XOR P of the terms gives each span's raw value as P[e] ^ P[s]. The number of
+    torch ops depends only on log2(W), not on the number of spans."""
     rows, W = u.shape
     dev = u.device
     S = starts.shape[1]
@@ -220,10 +203,11 @@ def crc32_spans(u: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor) -> to
     init = torch.zeros(rows, W + 1, dtype=torch.int64, device=dev)
     init.scatter_(1, s_c, torch.full((rows, S), _MASK32, dtype=torch.int64, device=dev))
     v = (u & _MASK32) ^ init[:, :W]
-    levels = max(1, (W + 1).bit_length())
-    d = W - torch.arange(W, dtype=torch.int64, device=dev)
-    c = _apply_power(v, d.expand(rows, W), levels)
+    # each word's span end: ends scattered at their starts, carried forward (disjoint spans
+    # in position order have rising ends)
+    end_at = torch.zeros(rows, W + 1, dtype=torch.int64, device=dev).scatter_(1, s_c, e_c)
+    e_of = torch.cummax(end_at[:, :W], 1).values
+    d = (e_of - torch.arange(W, dtype=torch.int64, device=dev)).clamp(min=0)
+    c = _apply_power(v, d, max(1, (W + 1).bit_length()))
     P = torch.cat([torch.zeros(rows, 1, dtype=torch.int64, device=dev), _prefix_xor(c)], dim=1)
-    X = P.gather(1, e_c) ^ P.gather(1, s_c)
-    raw = _apply_power(X, W - e_c, levels, inverse=True)
-    return raw ^ _MASK32
+    return (P.gather(1, e_c) ^ P.gather(1, s_c)) ^ _MASK32
