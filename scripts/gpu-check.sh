@@ -22,7 +22,7 @@
 # Exit status: 0 every row passed on a GPU; 3 no GPU here and every CPU row passed; 1 a row
 # failed or timed out; 2 the set-up failed.
 set -uo pipefail
-tree=$(cd "$(dirname "$0")/.." && pwd)
+tree=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PYTHON:-python3}
 out=${OUT:-}
 [ -n "$out" ] || out=$(mktemp -d -t gradblock-gpu-check-XXXXXX)
@@ -133,22 +133,27 @@ nogpu() { rows+=("$1|cuda|no GPU|0|torch sees no CUDA device"); }
 port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 trun() { local n=$1; shift; "$PY" -m torch.distributed.run --nnodes 1 --nproc-per-node "$n" \
     --master-addr 127.0.0.1 --master-port "$(port)" "$@"; }
+example() {      # example DEVICE N NAME [OPTIONS]: examples/ddp_torchrun.py (gradblock.ddp)
+    local dev=$1 n=$2 name=$3; shift 3
+    (if [ "$dev" = cpu ]; then export CUDA_VISIBLE_DEVICES=; fi     # the example picks gloo
+     trun "$n" "$tree/examples/ddp_torchrun.py" --steps 5 --report "$work/$name" "$@") || return 1
+    "$PY" - "$work/$name" "$n" "$name" <<'PY'
+import json, sys
+from pathlib import Path
+ranks = [json.loads((Path(sys.argv[1]) / f"rank{r}.json").read_text()) for r in range(int(sys.argv[2]))]
+ok = all(r["bytes_sent"] > 0 for r in ranks) and len({r["params_sha256"] for r in ranks}) == 1
+print(f"RESULT {'pass' if ok else 'FAIL'} gradblock.ddp {sys.argv[3]}: bytes "
+      f"{[r['bytes_sent'] for r in ranks]}, replicas {'identical' if ok else 'DIFFER'}")
+sys.exit(0 if ok else 1)
+PY
+}
 ddp_pair() {     # ddp_pair DEVICE N: the hook vs the simulation, the shim's self-check, and
                  # the public API (gradblock.ddp) through the plain-DDP recipe of examples/
     trun "$2" -m gradblock.bench.gpu_check ddp --device "$1" --json "$out/ddp_$1.json" || return 1
     trun "$2" -m gradblock.bench.gpu_check selfcheck --out "$work/selfcheck_$1" --device "$1" \
         --corrupt-rank $(($2 - 1)) || return 1
-    (if [ "$1" = cpu ]; then export CUDA_VISIBLE_DEVICES=; fi     # the example picks gloo
-     trun "$2" "$tree/examples/ddp_torchrun.py" --steps 5 --report "$work/example_$1") || return 1
-    "$PY" - "$work/example_$1" "$2" <<'PY'
-import json, sys
-from pathlib import Path
-ranks = [json.loads((Path(sys.argv[1]) / f"rank{r}.json").read_text()) for r in range(int(sys.argv[2]))]
-ok = all(r["bytes_sent"] > 0 for r in ranks) and len({r["params_sha256"] for r in ranks}) == 1
-print(f"RESULT {'pass' if ok else 'FAIL'} gradblock.ddp example: bytes "
-      f"{[r['bytes_sent'] for r in ranks]}, replicas {'identical' if ok else 'DIFFER'}")
-sys.exit(0 if ok else 1)
-PY
+    example "$1" "$2" "example" || return 1
+    if [ "$1" = cuda ]; then example cuda "$2" "example-bf16" --dtype bfloat16 || return 1; fi
 }
 validate() {     # validate DEVICE: dense vs coarse1 with momentum correction on digits
     gradblock validate --device "$1" --data digits --compressors dense coarse1 \
@@ -161,7 +166,7 @@ rows = {r["name"]: r for r in json.load(open(sys.argv[1]))["rows"]}
 print("RESULT pass " + ", ".join(f"{n} {100 * r['acc_mean']:.2f}%" for n, r in rows.items()))
 PY
 }
-export -f trun port ddp_pair validate
+export -f trun port example ddp_pair validate
 export PY out work tree
 
 cd "$work"
