@@ -250,3 +250,31 @@ def test_compile_notice_is_one_line_only_when_slow(monkeypatch, capfd):
         pass                                # kernels loaded from the cache: quiet
     time.sleep(0.1)
     assert capfd.readouterr().err == ""
+
+
+def case_lightning_callback_registers_once():
+    """The callback registers on the strategy's DDP model, and leaves a state the strategy
+    registered itself (Lightning does on CUDA) instead of registering it twice."""
+    from types import SimpleNamespace
+    from gradblock.lightning import GradblockCallback
+    with one_rank_gloo_group():
+        for already in (False, True):
+            model = _lenet()
+            ddp = torch.nn.parallel.DistributedDataParallel(model)
+            callback = GradblockCallback(k=2)
+            if already:
+                ddp.register_comm_hook(callback.state, gb.gradblock_hook)
+            callback.on_fit_start(SimpleNamespace(strategy=SimpleNamespace(model=ddp)), model)
+            assert [s for _, s in ddp._comm_hooks] == [callback.state]
+            x, y = _batches(1)[0]
+            F.cross_entropy(ddp(x), y).backward()
+            assert callback.state.stats.bytes_sent > 0
+        with pytest.raises(UsageError, match="DDP strategy"):
+            GradblockCallback().on_fit_start(SimpleNamespace(strategy=SimpleNamespace(
+                model=_lenet())), None)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("lightning") is None,
+                    reason="lightning is not installed (the test extra installs it)")
+def test_lightning_callback_registers_once():
+    run_in_own_process("test_ddp_api", "case_lightning_callback_registers_once")
