@@ -262,3 +262,52 @@ def combined_future_case() -> None:
     assert len(issued) >= 2, f"expected both collectives' futures, got {len(issued)}"
     missing = [f for f in issued if f not in waited]
     assert not missing, f"{len(missing)} of {len(issued)} collective futures never waited on"
+
+
+class _FakeBucket:
+    """What global_hook reads of a DDP GradBucket, with gradient views of our choosing."""
+
+    def __init__(self, flat, views, params):
+        self._flat, self._views, self._params = flat, views, params
+
+    def buffer(self):
+        return self._flat
+
+    def gradients(self):
+        return self._views
+
+    def parameters(self):
+        return self._params
+
+
+def strided_bucket_case() -> None:
+    """The allreduce exchange writes through the bucket's gradient views: a bucket whose views
+    follow a channels_last parameter's strides (DDP's layout contract where it applies) must
+    end with the same values as one with row-major views. Torch 2.13's CPU DDP hands
+    row-major views, so this calls the hook with a bucket made here, in a one-rank group."""
+    from own_process import one_rank_gloo_group
+
+    from gradblock.shim.exchange.global_exchange import GlobalHookState, global_hook
+    with one_rank_gloo_group():
+        model = make(True)
+        params = list(model.parameters())
+        g = torch.Generator().manual_seed(0)
+        grads = [torch.randn(p.shape, generator=g) for p in params]
+        results = {}
+        for strided in (False, True):
+            comp = build_compressor("coarse", layers_of(model), 1, k=1, dense_below=12,
+                                    exchange="allreduce")
+            state = GlobalHookState(comp, model)
+            flat = torch.zeros(sum(p.numel() for p in params))
+            views, at = [], 0
+            for p, gr in zip(params, grads):
+                v = flat[at:at + p.numel()]
+                v = v.as_strided(p.shape, p.stride()) if strided else v.view(p.shape)
+                v.copy_(gr)
+                views.append(v)
+                at += p.numel()
+            assert strided is False or views[2].stride() != views[2].contiguous().stride()
+            global_hook(state, _FakeBucket(flat, views, params)).wait()
+            results[strided] = [v.clone() for v in views]
+    for a, b in zip(results[False], results[True]):
+        assert torch.equal(a, b), "the averages came out permuted in the strided views"

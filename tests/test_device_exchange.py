@@ -1,9 +1,11 @@
 """Issue 29 on a real 2-rank gloo group (tests/device_ddp_case.py under torchrun): the device
 codec (the code a GPU runs, selected on the CPU) equals the simulation's reference decode in
 both check modes, channels_last included; the allreduce exchange with a channels_last model
-and --dense-below equals the simulation (it wrote through the flat buffer before); a NaN on
-one rank raises a named error on every rank instead of leaving the others in the collective;
-a corrupt frame raises the reference's error on every rank under the device codec."""
+and --dense-below equals the simulation, and writes a bucket whose views follow the
+parameters' strides right (it wrote through the flat buffer before: torch 2.13's CPU DDP hands
+row-major views, so only the made-up strided bucket fails with the old write); a NaN on one
+rank raises a named error on every rank instead of leaving the others in the collective; a
+corrupt frame raises the reference's error on every rank under the device codec."""
 from __future__ import annotations
 
 import json
@@ -83,3 +85,8 @@ def test_gradscaler_overflow_on_one_rank_skips_the_step_as_without_the_hook(repo
 def test_allreduce_exchange_waits_on_every_collectives_future():
     from own_process import run_in_own_process
     run_in_own_process("device_ddp_case", "combined_future_case", timeout=300)
+
+
+def test_allreduce_exchange_writes_strided_views_right():
+    from own_process import run_in_own_process
+    run_in_own_process("device_ddp_case", "strided_bucket_case", timeout=300)
