@@ -64,7 +64,7 @@ def choose_vector_width(environ: MutableMapping[str, str] = os.environ,
     if asked == "256":
         return f"256-bit: {WIDTH_ENV}=256"
     for name in (FEATURES_ENV, CPU_NAME_ENV):
-        if environ.get(name):
+        if name in environ:            # empty counts: numba then compiles with no extra features
             return f"left to numba: {name} is set"
     if "numba" in sys.modules:
         return "left to numba: numba was imported first"
@@ -77,6 +77,15 @@ def choose_vector_width(environ: MutableMapping[str, str] = os.environ,
 
 def vector_width_in_use(environ: MutableMapping[str, str] = os.environ) -> str:
     """For benchmark reports: '512-bit' when NUMBA_CPU_FEATURES asks for 512-bit vectors on
-    an AVX-512 host, else "LLVM's default" (256-bit on AVX-512 hosts)."""
+    an AVX-512 host, else "LLVM's default" (256-bit on AVX-512 hosts), naming the CPU numba
+    compiles for when NUMBA_CPU_NAME sets one (NUMBA_CPU_NAME=haswell NUMBA_CPU_FEATURES=""
+    is how an AVX2 host's code is measured on an AVX-512 one: docs/performance.md)."""
     features = environ.get(FEATURES_ENV, "").split(",")
-    return "512-bit" if WIDE_TUNING in features and "+avx512f" in features else "LLVM's default"
+    if WIDE_TUNING in features and "+avx512f" in features:
+        return "512-bit"
+    cpu = environ.get(CPU_NAME_ENV)
+    if not cpu:
+        return "LLVM's default"
+    which = {None: "the host's features", "": "that CPU's own features"}.get(
+        environ.get(FEATURES_ENV), f"{FEATURES_ENV} as set")
+    return f"LLVM's default for CPU {cpu} ({CPU_NAME_ENV}), with {which}"

@@ -66,12 +66,22 @@ def test_choose_sets_the_features_once(numba_not_imported):
     ({VW.WIDTH_ENV: "256"}, "GRADBLOCK_VECTOR_WIDTH=256"),
     ({VW.FEATURES_ENV: "+avx2"}, "NUMBA_CPU_FEATURES is set"),
     ({VW.CPU_NAME_ENV: "generic"}, "NUMBA_CPU_NAME is set"),
+    ({VW.FEATURES_ENV: ""}, "NUMBA_CPU_FEATURES is set"),     # empty: numba's "no features"
 ])
 def test_choose_leaves_the_users_choice(numba_not_imported, env, why):
     before = dict(env)
     assert why in VW.choose_vector_width(env, AVX512)
     assert env == before
-    assert VW.vector_width_in_use(env) == "LLVM's default"
+    assert VW.vector_width_in_use(env).startswith("LLVM's default")
+
+
+def test_the_report_names_an_emulated_cpu():
+    """An AVX2 host's code measured on an AVX-512 one (docs/performance.md) says so."""
+    env = {VW.CPU_NAME_ENV: "haswell", VW.FEATURES_ENV: ""}
+    assert VW.vector_width_in_use(env) == ("LLVM's default for CPU haswell (NUMBA_CPU_NAME), "
+                                           "with that CPU's own features")
+    assert "the host's features" in VW.vector_width_in_use({VW.CPU_NAME_ENV: "haswell"})
+    assert VW.vector_width_in_use({}) == "LLVM's default"
 
 
 def test_choose_leaves_hosts_without_avx512_and_processes_with_numba(numba_not_imported,
