@@ -13,6 +13,10 @@
   exchange) every frame word, every average, residual and velocity compared with
   refmodel.compress / refmodel.momentum / refmodel.exchange / refmodel.global_select. The
   gradients are the same float32 values on both sides, so the codec must agree exactly.
+* `hook`: the DDP hook's own codec (what DDP runs: on CUDA the device codec, encode into the
+  all_gather slot, decode and average on the device) against the same reference, at world
+  size 1, on the model's real gradients replayed exactly through DDP (a module of the same
+  parameters whose loss has those gradients), the state carried over the steps.
 * `ddp` (under torchrun): the shim's hook (`register`, what gradblock.ddp's state runs)
   through DistributedDataParallel with tiny buckets, for the all_gather and
   allreduce exchanges with and without momentum correction: parameters equal on every rank and
@@ -291,6 +295,114 @@ def check_codec(device: torch.device, model_name: str, steps: int, workers: int,
     return report
 
 
+# ------------------------------------------------------------------------------ the hook's codec
+
+class _GradientReplay(torch.nn.Module):
+    """Parameters of a model's shapes and names whose loss sum((p * G).sum()) has exactly the
+    given gradients G: the DDP hook then sees a real model's gradients bit for bit, with that
+    model's buckets (same shapes, same order)."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.names = [n for n, p in model.named_parameters() if p.requires_grad]
+        self.ps = torch.nn.ParameterList(
+            [torch.nn.Parameter(torch.zeros_like(p)) for _, p in model.named_parameters()
+             if p.requires_grad])
+
+    def forward(self, grads):
+        return sum((p * g).sum() for p, g in zip(self.ps, grads))
+
+
+def _hook_run(compressors, hook, model, grads, cfg, codec, device) -> dict:
+    """Every step of one configuration through the DDP hook at world size 1 -> digests of the
+    averages the hook wrote into the gradients and of the compressor state it kept."""
+    ex, k, norm, m, R = cfg
+    replay = _GradientReplay(model).to(device)
+    ddp = torch.nn.parallel.DistributedDataParallel(
+        replay, device_ids=[device.index] if device.type == "cuda" else None)
+    layers = compressors.layers_of(replay)
+    comp = compressors.build_compressor("coarse", layers, 1, k=k, norm=norm, local_momentum=m,
+                                        exchange=ex, R=R)
+    if codec:
+        comp.codec = codec
+    state = hook.register(ddp, comp)
+    out = {}
+    for s, g in enumerate(grads):
+        ddp.zero_grad(set_to_none=True)
+        state.backward(ddp(g[0]))
+        out |= _step_digests(s, None, [p.grad for p in replay.ps],
+                             lambda w, j: state.worker_state.layers[layers[j].index]["residual"],
+                             lambda w, j: state.worker_state.layers[layers[j].index]["velocity"],
+                             layers, 1, m)
+    return out
+
+
+def check_hook(device: torch.device, model_name: str, steps: int, batch: int, codec: str | None,
+               configs=CONFIGS, log=print, jobs: int | None = None) -> dict:
+    """The DDP hook's own codec (on CUDA the device codec: encode into the all_gather slot,
+    decode and average on the device) against the numpy reference, at world size 1 (a
+    one-process group: NCCL on a GPU, gloo on the CPU), on a real model's gradients replayed
+    exactly, several steps with the state carried. `codec` forces the compressor's codec
+    ("device" runs the GPU's code on CPU tensors)."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    import torch.distributed as dist
+    compressors, _, hook, *_rest = _shim()
+    models = _rest[-1]
+    model = models.build_model(model_name, num_classes=10, in_shape=(3, 32, 32), seed=0).to(device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    x, y = digits_images()
+    grads = []
+    for s in range(steps):
+        model.zero_grad(set_to_none=True)
+        lo = s * batch
+        F.cross_entropy(model(x[lo:lo + batch].to(device)), y[lo:lo + batch].to(device)).backward()
+        grads.append([[p.grad.detach().clone() for p in params]])       # one worker
+    layers = compressors.layers_of(model)
+    _REF_INPUT.clear()
+    _REF_INPUT.update({"grads": [[[g.cpu().numpy() for g in gw] for gw in gs] for gs in grads],
+                       "layers": layers})
+    own_group = not dist.is_initialized()
+    if own_group:
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                store=dist.HashStore(), rank=0, world_size=1)
+    report = {"device": str(device), "model": model_name, "layers": len(layers), "steps": steps,
+              "codec": codec or "auto", "configs": []}
+    cfgs = [(ex, k, norm, m, _range_for(m)) for ex, k, norm, m in configs]
+    jobs = min(len(cfgs), os.cpu_count() or 1) if jobs is None else jobs
+    t0 = time.perf_counter()
+    pool = cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) if jobs else \
+        cf.ThreadPoolExecutor(1)
+    try:
+        with pool:
+            pending = [pool.submit(_reference_run, cfg) for cfg in cfgs]
+            for cfg, fut in zip(cfgs, pending):
+                ex, k, norm, m, R = cfg
+                entry = {"config": f"{ex} k={k} {norm} m={m} R={R:g}", "ok": False}
+                try:
+                    dev = _hook_run(compressors, hook, model, grads, cfg, codec, device)
+                    ref = {key: v for key, v in fut.result().items() if key[1] != "message"}
+                    diff = _first_difference(dev, ref, layers)
+                    entry["compared"] = len(ref)
+                    entry["ok"] = diff is None
+                    if diff:
+                        entry["mismatch"] = diff
+                except Exception as e:  # noqa: BLE001 - a crash is this configuration's failure
+                    entry["error"] = f"{type(e).__name__}: {e}"
+                    entry["traceback"] = traceback.format_exc()
+                report["configs"].append(entry)
+                log(f"  {'ok  ' if entry['ok'] else 'FAIL'} hook {entry['config']}"
+                    + ("" if entry["ok"] else f" -- {entry.get('mismatch') or entry.get('error')}"),
+                    flush=True)
+    finally:
+        if own_group:
+            dist.destroy_process_group()
+        _REF_INPUT.clear()
+    report["seconds"] = round(time.perf_counter() - t0, 1)
+    report["ok"] = all(c["ok"] for c in report["configs"])
+    return report
+
+
 # ------------------------------------------------------------------------------ DDP
 
 DDP_CONFIGS = [  # (name, build_compressor keywords)
@@ -431,6 +543,14 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--workers", type=int, default=2)
     c.add_argument("--batch", type=int, default=4)
     c.add_argument("--json", default=None)
+    h = sub.add_parser("hook", help="the DDP hook's codec against the reference (world size 1)")
+    h.add_argument("--device", default="cuda")
+    h.add_argument("--model", default="resnet50")
+    h.add_argument("--steps", type=int, default=3)
+    h.add_argument("--batch", type=int, default=4)
+    h.add_argument("--codec", default=None, choices=["auto", "device", "host"],
+                   help="the compressor's codec (None: auto, the device codec on a GPU)")
+    h.add_argument("--json", default=None)
     d = sub.add_parser("ddp")
     d.add_argument("--device", default="cuda")
     d.add_argument("--json", default=None, help="rank 0 writes every rank's report here")
@@ -461,6 +581,14 @@ def main(argv: list[str] | None = None) -> int:
         return _result(rep["ok"], f"{n_ok}/{len(rep['configs'])} configurations bit-exact "
                                   f"({rep['model']}, {rep['layers']} layers, {rep['steps']} steps, "
                                   f"{rep['workers']} workers, {dev})")
+    if a.cmd == "hook":
+        dev = _device(a.device, deterministic=False)     # the replayed gradients are fixed
+        rep = check_hook(dev, a.model, a.steps, a.batch, a.codec)
+        _write_json(a.json, rep)
+        n_ok = sum(c["ok"] for c in rep["configs"])
+        return _result(rep["ok"], f"hook: {n_ok}/{len(rep['configs'])} configurations bit-exact "
+                                  f"({rep['model']}, {rep['layers']} layers, {rep['steps']} steps, "
+                                  f"codec {rep['codec']}, {dev})")
     if a.cmd == "warm":
         # the simulation of every DDP configuration on the CPU runs every host kernel (the
         # codec, momentum correction, global selection): numba's cache is filled here once,

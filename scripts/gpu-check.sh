@@ -14,6 +14,7 @@
 #   1 codec     the device codec bit for bit against the numpy reference on real gradients
 #               (ResNet-50 on CUDA), residuals carried, k 1 and 0.01, L1/L2, momentum
 #               correction off/on, the all_gather and allreduce exchanges
+#               and the DDP hook's own codec (on CUDA the device codec) on the same gradients
 #   2 ddp       the hook under DDP (2 gloo ranks; NCCL at world size 1), DDP vs simulation
 #               bit for bit, the shim's own self-check; the simulated-worker path with N = 3
 #   3 validate  `gradblock validate` dense vs coarse with momentum correction on digits, on the
@@ -149,7 +150,7 @@ PY
 }
 ddp_pair() {     # ddp_pair DEVICE N: the hook vs the simulation, the shim's self-check, and
                  # the public API (gradblock.ddp) through the plain-DDP recipe of examples/
-    trun "$2" -m gradblock.bench.gpu_check ddp --device "$1" --json "$out/ddp_$1.json" || return 1
+    trun "$2" -m gradblock.bench.gpu_check ddp --device "$1" --json "$work/ddp_$1.json" || return 1
     trun "$2" -m gradblock.bench.gpu_check selfcheck --out "$work/selfcheck_$1" --device "$1" \
         --corrupt-rank $(($2 - 1)) || return 1
     example "$1" "$2" "example" || return 1
@@ -175,13 +176,20 @@ cd "$work"
 row "0 numba" cpu "${GPU_CHECK_T_WARM:-300}" "$PY" -m gradblock.bench.gpu_check warm
 # 1 codec: on a GPU the CUDA row is the check (ResNet-50); without one the CPU row runs the
 # same comparison with the torch ops on CPU tensors (ResNet-20: minutes less than ResNet-50)
+# 1 hook: the DDP hook's own codec (on CUDA the device codec) on the same gradients, world 1
 if [ -n "$gpu" ]; then
     row "1 codec" cuda "$T_CODEC" "$PY" -m gradblock.bench.gpu_check codec --device cuda \
         --model resnet50 --steps 3 --workers 2 --json "$out/codec_cuda.json"
+    row "1 hook" cuda "$T_CODEC" "$PY" -m gradblock.bench.gpu_check hook --device cuda \
+        --model resnet50 --steps 3 --json "$out/hook_cuda.json"
 else
     row "1 codec" cpu "$T_CODEC" "$PY" -m gradblock.bench.gpu_check codec --device cpu \
         --model resnet20 --steps 2 --workers 2 --json "$out/codec_cpu.json"
     nogpu "1 codec"
+    # the device codec's own code on CPU tensors: what the GPU runs
+    row "1 hook" cpu "$T_CODEC" "$PY" -m gradblock.bench.gpu_check hook --device cpu \
+        --model resnet20 --steps 2 --codec device --json "$out/hook_cpu.json"
+    nogpu "1 hook"
 fi
 row "2 ddp" cpu "$T_DDP" bash -c 'ddp_pair cpu 2'
 if [ -n "$gpu" ]; then

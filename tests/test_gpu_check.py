@@ -47,6 +47,31 @@ def test_codec_check_names_a_planted_difference(monkeypatch):
     assert rep["configs"][0]["mismatch"].startswith("step 0 residual worker 1 layer 2 ")
 
 
+def case_hook_check_passes_and_names_a_planted_difference():
+    """The DDP hook's device codec on CPU tensors against the reference at world size 1; a
+    planted one-bit difference in the reference's residual is found and named."""
+    rep = gpu_check.check_hook(torch.device("cpu"), "lenet5", 2, 4, "device", configs=FEW,
+                               jobs=0, log=lambda *a, **k: None)
+    assert rep["ok"] and all(c["compared"] > 0 for c in rep["configs"]), rep
+    real = gpu_check._reference_allgather
+
+    def off_by_one(grads_np, res, vel, layers, cfg):
+        msgs, avg = real(grads_np, res, vel, layers, cfg)
+        res[0][3] = res[0][3].copy()
+        res[0][3].reshape(-1)[-1] ^= 1
+        return msgs, avg
+
+    gpu_check._reference_allgather = off_by_one
+    rep = gpu_check.check_hook(torch.device("cpu"), "lenet5", 2, 4, "device", configs=FEW[:1],
+                               jobs=0, log=lambda *a, **k: None)
+    assert not rep["ok"]
+    assert rep["configs"][0]["mismatch"].startswith("step 0 residual worker 0 layer 3 "), rep
+
+
+def test_hook_check_passes_and_names_a_planted_difference():
+    run_in_own_process("test_gpu_check", "case_hook_check_passes_and_names_a_planted_difference")
+
+
 def test_digest_sees_dtype_shape_and_bits():
     a = np.arange(6, dtype=np.float32)
     assert gpu_check._digest(a) == gpu_check._digest(torch.arange(6, dtype=torch.float32))
@@ -86,12 +111,12 @@ def test_script_cpu_rows_pass_with_exit_status_3(tmp_path):
                           capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 3, proc.stdout[-4000:] + proc.stderr[-2000:]
     summary = (out / "summary.txt").read_text()
-    for phase in ("0 numba", "1 codec", "2 ddp", "2 sim N=3", "3 validate", "4 timing"):
+    for phase in ("0 numba", "1 codec", "1 hook", "2 ddp", "2 sim N=3", "3 validate", "4 timing"):
         assert any(line.startswith(phase) and " cpu " in line and " pass " in line
                    for line in summary.splitlines()), (phase, summary)
-    for phase in ("1 codec", "2 ddp", "3 validate", "4 timing"):
+    for phase in ("1 codec", "1 hook", "2 ddp", "3 validate", "4 timing"):
         assert any(line.startswith(phase) and "no GPU" in line
                    for line in summary.splitlines()), (phase, summary)
     assert "exit 3 (no GPU here; every CPU row passed)" in summary
     files = sorted(p.name for p in out.iterdir())
-    assert len(files) <= 8 and {"summary.txt", "log.txt", "codec_cpu.json"} <= set(files)
+    assert len(files) <= 8 and {"summary.txt", "log.txt", "codec_cpu.json", "hook_cpu.json"} <= set(files)
