@@ -114,6 +114,18 @@ class GradblockState:
         self._hook = None
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict:
+        """Picklable before its first bucket (spawn launchers pickle a trainer's callbacks):
+        settings only; a resolved state holds a process group and tensors."""
+        if self._inner is not None:
+            raise UsageError("gradblock.ddp: a state that has run cannot be pickled; save "
+                             "state.state_dict() instead")
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, d: dict) -> None:
+        self.__dict__.update(d)
+        self._lock = threading.Lock()
+
     def _compressor_kw(self) -> dict:
         s = dict(self.settings)
         if s["name"] != "coarse":   # the codec's own settings mean nothing to the others

@@ -54,6 +54,14 @@ def test_bad_settings_are_named_errors_at_construction(kw, match):
     assert type(info.value).__name__.endswith("Error") and type(info.value) is not GradblockError
 
 
+def test_state_pickles_before_its_first_bucket():
+    """Spawn launchers (Lightning's ddp_spawn, notebooks) pickle the callbacks and so the state."""
+    import pickle
+    state = pickle.loads(pickle.dumps(gb.GradblockState(k=2, exchange="allreduce")))
+    assert state.settings == gb.GradblockState(k=2, exchange="allreduce").settings
+    assert not state.resolved and state.stats.bytes_sent == 0
+
+
 def test_state_needs_a_step_or_bind_before_checkpoints():
     state = gb.GradblockState()
     with pytest.raises(UsageError, match="before the first step"):
