@@ -120,7 +120,7 @@ row() {          # row PHASE DEVICE TIMEOUT COMMAND...: run, keep the RESULT lin
     timeout --kill-after=10 "$limit" "$@" >"$work/row.txt" 2>&1
     rc=$?
     cat "$work/row.txt" >>"$log"
-    detail=$(grep -a '^RESULT ' "$work/row.txt" | cut -c8- | sed 's/^pass //' | sort -u | paste -sd ';' - | sed 's/;/; /g')
+    detail=$(grep -a '^RESULT ' "$work/row.txt" | cut -c8- | sed 's/^pass //' | sort -u | paste -sd ';' - | sed 's/;/; /g; s/;  /; /g')
     if [ $rc = 124 ] || [ $rc = 137 ]; then st=TIMEOUT; detail="over ${limit} s"
     elif [ $rc = 0 ]; then st=pass
     else st=FAIL; [ -n "$detail" ] || detail="exit $rc: $(grep -av '^\s*$' "$work/row.txt" | tail -n 1 | cut -c1-120)"
