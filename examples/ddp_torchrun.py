@@ -48,8 +48,8 @@ def main() -> None:
         F.cross_entropy(model(x), y).backward()    # or state.backward(loss): peers' errors by name  5/5
         opt.step()
     write_report(a.report, model, state, a.steps)
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     main()
+    gb.end_process_group()   # the model gone: the group's threads end before Python does

@@ -78,3 +78,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    gb.end_process_group()   # the model gone: the group's threads end before Python does

@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import lightning.pytorch as pl
 from lightning.pytorch.strategies import DDPStrategy
 
+from gradblock import ddp as gb
 from gradblock.lightning import GradblockCallback
 
 from _report import write_report
@@ -59,3 +60,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    gb.end_process_group()   # the model gone: the group's threads end before Python does

@@ -24,6 +24,8 @@ Optional, all of them (a run without them ends with the same bits):
   without resets the statistics add up over the run.
 * `state.state_dict()` / `state.load_state_dict(sd)` for checkpoints (this rank's residuals
   and velocities).
+* `end_process_group()` at the very end of the script (after the model is gone): the group
+  destroyed and its last holders collected, so a gloo process does not abort at exit.
 
 The first start in a fresh environment compiles numba's kernels (about a minute; cached on
 disk afterwards: in the package's `__pycache__` when it is writable, else numba's per-user
@@ -40,7 +42,8 @@ import torch.distributed as dist
 from gradblock.codec.errors import GradblockError, UsageError
 from gradblock.shim.setup.recipe import LOCAL_MOMENTUM, recipe_norm, recipe_range
 
-__all__ = ["GradblockState", "gradblock_hook", "RECIPE", "PLAIN", "COMPILE_NOTICE_S"]
+__all__ = ["GradblockState", "gradblock_hook", "end_process_group", "RECIPE", "PLAIN",
+           "COMPILE_NOTICE_S"]
 
 # the best measured recipe (docs/training.md "Which settings give which figure"; one home:
 # shim/setup/recipe.py, the CLI's defaults too)
@@ -230,3 +233,13 @@ def gradblock_hook(state: GradblockState, bucket: dist.GradBucket
             inner = state._resolve()
             return state._hook(inner, bucket)
     return state._hook(state._inner, bucket)
+
+
+def end_process_group() -> None:
+    """`torch.distributed.destroy_process_group()` for the end of a script, once the DDP model
+    and the state are out of scope (after your `main()` returns): it also collects what still
+    refers to the group, so gloo's worker threads are joined while the interpreter is alive.
+    Without it a gloo process can abort at exit ("terminate called without an active
+    exception"), now and then, after its work is done (shim/exchange/process_group.py)."""
+    from gradblock.shim.exchange.process_group import end_process_group as end
+    end()
