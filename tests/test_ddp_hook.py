@@ -29,6 +29,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def simulated_run(args: list[str], out, workers: int = 2) -> dict:
+    """`gradblock train ARGS` as the single-process simulation with `workers` workers, built from
+    the DDP run's own command line: the options it leaves unset take the parser's values (the
+    recipe's, shim/setup/recipe.py) exactly as under torchrun."""
+    from gradblock.shim.training.arguments import build_parser, config_from_args
+    from gradblock.shim.training.trainer import run_training
+    return run_training(config_from_args(build_parser().parse_args(
+        [*args, "--workers", str(workers), "--out", str(out)])))
+
+
 def torchrun(args: list[str], nproc: int = 2, timeout: int = 300) -> subprocess.CompletedProcess:
     """`torchrun --nproc-per-node N -m ARGS` on 127.0.0.1 with a free port, from the repo root."""
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
@@ -247,8 +257,6 @@ def test_train_ddp_equals_simulation_and_resumes(tmp_path):
     single-process simulation; a DDP run stopped and resumed from per-rank checkpoints ends
     with the same bits too. 22 steps per epoch: the stop (17) is before the epoch boundary,
     the end (30) after it."""
-    from gradblock.shim.training.train import TrainConfig, run_training
-
     common = ["--data", "digits", "--compressor", "coarse", "--k", "2", "--epochs", "2",
               "--device", "cpu",              # a GPU machine's "auto" would pick CUDA
               "--batch-size", "32", "--threads", "1", "--no-progress", "--max-steps", "30"]
@@ -263,9 +271,7 @@ def test_train_ddp_equals_simulation_and_resumes(tmp_path):
                      "--out", str(tmp_path / "resumed")])
     assert rest.returncode == 0, rest.stderr
 
-    sim = run_training(TrainConfig(data="digits", compressor="coarse", k=2, epochs=2, batch_size=32,
-                                   workers=2, threads=1, max_steps=30, progress=False,
-                                   out=str(tmp_path / "sim")))
+    sim = simulated_run(common, tmp_path / "sim")
     assert sim["steps"] == 30
     sim_params = torch.load(tmp_path / "sim" / "model.pt", weights_only=True)
     for run in ("full", "resumed"):

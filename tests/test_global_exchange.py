@@ -293,7 +293,7 @@ def test_ddp_rank_mismatch_and_nan_raise_on_every_rank(ddp_reports):
 def test_train_ddp_allreduce_equals_simulation(tmp_path):
     """`gradblock train --ddp --exchange allreduce` ends with the simulation's parameters; the
     first epoch (22 steps) runs the dense warm-up compressor through the same hook."""
-    from gradblock.shim.training.train import run_training
+    from test_ddp_hook import simulated_run
     common = ["--data", "digits", "--compressor", "coarse", "--k", "2", "--epochs", "2",
               "--warmup-epochs", "1",
               "--batch-size", "32", "--threads", "1", "--no-progress", "--max-steps", "27",
@@ -301,11 +301,7 @@ def test_train_ddp_allreduce_equals_simulation(tmp_path):
     proc = torchrun(["gradblock.cli", "train", "--ddp", *common, "--out", str(tmp_path / "ddp")],
                     2)
     assert proc.returncode == 0, proc.stderr
-    # the simulation from the same command line: the options left unset (range) take the
-    # recipe's values there exactly as in the DDP run
-    from gradblock.shim.training.arguments import build_parser, config_from_args
-    run_training(config_from_args(build_parser().parse_args(
-        [*common, "--workers", "2", "--out", str(tmp_path / "sim")])))
+    simulated_run(common, tmp_path / "sim")
     sim = torch.load(tmp_path / "sim" / "model.pt", weights_only=True)
     for r in (0, 1):
         state = torch.load(tmp_path / "ddp" / f"model.rank{r}.pt", weights_only=True)

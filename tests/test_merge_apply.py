@@ -333,18 +333,14 @@ def test_train_ddp_with_measured_plan_equals_simulation(tmp_path):
     plans, both ranks use its groups, and both end with the simulation's parameters (no plan)."""
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("torch.distributed with gloo is not available")
-    from test_ddp_hook import torchrun
-    from gradblock.shim.setup.config import TrainConfig
-    from gradblock.shim.training.trainer import run_training
+    from test_ddp_hook import simulated_run, torchrun
     common = ["--data", "digits", "--compressor", "coarse", "--k", "2", "--epochs", "1",
               "--device", "cpu",              # a GPU machine's "auto" would pick CUDA
               "--batch-size", "32", "--threads", "1", "--no-progress", "--max-steps", "5"]
     proc = torchrun(["gradblock.cli", "train", "--ddp", *common, "--merge-plan", "exact",
                      "--out", str(tmp_path / "ddp")])
     assert proc.returncode == 0, proc.stderr
-    sim = run_training(TrainConfig(data="digits", compressor="coarse", k=2, epochs=1, batch_size=32,
-                                   workers=2, threads=1, max_steps=5, progress=False,
-                                   out=str(tmp_path / "sim")))
+    sim = simulated_run(common, tmp_path / "sim")         # no plan: merging never changes bits
     result = json.loads((tmp_path / "ddp" / "result.json").read_text())
     assert sorted(n for g in result["merge_groups"] for n in g) == \
         sorted(lay["name"] for lay in result["layers"])

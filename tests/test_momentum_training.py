@@ -168,8 +168,7 @@ def test_ddp_with_correction_and_warmup_equals_simulation_and_resumes(tmp_path):
     """`gradblock train --ddp` with --local-momentum and the sparsity warm-up under torchrun
     (2 ranks, gloo): the parameters of the single-process simulation, bit for bit, also after
     a stop and resume from per-rank checkpoints (velocities included)."""
-    from tests.test_ddp_hook import torchrun
-    from gradblock.shim.training.train import run_training
+    from tests.test_ddp_hook import simulated_run, torchrun
 
     common = ["--data", "digits", "--compressor", "coarse", "--k", "1", "--epochs", "2",
               "--local-momentum", "0.9", "--momentum", "0", "--sparsity-warmup-steps", "12",
@@ -184,10 +183,7 @@ def test_ddp_with_correction_and_warmup_equals_simulation_and_resumes(tmp_path):
     rest = torchrun(["gradblock.cli", "train", "--ddp", *common, "--resume", str(ckpt),
                      "--out", str(tmp_path / "resumed")])
     assert rest.returncode == 0, rest.stderr
-    sim = run_training(TrainConfig(data="digits", compressor="coarse", k=1, epochs=2,
-                                   local_momentum=0.9, momentum=0.0, sparsity_warmup_steps=12,
-                                   batch_size=32, workers=2, threads=1, max_steps=26,
-                                   progress=False, out=str(tmp_path / "sim")))
+    sim = simulated_run(common, tmp_path / "sim")
     sim_params = torch.load(tmp_path / "sim" / "model.pt", weights_only=True)
     for run in ("full", "resumed"):
         for r in (0, 1):

@@ -217,7 +217,7 @@ def test_train_ddp_gru_with_decay_clipping_schedule_equals_simulation(tmp_path):
     step schedule ends with the parameters of the 2-worker simulation, bit for bit; so does
     a DDP run stopped before the schedule's milestone (step 3 of 8) and resumed from its
     per-rank checkpoints."""
-    from test_ddp_hook import torchrun
+    from test_ddp_hook import simulated_run, torchrun
     args = ["--data", "digits", "--model", "gru", "--compressor", "coarse", "--k", "4",
             "--epochs", "1", "--threads", "1", "--no-progress", "--max-steps", "8",
             "--weight-decay", "0.001", "--clip-norm", "0.5", "--lr-schedule", "step",
@@ -232,11 +232,7 @@ def test_train_ddp_gru_with_decay_clipping_schedule_equals_simulation(tmp_path):
     rest = torchrun(["gradblock.cli", "train", "--ddp", *args, "--resume", ckpt,
                      "--out", str(tmp_path / "resumed")])
     assert rest.returncode == 0, rest.stderr
-    sim = run_training(TrainConfig(data="digits", model="gru", compressor="coarse", k=4, epochs=1,
-                                   workers=2, threads=1, progress=False, max_steps=8,
-                                   weight_decay=1e-3, clip_norm=0.5, lr_schedule="step",
-                                   lr_milestones=(0.2,), local_momentum=0.9, momentum=0.0,
-                                   range=100.0, out=str(tmp_path / "sim")))
+    sim = simulated_run(args, tmp_path / "sim")
     want = torch.load(tmp_path / "sim" / "model.pt", weights_only=True)
     for run in ("ddp", "resumed"):
         for r in (0, 1):
