@@ -180,6 +180,7 @@ PARAMS: dict[str, Param] = {
     "max_steps": integer(1, optional=True),
     "eval_every": integer(0),
     "time_phases": flag(),
+    "deterministic": flag(),
     "progress": flag(),
     # files and faults
     "out": text(),

@@ -505,3 +505,25 @@ def test_require_judges_missing_rows_and_both_keys():
     assert [v["met"] for v in got] == [True, False, False, False]
     assert got[0]["drop"] == 2.5 and got[0]["compression"] == 70.0
     assert got[3]["drop"] is None and got[3]["compression"] is None
+
+
+@pytest.mark.parametrize("flag,expected", [([], True), (["--no-deterministic"], False)])
+def test_determinism_option_reaches_the_device_choice(monkeypatch, flag, expected):
+    """Deterministic CUDA is the default of train / validate and `--no-deterministic` turns it
+    off: the setting reaches resolve_device (problem.deterministic_cuda on a GPU)."""
+    from gradblock.shim.exchange import modes
+    from gradblock.shim.training.arguments import build_parser, config_from_args
+    from gradblock.shim.training.trainer import run_training
+    seen = []
+    real = modes.resolve_device
+
+    def spy(*a, **kw):
+        seen.append(kw.get("deterministic"))
+        return real(*a, **kw)
+    monkeypatch.setattr(modes, "resolve_device", spy)
+    cfg = config_from_args(build_parser().parse_args(
+        ["--data", "digits", "--device", "cpu", "--max-steps", "1", "--threads", "1",
+         "--no-progress", *flag]))
+    assert cfg.deterministic is expected
+    run_training(cfg)
+    assert seen == [expected]

@@ -93,8 +93,9 @@ class Exchange:
 class SimulatedExchange(Exchange):
     mode = "simulated"
 
-    def __init__(self, n_workers: int | None, device: str, timed: bool = False):
-        self.device = resolve_device(device)
+    def __init__(self, n_workers: int | None, device: str, timed: bool = False,
+                 deterministic: bool = True):
+        self.device = resolve_device(device, deterministic=deterministic)
         self.rank = 0
         self.n_workers = n_workers or 4
         self.worker_ids = list(range(self.n_workers))
@@ -119,14 +120,15 @@ class DdpExchange(Exchange):
     mode = "ddp"
 
     def __init__(self, n_workers: int | None, device: str, timed: bool = False,
-                 timeout_s: float = 300.0):
+                 timeout_s: float = 300.0, deterministic: bool = True):
         from datetime import timedelta
 
         import torch.distributed as dist
         if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
             raise ConfigError("--ddp needs torchrun (RANK / WORLD_SIZE are not set); see "
                               "docs/training.md")
-        self.device = resolve_device(device, int(os.environ.get("LOCAL_RANK", "0")))
+        self.device = resolve_device(device, int(os.environ.get("LOCAL_RANK", "0")),
+                                     deterministic=deterministic)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         # every collective is bounded: a silent peer ends the step (resilience.peer_lost)
@@ -215,7 +217,7 @@ class DdpExchange(Exchange):
 
 
 def make_exchange(ddp: bool, n_workers: int | None, device: str, timed: bool = False,
-                  timeout_s: float = 300.0) -> Exchange:
+                  timeout_s: float = 300.0, deterministic: bool = True) -> Exchange:
     if ddp:
-        return DdpExchange(n_workers, device, timed, timeout_s)
-    return SimulatedExchange(n_workers, device, timed)
+        return DdpExchange(n_workers, device, timed, timeout_s, deterministic)
+    return SimulatedExchange(n_workers, device, timed, deterministic)

@@ -173,7 +173,8 @@ def make_peer_exchange(cfg):
     kw = {}
     if "timeout_s" in inspect.signature(DdpExchange.__init__).parameters and hasattr(cfg, "timeout"):
         kw["timeout_s"] = cfg.timeout          # the bound on every collective, where it exists
-    return PeerDdpExchange(cfg.workers, cfg.device, cfg.time_phases, **kw)
+    return PeerDdpExchange(cfg.workers, cfg.device, cfg.time_phases,
+                           deterministic=cfg.deterministic, **kw)
 
 
 # ------------------------------------------------------------------ N processes on this machine

@@ -47,6 +47,7 @@ class TrainConfig:
     max_steps: int | None = None        # stop (and checkpoint) after this many steps in total
     eval_every: int = 0                 # extra evaluations every this many steps (0: per epoch)
     time_phases: bool = False           # time compute / compress / exchange (forces CUDA syncs)
+    deterministic: bool = True          # CUDA: deterministic kernels, no TF32 (problem.deterministic_cuda)
     out: str | None = None
     checkpoint: str | None = None
     checkpoint_every: int = 0

@@ -121,6 +121,12 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
                    help="also evaluate every STEPS steps (0: only at epoch ends)")
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no tqdm progress bar")
+    p.add_argument("--no-deterministic", dest="deterministic", action="store_false",
+                   help="on CUDA, torch's fast defaults (TF32, autotuned cuDNN, non-deterministic "
+                        "kernels) instead of deterministic kernels: faster, but runs no longer "
+                        "repeat bit for bit and DDP no longer equals the simulation; a model "
+                        "whose backward has no deterministic kernel is refused by name unless "
+                        "this is given")
 
 
 def build_parser(description: str = "train one configuration with one gradient compressor"

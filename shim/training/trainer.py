@@ -68,7 +68,7 @@ class Trainer:
         if exchange is None and cfg.compressor in PEERS:    # torch's own DDP hooks (shim/exchange/peers.py)
             exchange = make_peer_exchange(cfg)
         self.exchange = exchange or make_exchange(cfg.ddp, cfg.workers, cfg.device, cfg.time_phases,
-                                                  cfg.timeout)
+                                                  cfg.timeout, cfg.deterministic)
         try:
             self._setup(cfg, dataset)
         except BaseException as e:
