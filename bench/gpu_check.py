@@ -43,6 +43,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from gradblock.refmodel.validation import NORMS
+from gradblock.shim.params import EXCHANGES
+
 
 def _shim():
     """The shim's modules, imported in one place (the structure work moves them)."""
@@ -92,9 +95,9 @@ def digits_images(hw: int = 32, channels: int = 3) -> tuple[torch.Tensor, torch.
 # (exchange, k, norm, local momentum): every axis of the issue; L2 is the all_gather path's
 # alone (global selection sums L1 norms)
 CONFIGS = [(ex, k, norm, m)
-           for ex in ("allgather", "allreduce")
+           for ex in EXCHANGES
            for k in (1, 0.01)
-           for norm in (("l1", "l2") if ex == "allgather" else ("l1",))
+           for norm in (NORMS if ex == "allgather" else ("l1",))
            for m in (0.0, 0.9)]
 
 
