@@ -128,3 +128,18 @@ def sources(top: str, hw_dir: Path = HW_DIR) -> list[Path]:
 def tops(hw_dir: Path = HW_DIR) -> list[str]:
     """Every module of hw_dir (candidates for a top level), packages excluded."""
     return [n for n, kind in available(hw_dir).items() if kind == "module"]
+
+
+def hdl_defaults(top: str) -> dict:
+    """name -> default value (an int) of each parameter in `top`'s header (hw/<top>.sv)."""
+    text = re.sub(r"//[^\n]*", "", (HW_DIR / f"{top}.sv").read_text())
+    header = re.search(rf"\bmodule\s+{top}\s*#\s*\((.*?)\)\s*\(", text, re.S)
+    if not header:
+        return {}
+    out = {}
+    for name, value in re.findall(r"parameter\s+(?:int|bit)\s+(\w+)\s*=\s*([^,]+)",
+                                  header.group(1)):
+        value = value.strip()
+        m = re.fullmatch(r"(\d+)'[bB]([01]+)", value)
+        out[name] = int(m.group(2), 2) if m else int(value, 0)
+    return out

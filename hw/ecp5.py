@@ -12,7 +12,10 @@ with a target clock (`--freq`, default 150 MHz) and writes its report JSON. Figu
   lut4      LUT4 cells + 2 per CCU2C carry cell (each CCU2C is two LUT4s with carry logic)
   ff        TRELLIS_FF, ebr DP16KD block RAMs, mult18 MULT18X18D, dpram TRELLIS_DPR16X4
   comb      TRELLIS_COMB slices used, from nextpnr's utilisation
-  gbps_fp32 fmax_mhz x 32 bits: the fp32 gradient rate of a block taking one element per cycle
+  gbps_fp32 fmax_mhz x 32 bits x W: the fp32 gradient rate of a block taking W elements a cycle
+            (W = its lane parameter, 1 for a block without one)
+  seed, fmax_by_seed
+            with --seeds: the seed of the figures shown (the best Fmax) and each seed's Fmax
   late_endpoints, late_by_instance
             register and RAM inputs whose latest arrival is past the target period (nextpnr's
             detailed timing report), in all and by top-level instance: where a missed target's
@@ -32,6 +35,7 @@ from pathlib import Path
 
 from gradblock.codec.errors import UsageError, UsageParser
 from gradblock.hw.deps import sources
+from gradblock.hw.lanes import LANES, lane_parametric, with_lanes
 
 # --timing-allow-fail: a block that misses the target still gets its achieved Fmax reported
 DEVICE_ARGS = ("--85k", "--package", "CABGA381", "--speed", "8", "--out-of-context",
@@ -171,7 +175,7 @@ def run_ecp5(run: Ecp5Run, freq_mhz: float = DEFAULT_FREQ_MHZ, seed: int = 1,
         report_text = report.read_text()
         figures.update(parse_nextpnr_report(report_text))
         figures.update(late_endpoints(report_text, 1000.0 / freq_mhz))
-    figures["gbps_fp32"] = round(figures["fmax_mhz"] * 32 / 1000, 2)
+    figures["gbps_fp32"] = round(figures["fmax_mhz"] * 32 * run.parameters.get("W", 1) / 1000, 2)
     figures["parameters"] = dict(run.parameters)
     figures["target_mhz"] = freq_mhz
     figures["critical_path"] = critical_path(log)
@@ -179,12 +183,14 @@ def run_ecp5(run: Ecp5Run, freq_mhz: float = DEFAULT_FREQ_MHZ, seed: int = 1,
 
 
 def format_table(modules: dict) -> str:
-    lines = ["| top | parameters | Fmax (MHz) | fp32 Gb/s at 1 elem/cycle | LUT4 | FF | DP16KD | "
-             "MULT18X18D |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| top | parameters | Fmax (MHz) | by seed | fp32 Gb/s at W elem/cycle | LUT4 | FF | "
+             "DP16KD | MULT18X18D |", "|---|---|---:|---|---:|---:|---:|---:|---:|"]
     for top, f in modules.items():
         params = ", ".join(f"{k}={v}" for k, v in f["parameters"].items()) or "-"
-        lines.append(f"| `{top}` | {params} | {f['fmax_mhz']:.1f} | {f['gbps_fp32']:.2f} | "
-                     f"{f['lut4']} | {f['ff']} | {f['ebr']} | {f['mult18']} |")
+        seeds = ", ".join(f"{k}: {v:.1f}" for k, v in f.get("fmax_by_seed", {}).items()) or "-"
+        lines.append(f"| `{top}` | {params} | {f['fmax_mhz']:.1f} | {seeds} | "
+                     f"{f['gbps_fp32']:.2f} | {f['lut4']} | {f['ff']} | {f['ebr']} | "
+                     f"{f['mult18']} |")
     return "\n".join(lines)
 
 
@@ -197,10 +203,17 @@ def synth_main(argv: list[str]) -> int:
                    help=f"ECP5 tops to run (default: {' '.join(r.top for r in RUNS)})")
     p.add_argument("--freq", type=float, default=DEFAULT_FREQ_MHZ,
                    help="target clock for placement and routing, MHz (default 150)")
+    p.add_argument("--lanes", metavar="W", type=int, choices=LANES,
+                   help="build each top with W elements a cycle (its W parameter: 1, 2, 4, 8, "
+                        "16); without --tops, the lane-parametric tops")
+    p.add_argument("--seeds", nargs="+", type=int, metavar="N", default=[1],
+                   help="nextpnr placement seeds; each is placed and the best Fmax reported, "
+                        "with every seed's figure (default: 1)")
     args = p.parse_args(argv)
     if args.target == "generic":
         from gradblock.hw import synth
-        return synth.main(["--json", args.json] if args.json else [])
+        return synth.main((["--json", args.json] if args.json else [])
+                          + (["--lanes", str(args.lanes)] if args.lanes else []))
     reason = tools_missing()
     if reason:
         raise UsageError(reason)
@@ -208,13 +221,25 @@ def synth_main(argv: list[str]) -> int:
     unknown = [t for t in args.tops or () if t not in known]
     if unknown:
         raise UsageError(f"unknown top(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    if args.lanes is not None:
+        names = args.tops or [t for t in known if lane_parametric(t)]
+        known = {t: Ecp5Run(t, with_lanes(t, known[t].parameters, args.lanes)) for t in names}
+    if any(s < 0 for s in args.seeds):
+        raise UsageError("--seeds must be >= 0")
     if args.json:
         from gradblock.codec.fileio import check_output_path
         check_output_path(args.json)        # a bad path fails now, not after an hour of P&R
     modules = {}
     for top in args.tops or list(known):
         print(f"{top}: synth_ecp5 + nextpnr-ecp5 ...", flush=True)
-        modules[top] = run_ecp5(known[top], args.freq)   # Ecp5FlowError, a timeout: exit 1
+        by_seed = {}
+        for seed in args.seeds:
+            # Ecp5FlowError, a timeout: exit 1
+            by_seed[seed] = run_ecp5(known[top], args.freq, seed=seed)
+            print(f"  seed {seed}: {by_seed[seed]['fmax_mhz']} MHz", flush=True)
+        best = max(by_seed, key=lambda k: by_seed[k]["fmax_mhz"])
+        modules[top] = {**by_seed[best], "seed": best,
+                        "fmax_by_seed": {str(k): v["fmax_mhz"] for k, v in by_seed.items()}}
         f = modules[top]
         print(f"  {f['fmax_mhz']} MHz, {f['lut4']} LUT4, {f['late_endpoints']} endpoints past "
               f"{1000.0 / args.freq:.2f} ns {f['late_by_instance'] or ''}", flush=True)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gradblock.codec import fileio
-from gradblock.hw.deps import HW_DIR, sources
+from gradblock.hw.deps import hdl_defaults, sources
 
 
 @dataclass(frozen=True)
@@ -50,20 +50,6 @@ RUNS = (
     SynthRun("zrle_decoder", {}),
 )
 
-
-def hdl_defaults(top: str) -> dict:
-    """name -> default value (an int) of each parameter in `top`'s header (hw/<top>.sv)."""
-    text = re.sub(r"//[^\n]*", "", (HW_DIR / f"{top}.sv").read_text())
-    header = re.search(rf"\bmodule\s+{top}\s*#\s*\((.*?)\)\s*\(", text, re.S)
-    if not header:
-        return {}
-    out = {}
-    for name, value in re.findall(r"parameter\s+(?:int|bit)\s+(\w+)\s*=\s*([^,]+)",
-                                  header.group(1)):
-        value = value.strip()
-        m = re.fullmatch(r"(\d+)'[bB]([01]+)", value)
-        out[name] = int(m.group(2), 2) if m else int(value, 0)
-    return out
 
 LATCH_SELECT = "t:*dlatch* t:*DLATCH*"
 
@@ -232,12 +218,22 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python hw/synth.py", description=__doc__.splitlines()[0])
     p.add_argument("--json", type=Path, help="write the per-module numbers here")
     p.add_argument("--yosys", default="yosys", help="yosys executable (default: yosys on PATH)")
+    p.add_argument("--lanes", type=int, metavar="W",
+                   help="also count each lane-parametric top (every hw/ module with a W "
+                        "parameter) at W elements a cycle")
     args = p.parse_args(argv)
     if not shutil.which(args.yosys):
         print(f"synth: {args.yosys!r} not found", file=sys.stderr)
         return 2
+    runs = list(RUNS)
+    if args.lanes is not None:
+        from gradblock.hw.lanes import LANES, lane_tops
+        if args.lanes not in LANES:
+            print(f"synth: --lanes must be one of {', '.join(map(str, LANES))}", file=sys.stderr)
+            return 2
+        runs += [SynthRun(top, {"W": args.lanes}) for top in lane_tops()]
     results = []
-    for run in RUNS:
+    for run in runs:
         try:
             results.append(run_synth(run, args.yosys))
         except RuntimeError as e:

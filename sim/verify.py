@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -23,6 +23,8 @@ from gradblock.codec import fileio
 from gradblock.codec.errors import UsageError, UsageParser
 from gradblock.golden.compute import generate_golden
 from gradblock.golden.format import load_exchange, load_golden
+
+from gradblock.hw.lanes import LANES, lane_parametric, with_lanes
 
 from .duts import DUTS, Dut, Run, verified
 from .harness import HW_DIR, SIMULATORS, hw_sources, run_rtl, simulator_available
@@ -67,6 +69,20 @@ class Row:
     case: str
     status: str                   # pass / fail / skip / error
     detail: str = ""
+
+
+def lane_builds(modules: list[str] | None, lanes: int | None) -> dict[str, Dut]:
+    """The registry entries a run covers, each with W = lanes when lanes is given (every named
+    block must then have a W parameter; unnamed, the lane-parametric ones)."""
+    names = modules or [n for n, d in REGISTRY.items()
+                        if lanes is None or lane_parametric(d.toplevel)]
+    out = {}
+    for name in names:
+        mod = REGISTRY[name]
+        if lanes is not None:
+            mod = replace(mod, parameters=with_lanes(mod.toplevel, mod.parameters, lanes))
+        out[name] = mod
+    return out
 
 
 def run_module(mod: Dut, sim: str, golden: Path, traffic: str, waves: bool,
@@ -176,6 +192,10 @@ def verify_main(argv: list[str], make_golden: Callable[[Path], object] | None = 
                         "DIR/coverage.json, DIR/coverage.info (lcov) and an annotated source tree "
                         "DIR/annotated/ (sim/coverage.py)")
     p.add_argument("--waves", action="store_true", help="record waveforms of every run")
+    p.add_argument("--lanes", metavar="W", type=int, choices=LANES,
+                   help="build each block with W elements a cycle (1, 2, 4, 8, 16; its W "
+                        "parameter); default: each block's reference build. Without --modules, "
+                        "the lane-parametric blocks")
     args = p.parse_args(argv)
     # argument errors raise UsageError: gradblock/cli.py prints the one line and exits 2
     if args.coverage and args.sim != "verilator":
@@ -187,6 +207,9 @@ def verify_main(argv: list[str], make_golden: Callable[[Path], object] | None = 
     if unknown:
         raise UsageError(f"unknown module(s) {', '.join(unknown)}; registered: "
                          f"{', '.join(REGISTRY)}")
+    selected = lane_builds(args.modules, args.lanes)       # UsageError: a block without W
+    if not selected:
+        raise UsageError("no registered block has a lane parameter W")
     reason = simulator_available(args.sim)
     if reason:
         raise UsageError(f"{args.sim} unavailable: {reason}")
@@ -212,8 +235,7 @@ def verify_main(argv: list[str], make_golden: Callable[[Path], object] | None = 
         failures: list[str] = []
         edge: Path | None = None        # golden/datapath.py's edge cases, for dedicated runs
         snapshot = snapshot_sources(cov_dir / "sources") if cov_dir is not None else None
-        for name in args.modules or list(REGISTRY):
-            mod = REGISTRY[name]
+        for name, mod in selected.items():
             missing = mod.missing()
             if missing:
                 print(f"{name}: not available yet (missing {', '.join(missing)})")

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from gradblock.hw import synth
+from gradblock.hw import deps, synth
 from gradblock.sim.duts import DUTS
 
 needs_yosys = pytest.mark.skipif(shutil.which("yosys") is None,
@@ -43,12 +43,12 @@ def test_generic_runs_are_the_reference_builds():
     the reference build of the DUT table (sim/duts.py) wherever the table has that top; the
     table shows every parameter of the build."""
     for run in synth.RUNS:
-        defaults = synth.hdl_defaults(run.top)
+        defaults = deps.hdl_defaults(run.top)
         assert defaults and run.build_parameters() == defaults, run
         for dut in (d for d in DUTS.values() if d.toplevel == run.top):
             assert {k: defaults[k] for k in dut.parameters} == dict(dut.parameters), \
                 f"{dut.name}: reference build {dict(dut.parameters)}, HDL defaults {defaults}"
-    assert synth.hdl_defaults("sync_fifo") == {"W": 33, "AW": 2, "DISTRIBUTED": 0}
+    assert deps.hdl_defaults("sync_fifo") == {"W": 33, "AW": 2, "DISTRIBUTED": 0}
 
 
 def test_memory_dump_parsing():
