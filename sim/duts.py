@@ -179,6 +179,10 @@ DUTS: dict[str, Dut] = {d.name: d for d in [
         builds={"runs": {"RUN_OUT": 1}},
         dedicated=(Run("decode_cases,decode_errors,reset_mid_frame,ready_paths", None,
                        env={"TB_FUZZ": "200"}),)),
+    # W-lane codec (issue 31): W words a cycle; the lane builds W 1, 4, 16
+    Dut("crc32_lanes", "crc32_lanes", _tb("crc32_lanes"), parameters={"W": 4},
+        needs_vectors=False, tests=("known_values", "random_streams", "long_streams"),
+        builds={"w1": {"W": 1}, "w4": {"W": 4}, "w16": {"W": 16}}),
     # datapath blocks (their testbenches read TB_GOLDEN_DIR / TB_GOLDEN_DIRS, sim/benches/tb_util.py)
     Dut("quantiser", "quantiser", _tb("quantiser"), "quantiser",
         arrays=("grad_bits", "quantised", "quant_sat", "quant_nan"),

@@ -1,0 +1,136 @@
+// CRC-32 (zlib / IEEE 802.3: reflected polynomial 0xEDB88320, init and final XOR 0xFFFFFFFF)
+// over up to W words a cycle: crc32_word's definition (docs/spec.md §3.3), each word absorbed as
+// its four little-endian bytes, the words of a cycle in lane order.
+//
+//   init         restart: the running state becomes 0xFFFFFFFF (the CRC of nothing).
+//   en, data,    absorb lanes 0 .. count-1 of data (lane l in bits [32l+31:32l]), in lane order;
+//   count        count 0 absorbs nothing, count > W is illegal. With init in the same cycle,
+//                they are the first words.
+//   crc          CRC-32 of every word absorbed since the last init (registered).
+//   crc_next     combinational: what crc will be after this cycle.
+// W = 1 is crc32_word cycle for cycle (count = 1).
+//
+// Structure. One word is the linear map s -> M·(s ^ d) over GF(2) (crc32_word), so c words
+// d_0 .. d_{c-1} give  s' = M^c·s ^ XOR_i M^(c-i)·d_i.  Right-aligning the c valid lanes into
+// lanes W-c .. W-1 (zeros below: M^k·0 = 0) makes the data term XOR_j M^(W-j)·a_j for every c,
+// so the matrices M^0 .. M^W (computed at elaboration on constants) serve both terms: the data
+// term is one balanced XOR tree per state bit over the aligned lanes, the state term M^c·s is
+// picked by count from W+1 small trees, and init picks the constant M^c·SEED instead.
+`resetall
+`default_nettype none
+
+module crc32_lanes #(
+    parameter int W = 4                     // words per cycle: 1, 2, 4, 8 or 16
+) (
+    input  logic                   clk,
+    input  logic                   rst,
+    input  logic                   init,
+    input  logic                   en,
+    input  logic [32*W-1:0]        data,
+    input  logic [$clog2(W+1)-1:0] count,
+    output logic [31:0]            crc,
+    output logic [31:0]            crc_next
+);
+    if (!(W == 1 || W == 2 || W == 4 || W == 8 || W == 16)) begin : g_bad_w
+`ifdef __ICARUS__
+        crc32_lanes__W_must_be_1_2_4_8_or_16 u_parameter_error ();
+`else
+        $error("crc32_lanes: W must be 1, 2, 4, 8 or 16");
+`endif
+    end
+    localparam logic [31:0] POLY = 32'hEDB88320;
+    localparam logic [31:0] SEED = 32'hFFFFFFFF;
+
+    // columns of M^p: column j (bits [32j +: 32]) is M^p applied to bit j alone, M being 32 steps
+    // of the bit-serial reflected CRC (elaboration only; self-contained because Icarus's
+    // constant functions may not call other functions)
+    function automatic logic [1023:0] pow_cols(input int p);
+        logic [1023:0] m;
+        logic [31:0]   c;
+        m = '0;
+        for (int j = 0; j < 32; j++) begin
+            c = 32'd1 << j;
+            for (int k = 0; k < 32 * p; k++) begin
+                c = c[0] ? ((c >> 1) ^ POLY) : (c >> 1);
+            end
+            m[32*j +: 32] = c;
+        end
+        pow_cols = m;
+    endfunction
+
+    // row i of a matrix given by its columns: which input bits feed output bit i
+    function automatic logic [31:0] row_of(input logic [1023:0] cols, input int i);
+        logic [31:0] r;
+        for (int j = 0; j < 32; j++) r[j] = cols[32*j + i];
+        row_of = r;
+    endfunction
+
+    // M^p·SEED: the state term right after init
+    function automatic logic [31:0] seed_pow(input int p);
+        logic [31:0] c;
+        c = SEED;
+        for (int k = 0; k < 32 * p; k++) begin
+            c = c[0] ? ((c >> 1) ^ POLY) : (c >> 1);
+        end
+        seed_pow = c;
+    endfunction
+
+    logic [31:0]     state, state_next;
+    logic [32*W-1:0] aligned;                 // the valid lanes moved up to end in lane W-1
+    logic [31:0]     m_state [W+1];           // M^p·state, p = 0 .. W
+    logic [31:0]     m_seed  [W+1];           // M^p·SEED
+    logic [31:0]     lane_term [W];           // M^(W-j)·aligned lane j
+    logic [31:0]     d_term, s_term;
+
+    // lane i moves to lane i + W - count; lanes at or above count fall off the top
+    assign aligned = data << (32 * (W - int'(count)));
+
+    for (genvar p = 0; p <= W; p++) begin : g_pow
+        localparam logic [1023:0] COLS = pow_cols(p);
+        assign m_seed[p] = seed_pow(p);
+        for (genvar i = 0; i < 32; i++) begin : g_rows
+            localparam logic [31:0] ROW = row_of(COLS, i);
+            assign m_state[p][i] = ^(state & ROW);
+            if (p >= 1) begin : g_lane
+                // data lane W-p is p words from the end: M^p
+                assign lane_term[W-p][i] = ^(aligned[32*(W-p) +: 32] & ROW);
+            end
+        end
+    end
+
+    always_comb begin
+        d_term = '0;
+        for (int j = 0; j < W; j++) d_term = d_term ^ lane_term[j];
+        s_term = init ? SEED : state;
+        for (int p = 0; p <= W; p++) begin
+            if (int'(count) == p) s_term = init ? m_seed[p] : m_state[p];
+        end
+        if (en)        state_next = s_term ^ d_term;
+        else if (init) state_next = SEED;
+        else           state_next = state;
+    end
+
+    assign crc      = ~state;
+    assign crc_next = ~state_next;
+
+    always_ff @(posedge clk) begin
+        if (rst) state <= SEED;
+        else     state <= state_next;
+    end
+
+`ifndef SYNTHESIS
+    // ---- assertions (simulation; docs/hw.md "Verification")
+    logic        chk_next_valid;
+    logic [31:0] chk_next;
+    initial chk_next_valid = 1'b0;
+    always @(posedge clk) begin
+        chk_next_valid <= !rst;
+        chk_next <= crc_next;
+        if (!rst && en) assert (int'(count) <= W);
+        if (!rst && !init && !en) assert (crc_next == crc);
+        if (!rst && chk_next_valid) assert (crc == chk_next);
+    end
+`endif
+endmodule
+
+`resetall
