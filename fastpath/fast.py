@@ -18,7 +18,10 @@ reference, so both raise the same class in the same order) and the cached per-la
 Plus `quantise(x, R)`, `block_norms(acc, layout)` and `select_blocks(norms, k_eff)`, as
 their namesakes in `refmodel.quantiser` / `.selection`.
 
-Everything, NaN included, is checked before a residual is modified.
+Everything, NaN included, is checked before a residual is modified. Every entry point takes
+float32 gradients, and float16 / bfloat16 (ml_dtypes) ones, widened exactly to float32 by the
+shared validator before any kernel runs (docs/spec.md §1.2): the results are those of the
+widened array, bit for bit.
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ from gradblock.codec.zrle import DEFAULT_LMAX_LOG2
 from gradblock.refmodel.compress import LayerStep
 from gradblock.refmodel.plan import (MessagePlan, StepPlan, max_step_words, message_plan,
                                      step_plan, undo_log_size)
+from gradblock.refmodel.precision import dtype_error, is_gradient_dtype, widen
 from gradblock.refmodel.quantiser import DEFAULT_RANGE, QuantConfig, QuantResult, saturation_bits
 from gradblock.refmodel.selection import BlockLayout, norm_shift
 from gradblock.refmodel.validation import (ShapeError, check_gradient, check_range,
@@ -85,11 +89,13 @@ def _nan_of(where: str):
 
 def quantise(x, R: float | QuantConfig = DEFAULT_RANGE, where: str = "") -> QuantResult:
     """float32 -> int32 codes (spec §1), as refmodel.quantiser.quantise. NaN raises
-    NonFiniteError naming the count and the first flat index."""
+    NonFiniteError naming the count and the first flat index. float16 / bfloat16 are widened
+    exactly to float32 first (§1.2), other dtypes refused, as the reference does."""
     cfg = check_range(R)
     x = np.asarray(x)
-    if x.dtype != np.float32:
-        raise TypeError(f"quantise expects float32, got {x.dtype}")
+    if not is_gradient_dtype(x.dtype):
+        raise dtype_error("quantise's input", x.dtype)
+    x = widen(x)
     gbits = _bits(x)
     q = np.empty(gbits.size, dtype=np.int32)
     satq, nan = K.quantise_kernel(gbits, q, cfg.M, cfg.k, cfg.range_bits,
@@ -155,7 +161,8 @@ def compress_step(grad: np.ndarray, residual: np.ndarray, cfg: QuantConfig | flo
                   where: str = "", norm: str = "l1") -> StepInfo:
     """One layer's compress step, lean and in place.
 
-    grad: float32, C-contiguous, the layer's shape (it decides the blocks).
+    grad: float32 (or float16 / bfloat16, widened: §1.2), C-contiguous, the layer's shape
+        (it decides the blocks).
     residual: int32, C-contiguous, writeable, grad.size elements (any shape); replaced by
         the new residual (0 on the selected blocks, clamp(r + Q(g)) elsewhere).
     out_words: uint32 1-D; the frame is written at out_words[offset:offset + n_words] and
@@ -246,9 +253,9 @@ def compress_layers(grads: Sequence[np.ndarray], residuals: Sequence[np.ndarray]
         raise ShapeError(f"{count} gradients but {len(residuals)} residuals")
     cfg = check_range(R)
     threads = nb.get_num_threads() if n_threads is None else thread_count(n_threads, "n_threads")
-    for g, r in zip(grads, residuals):
+    for i, (g, r) in enumerate(zip(grads, residuals)):
         check_residual(r, contiguous=True, writeable=True)
-        check_gradient(g, contiguous=True)
+        grads[i] = check_gradient(g, contiguous=True)     # float16 / bfloat16: widened (§1.2)
     bits = [_bits(g) for g in grads]
 
     def first_nan():

@@ -63,8 +63,8 @@ class Backend(Protocol):
     name: str
 
     def asarray(self, a: np.ndarray) -> Any:
-        """A host numpy array (float32 gradient, int32 codes, uint32 frame words) in this
-        backend's array type, bits unchanged."""
+        """A host numpy array (float32, float16 or ml_dtypes bfloat16 gradient, int32 codes,
+        uint32 frame words) in this backend's array type, bits unchanged."""
 
     def to_numpy(self, x: Any) -> np.ndarray:
         """The inverse of `asarray`."""
@@ -73,13 +73,16 @@ class Backend(Protocol):
         """A frame or message as host uint32 words (the wire format)."""
 
     def quantise(self, x: Any, R: Any = 10.0, where: str = "") -> tuple[Any, int]:
-        """§1: float32 -> (int32 codes, saturation count)."""
+        """§1: float32 -> (int32 codes, saturation count). Every gradient entry point
+        (quantise, compress_layer) also takes float16 and bfloat16, widened exactly to float32
+        first (§1.2: the bits of the widened array's step); other dtypes raise TypeError."""
 
     def dequantise(self, v: Any, R: Any = 10.0) -> Any:
         """§1.3: int codes -> float32."""
 
-    def average(self, s: Any, n_workers: Any, R: Any = 10.0) -> Any:
-        """§5: the exact integer sum of N workers' codes -> float32 mean."""
+    def average(self, s: Any, n_workers: Any, R: Any = 10.0, dtype: Any = None) -> Any:
+        """§5: the exact integer sum of N workers' codes -> float32 mean; with `dtype`
+        float16 / bfloat16 (this backend's dtype object) that mean rounded to it, RNE (§1.2)."""
 
     def compress_layer(self, grad: Any, residual: Any = None, *, R: Any = 10.0, k: Any = 1,
                        block_size: Any = None, layer_id: Any = 0, lmax_log2: Any = 8,
@@ -154,8 +157,9 @@ class NumpyFamilyBackend:
     def dequantise(self, v, R=10.0):
         return self._quantiser.dequantise(v, R)
 
-    def average(self, s, n_workers, R=10.0):
-        return self._quantiser.average(s, n_workers, R)
+    def average(self, s, n_workers, R=10.0, dtype=None):
+        return self._quantiser.average(s, n_workers, R,
+                                       np.float32 if dtype is None else dtype)
 
     def compress_layer(self, grad, residual=None, **kw) -> LayerResult:
         return _layer_result(self._compress_layer(grad, residual, **kw))
@@ -193,12 +197,21 @@ class TorchBackend:
         self.decode = decode
 
     def asarray(self, a: np.ndarray):
+        from gradblock.refmodel.precision import bfloat16_dtype
         a = np.array(a, order="C")
         if a.dtype == np.uint32:                       # frame words travel as int32 bit patterns
             a = a.view(np.int32)
+        if bfloat16_dtype() is not None and a.dtype == bfloat16_dtype():  # ml_dtypes: same bits
+            return self._torch.from_numpy(a.view(np.int16)).to(self.device).view(
+                self._torch.bfloat16)
         return self._torch.from_numpy(a).to(self.device)
 
     def to_numpy(self, x) -> np.ndarray:
+        if x.dtype == self._torch.bfloat16:            # numpy has none: ml_dtypes' (same bits)
+            from gradblock.refmodel.precision import bfloat16_dtype
+            if bfloat16_dtype() is None:
+                raise TypeError("a bfloat16 tensor has no numpy dtype here: install ml_dtypes")
+            return x.detach().cpu().view(self._torch.int16).numpy().view(bfloat16_dtype())
         return x.detach().cpu().numpy()
 
     def frame_to_numpy(self, frame) -> np.ndarray:
@@ -210,8 +223,9 @@ class TorchBackend:
     def dequantise(self, v, R=10.0):
         return self._step.dequantise(v, R)
 
-    def average(self, s, n_workers, R=10.0):
-        return self._step.average(s, n_workers, R)
+    def average(self, s, n_workers, R=10.0, dtype=None):
+        return self._step.average(s, n_workers, R,
+                                  self._torch.float32 if dtype is None else dtype)
 
     def compress_layer(self, grad, residual=None, **kw) -> LayerResult:
         return _layer_result(self._step.compress_layer(grad, residual, **kw))

@@ -26,6 +26,10 @@ from gradblock.refmodel.validation import (MAX_LAYER_ELEMENTS, ParameterError, c
                                            check_layer_id, check_lmax_log2, check_norm,
                                            check_range, parse_k)
 
+# A gradient file: float32, or float16 widened exactly (docs/spec.md §1.2). A bfloat16 .npy
+# cannot be told from other 2-byte voids ('<V2'), so it is refused (npyio says why).
+GRADIENT_FILE_DTYPES = (np.float32, np.float16)
+
 # ------------------------------------------------------------------------------- helpers
 
 class CommandError(UsageError):
@@ -103,8 +107,9 @@ def _add_frame_options(p: argparse.ArgumentParser) -> None:
 
 def quantise_main(argv: list[str]) -> int:
     p = UsageParser(prog="gradblock quantise",
-                description="float32 .npy -> int32 codes .npy (docs/spec.md §1)")
-    p.add_argument("input", help="float32 .npy")
+                description="float32 .npy -> int32 codes .npy (docs/spec.md §1; a float16 "
+                            ".npy is widened exactly to float32 first, §1.2)")
+    p.add_argument("input", help="float32 (or float16) .npy")
     p.add_argument("output", help="int32 .npy, same shape (written at exactly this path)")
     _add_range(p)
     _add_max_elements(p)
@@ -114,7 +119,7 @@ def quantise_main(argv: list[str]) -> int:
 def _quantise(args) -> int:
     cfg = _checked("--range", check_range, args.R)
     _outputs(args.output)
-    x = read_npy(args.input, np.float32, "the input", args.max_elements)
+    x = read_npy(args.input, GRADIENT_FILE_DTYPES, "the input", args.max_elements)
     res = quantise(x, cfg, where=args.input)
     fileio.save_npy(args.output, res.q)
     print(f"quantised {x.size} values, shape {tuple(x.shape)}: {_describe_config(cfg)}")
@@ -187,7 +192,8 @@ def step_main(argv: list[str]) -> int:
         prog="gradblock step",
         description="one layer's compress step: quantise + error feedback + block selection + "
                     "ZRLE frame (docs/spec.md §4)")
-    p.add_argument("grad", help="float32 .npy gradient (its shape sets the blocks)")
+    p.add_argument("grad", help="float32 (or float16, widened exactly) .npy gradient (its "
+                                "shape sets the blocks)")
     p.add_argument("residual", help="int32 .npy residual of the same shape, or '-' for zeros "
                                     "(the first step)")
     _add_range(p)
@@ -214,7 +220,7 @@ def _step(args) -> int:
     block_size = _checked("--block-size", check_block_size, args.block_size)
     norm = _checked("--norm", check_norm, args.norm)
     _outputs(args.frame, args.residual_out, *momentum_step.check_args(args))
-    grad = read_npy(args.grad, np.float32, "the gradient", args.max_elements)
+    grad = read_npy(args.grad, GRADIENT_FILE_DTYPES, "the gradient", args.max_elements)
     if args.residual == "-":
         residual = np.zeros(grad.shape, dtype=np.int32)
     else:

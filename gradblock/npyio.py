@@ -78,9 +78,10 @@ def _read_stream(f, path: str, limit: int, chunk: int = 1 << 20) -> bytes:
 
 def read_npy(path: str, dtype, what: str, max_elements: int = DEFAULT_MAX_ELEMENTS) -> np.ndarray:
     """One array from a .npy file, without pickle, refused (named error) unless its dtype is
-    `dtype`, its element count is within `max_elements` and the file holds all its bytes.
-    The header is read and checked first; only then is the array allocated."""
-    dtype = np.dtype(dtype)
+    `dtype` (or one of a tuple of dtypes, the first named in the advice), its element count
+    is within `max_elements` and the file holds all its bytes. The header is read and checked
+    first; only then is the array allocated."""
+    accepted = [np.dtype(d) for d in (dtype if isinstance(dtype, tuple) else (dtype,))]
     f, size = _open(path)
     with f:
         try:
@@ -104,9 +105,15 @@ def read_npy(path: str, dtype, what: str, max_elements: int = DEFAULT_MAX_ELEMEN
             # mean one thing to the user
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise InputError(f"{path}: not a readable .npy array ({reason})") from None
-        if dt != dtype:
-            raise InputError(f"{path}: {what} must be {dtype.name}, the file holds {dt} "
-                             f"(convert it with .astype(np.{dtype.name}))")
+        if dt not in accepted:
+            names = [d.name for d in accepted]
+            names = " or ".join(names) if len(names) < 3 else f"{', '.join(names[:-1])} or {names[-1]}"
+            # ml_dtypes saves bfloat16 as '<V2': the format cannot name it, so it is not guessed
+            bf16 = (" (a bfloat16 array is saved as raw 2-byte voids, which do not say they are "
+                    "bfloat16)" if dt.kind == "V" and dt.itemsize == 2 else "")
+            raise InputError(f"{path}: {what} must be {names}, the file holds {dt}{bf16} "
+                             f"(convert it with .astype(np.{accepted[0].name}))")
+        dtype = dt
         if any(d < 0 for d in shape):
             raise InputError(f"{path}: not a readable .npy array (negative dimension in "
                              f"shape {tuple(shape)})")

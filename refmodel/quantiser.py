@@ -14,6 +14,8 @@ import numpy as np
 
 from gradblock.codec.errors import GradblockError, RangeError  # RangeError: one class for every layer (re-exported here)
 
+from .precision import dtype_error, is_gradient_dtype, round_to, widen
+
 QMAX = 2**31 - 1            # largest code; -QMAX is the smallest, -2**31 never occurs
 DEFAULT_RANGE = 10.0
 MANT_MIN = 2**31            # the multiplier M is normalised into [2**31, 2**32)
@@ -96,12 +98,15 @@ class QuantResult:
 
 
 def quantise(x: np.ndarray, cfg: QuantConfig | float = DEFAULT_RANGE, where: str = "") -> QuantResult:
-    """float32 -> int32 codes (docs/spec.md §1). NaN raises NonFiniteError."""
+    """float32 -> int32 codes (docs/spec.md §1). NaN raises NonFiniteError. A float16 or
+    bfloat16 (ml_dtypes) array is widened exactly to float32 first (§1.2): the codes are
+    those of the widened array; any other dtype raises TypeError naming the accepted ones."""
     if not isinstance(cfg, QuantConfig):
         cfg = QuantConfig.from_range(cfg)
     x = np.asarray(x)
-    if x.dtype != np.float32:
-        raise TypeError(f"quantise expects float32, got {x.dtype}")
+    if not is_gradient_dtype(x.dtype):
+        raise dtype_error("quantise's input", x.dtype)
+    x = widen(x)
     flat = x.reshape(-1)
     sign, m, E, is_inf, is_nan = split_float32(flat)
     if is_nan.any():
@@ -152,12 +157,15 @@ def dequantise(v: np.ndarray, cfg: QuantConfig | float = DEFAULT_RANGE) -> np.nd
     return (np.asarray(v).astype(np.float64) * c).astype(np.float32)
 
 
-def average(s: np.ndarray, n_workers: int, cfg: QuantConfig | float = DEFAULT_RANGE) -> np.ndarray:
+def average(s: np.ndarray, n_workers: int, cfg: QuantConfig | float = DEFAULT_RANGE,
+            dtype=np.float32) -> np.ndarray:
     """int64 sum over N workers -> float32 mean: float32(float64(s) * c),
-    c = float64(R) / (float64(QMAX) * N)."""
+    c = float64(R) / (float64(QMAX) * N). `dtype` float16 or bfloat16 (a half-precision
+    parameter's): that float32 mean rounded to it, round-to-nearest-even (§1.2)."""
     if not isinstance(cfg, QuantConfig):
         cfg = QuantConfig.from_range(cfg)
     if n_workers < 1:
         raise ValueError(f"n_workers must be >= 1, got {n_workers}")
     c = np.float64(cfg.range) / (np.float64(QMAX) * np.float64(n_workers))
-    return (np.asarray(s, dtype=np.int64).astype(np.float64) * c).astype(np.float32)
+    return round_to((np.asarray(s, dtype=np.int64).astype(np.float64) * c).astype(np.float32),
+                    dtype)

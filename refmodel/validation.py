@@ -7,6 +7,7 @@ kernel never sees a value it would misread (a block size of 2**63 overflows its 
 arithmetic; a float block size is a typing error).
 
 Check order of a compress step (`check_step`): range R, residual dtype, gradient dtype
+(float32, or float16 / bfloat16 widened exactly to float32 here: docs/spec.md §1.2)
 (and contiguity where the caller needs it), then NaN in the gradient, then residual size,
 block size, k, lmax_log2, layer id, layer size, norm kind. The NaN scan is the caller's (it is
 the costly one): `check_step` takes it as a function and runs it only when a check after it
@@ -26,6 +27,7 @@ import numpy as np
 from gradblock.codec.errors import LmaxError, ParameterError  # the codec checks lmax too
 from gradblock.codec.zrle import LMAX_LOG2_MAX, LMAX_LOG2_MIN
 
+from .precision import dtype_error, is_gradient_dtype, widen
 from .quantiser import NonFiniteError, QuantConfig, RangeError
 
 __all__ = ["ParameterError", "BlockSizeError", "KError", "ShapeError", "SizeLimitError",
@@ -190,13 +192,16 @@ def _check_layout(a: np.ndarray, name: str, contiguous: bool, writeable: bool) -
 
 
 def check_gradient(grad, *, contiguous: bool = False, name: str = "grad") -> np.ndarray:
-    """A float32 numpy array (TypeError otherwise; a list is converted first)."""
+    """A float32 numpy array: float32 as given, float16 / bfloat16 (ml_dtypes) widened exactly
+    to a new float32 array (docs/spec.md §1.2, refmodel.precision), so every kernel after this
+    sees float32 bits; TypeError naming the accepted dtypes otherwise (a list is converted
+    first). The layout check is the input's own."""
     if not isinstance(grad, np.ndarray):
         grad = np.asarray(grad)
-    if grad.dtype != np.float32:
-        raise TypeError(f"{name} must be float32, got {grad.dtype}")
+    if not is_gradient_dtype(grad.dtype):
+        raise dtype_error(name, grad.dtype)
     _check_layout(grad, name, contiguous, False)
-    return grad
+    return widen(grad)
 
 
 def check_residual(residual, *, contiguous: bool = False, writeable: bool = False,

@@ -156,8 +156,9 @@ def prepare(plan: GlobalPlan, grads, residuals=None, velocities=None,
     names = [lay.name or str(lay.layer_id) for lay in plan.layers]
     if len(grads) != plan.n_layers:
         raise ValueError(f"plan has {plan.n_layers} layers, got {len(grads)} gradients")
+    grads = list(grads)
     for j, g in enumerate(grads):
-        check_float32(g, f"layer {names[j]} gradient")
+        grads[j] = check_float32(g, f"layer {names[j]} gradient")   # half widened (§1.2)
         if tuple(g.shape) != plan.layers[j].shape or g.device != dev:
             raise ValueError(f"layer {names[j]}: gradient {tuple(g.shape)} on {g.device}, plan "
                              f"{plan.layers[j].shape} on {dev}")

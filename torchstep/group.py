@@ -198,9 +198,10 @@ def compress_group(plan: GroupPlan, grads: list[torch.Tensor], residuals: list[t
         raise ShapeError(f"plan has {L} layers, got {len(grads)} gradients and "
                          f"{len(residuals)} residuals")
     dev = plan.layer_of_elem.device
+    grads = list(grads)
     for j, (g, r) in enumerate(zip(grads, residuals)):
         what = f"layer {names[j] if names else j}"
-        check_float32(g, f"{what} gradient")
+        grads[j] = check_float32(g, f"{what} gradient")      # float16 / bfloat16 widened (§1.2)
         if tuple(g.shape) != plan.shapes[j]:
             raise ShapeError(f"{what}: gradient shape {tuple(g.shape)}, plan has {plan.shapes[j]}")
         if g.device != dev:

@@ -68,8 +68,7 @@ def compress_layer(grad: torch.Tensor, residual: torch.Tensor | None = None, *,
     if not isinstance(grad, torch.Tensor):
         raise TypeError(f"gradient must be a torch.Tensor, got {type(grad).__name__}")
     residual = check_residual(residual, grad)
-    check_float32(grad, "gradient")
-    grad = grad.detach()
+    grad = check_float32(grad, "gradient").detach()      # float16 / bfloat16 widened (§1.2)
     q, absbits = quantise_lazy(grad, cfg)
     is_nan = absbits > NAN_BITS
     try:

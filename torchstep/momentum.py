@@ -76,8 +76,7 @@ def momentum_layer(grad: torch.Tensor, residual: torch.Tensor | None,
                          f"{tuple(grad.shape)}")
     residual = _check_int32(residual, grad, "residual")
     cfg = quant_config(R)
-    check_float32(grad, "gradient")
-    grad = grad.detach()
+    grad = check_float32(grad, "gradient").detach()      # float16 / bfloat16 widened (§1.2)
     q, absbits = quantise_lazy(grad, cfg)
     is_nan = absbits > NAN_BITS
     try:                              # raised after the NaN check, as the reference does

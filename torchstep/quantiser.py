@@ -9,10 +9,11 @@ from functools import lru_cache
 import numpy as np
 import torch
 
+from gradblock.refmodel.precision import dtype_error
 from gradblock.refmodel.quantiser import DEFAULT_RANGE, QMAX, NonFiniteError, QuantConfig
 from gradblock.refmodel.validation import check_range
 
-__all__ = ["QMAX", "NAN_BITS", "quant_config", "check_float32", "raise_nan", "quantise",
+__all__ = ["QMAX", "NAN_BITS", "HALF_DTYPES", "quant_config", "check_float32", "raise_nan", "quantise",
            "quantise_lazy", "saturation_bits", "dequantise", "average"]
 
 NAN_BITS = 0x7F800000          # |bits| above this is a NaN
@@ -23,11 +24,20 @@ def quant_config(R: float | QuantConfig = DEFAULT_RANGE) -> QuantConfig:
     return check_range(R)
 
 
-def check_float32(x: torch.Tensor, what: str) -> None:
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def check_float32(x: torch.Tensor, what: str) -> torch.Tensor:
+    """x as float32: float32 as given; float16 / bfloat16 widened exactly (`.float()`, every
+    value of either is a float32 value: docs/spec.md §1.2), so the step's bits are those of the
+    widened tensor. TypeError naming the accepted dtypes otherwise, as the reference."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{what} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype in HALF_DTYPES:
+        return x.float()
     if x.dtype != torch.float32:
-        raise TypeError(f"{what} must be float32, got {x.dtype}")
+        raise dtype_error(what, x.dtype)
+    return x
 
 
 def raise_nan(is_nan: torch.Tensor, count: int, where: str):
@@ -42,7 +52,7 @@ def quantise(x: torch.Tensor, cfg: QuantConfig | float = DEFAULT_RANGE, where: s
     half = 2**(t-1) > P, so the rounded result is 0 exactly as the spec's t >= 58 rule says.
     """
     cfg = quant_config(cfg)                       # the reference checks R before the dtype
-    check_float32(x, "gradient")
+    x = check_float32(x, "gradient")
     q, absbits = quantise_lazy(x, cfg)
     is_nan = absbits > NAN_BITS
     nan_n, sat = torch.stack([is_nan.sum(), (absbits > cfg.range_bits).sum()]).tolist()
@@ -104,13 +114,17 @@ def dequantise(v: torch.Tensor, cfg: QuantConfig | float = DEFAULT_RANGE) -> tor
     return (v.to(torch.float64) * c).to(torch.float32)
 
 
-def average(s: torch.Tensor, n_workers: int, cfg: QuantConfig | float = DEFAULT_RANGE) -> torch.Tensor:
+def average(s: torch.Tensor, n_workers: int, cfg: QuantConfig | float = DEFAULT_RANGE,
+            dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Exact integer sum over N workers -> float32 mean: float32(float64(s) * R / (QMAX * N)).
-    Checks in the reference's order: R, then N."""
+    Checks in the reference's order: R, then N. `dtype` float16 / bfloat16: that float32 mean
+    rounded to it by torch's conversion (round-to-nearest-even, §1.2)."""
     cfg = quant_config(cfg)
     if n_workers < 1:
         raise ValueError(f"n_workers must be >= 1, got {n_workers}")
     c = float(np.float64(cfg.range) / (np.float64(QMAX) * np.float64(n_workers)))
     if s.dtype.is_floating_point or s.dtype.is_complex or s.dtype == torch.bool:
         raise TypeError(f"average expects the integer sum, got {s.dtype}")
-    return (s.to(torch.int64).to(torch.float64) * c).to(torch.float32)
+    if dtype not in (torch.float32, *HALF_DTYPES):
+        raise dtype_error("average's dtype", dtype)
+    return (s.to(torch.int64).to(torch.float64) * c).to(torch.float32).to(dtype)
