@@ -205,6 +205,13 @@ DUTS: dict[str, Dut] = {d.name: d for d in [
     Dut("block_l1", "block_l1", _tb("block_l1"), "norms", arrays=("accumulated", "block_norms"),
         tests=_STAGE_TESTS, dedicated=(_EDGE, Run("reset_mid_stream")),
         mutation=(Run(",".join(_STAGE_TESTS), parameters={}),)),
+    # the norm stage at W elements a cycle (issue 31; W = 1 is block_l1 itself): the golden
+    # norms and its own cases of every block boundary position (lane, B < W, the short last block)
+    Dut("block_norm_lanes", "block_norm_lanes", _tb("block_norm_lanes"), "norms",
+        arrays=("accumulated", "block_norms"), parameters={"W": 4},
+        tests=("golden_cases", "boundary_cases", "reset_mid_layer", "throughput"),
+        builds={"w1": {"W": 1}, "w4": {"W": 4}, "w16": {"W": 16}},
+        dedicated=(_EDGE, Run("boundary_cases,reset_mid_layer"))),
     Dut("topk_select", "topk_select", _tb("topk_select"), "select",
         arrays=("block_norms", "selected"), parameters={"K_MAX": 128},
         tests=("golden_cases", "shuffled_order", "random_ties", "k_out_of_range",
