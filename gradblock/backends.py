@@ -87,7 +87,8 @@ class Backend(Protocol):
     def compress_layer(self, grad: Any, residual: Any = None, *, R: Any = 10.0, k: Any = 1,
                        block_size: Any = None, layer_id: Any = 0, lmax_log2: Any = 8,
                        where: str = "", norm: str = "l1") -> LayerResult:
-        """§4: one layer's step (norm: 'l1' or 'l2', §2.3)."""
+        """§4: one layer's step (norm: 'l1' or 'l2', §2.3); a float16 / bfloat16 gradient
+        gives the step of its exact float32 widening (§1.2)."""
 
     def encode_frame(self, payload: Any, layer_id: Any = 0, R: Any = 10.0,
                      lmax_log2: Any = 8) -> Any:

@@ -35,7 +35,9 @@ def compress_layer(grad: np.ndarray, residual: np.ndarray | None = None, *,
                    norm: str = "l1") -> LayerStep:
     """quantise -> error feedback -> block norms (L1 or L2, §2.3) -> top-k -> mask -> ZRLE frame.
     Arguments are checked by refmodel.validation (its order: a NaN is reported before a bad
-    block size, k, lmax, layer id or size), as every backend does."""
+    block size, k, lmax, layer id or size), as every backend does. A float16 / bfloat16
+    gradient is widened exactly to float32 by that validator (§1.2): the step of the widened
+    array, bit for bit."""
     grad = np.asarray(grad)
     if residual is None:
         residual = np.zeros(grad.shape, dtype=np.int32)

@@ -32,10 +32,20 @@ EDGES = {"float16": [0x7C00, 0x7BFF, 0x0400, 0x03FF, 0x0001, 0x3C00, 0x7E00, 0x7
 RANGES = [10.0, 1.0, 1e-6, 65504.0, 3.0e38, 1e-40]
 
 
+# the torch backend on a GPU too, where one is here (a GPU check runs these rows)
+BACKENDS = [*BACKEND_NAMES, "torch-cuda"]
+
+
 def _backend(name):
-    reason = available_backends()[name]
+    reason = available_backends()[name.split("-")[0]]
     if reason:
         pytest.skip(reason)
+    if name == "torch-cuda":
+        import torch
+        if not torch.cuda.is_available():
+            pytest.skip("no CUDA device (torch.cuda.is_available() is False): the CPU torch "
+                        "rows run the same ops")
+        return get_backend("torch", device="cuda")
     return get_backend(name)
 
 
@@ -78,7 +88,7 @@ def _same(a, b) -> bool:
     return all(np.array_equal(x, y) for x, y in zip(a[:4], b[:4])) and a[4:] == b[4:]
 
 
-@pytest.mark.parametrize("name", BACKEND_NAMES)
+@pytest.mark.parametrize("name", BACKENDS)
 @pytest.mark.parametrize("dtype", HALF)
 def test_compress_layer_of_a_half_gradient_is_the_widened_float32_step(name, dtype):
     """Random bit patterns (Inf, NaN, subnormals, the extremes among them), random residuals,
@@ -100,7 +110,7 @@ def test_compress_layer_of_a_half_gradient_is_the_widened_float32_step(name, dty
     check()
 
 
-@pytest.mark.parametrize("name", BACKEND_NAMES)
+@pytest.mark.parametrize("name", BACKENDS)
 @pytest.mark.parametrize("dtype", HALF)
 def test_quantise_of_a_half_gradient_and_the_nonfinite_rules(name, dtype):
     """±Inf saturates to ±QMAX and counts (as in float32); a NaN raises the float32 error,
@@ -179,13 +189,16 @@ def test_momentum_layer_widens_in_every_backend(dtype, rng):
         assert np.array_equal(t.to_numpy(got.velocity_out), want.velocity_out)
 
 
-def test_torch_takes_its_own_half_tensors():
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_torch_takes_its_own_half_tensors(device):
     """torch.bfloat16 / torch.float16 tensors (no ml_dtypes needed): the step of .float()."""
     torch = pytest.importorskip("torch", reason="the torch backend needs torch")
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device (torch.cuda.is_available() is False)")
     from gradblock import torchstep
     g = torch.Generator().manual_seed(5)
     for dtype in (torch.bfloat16, torch.float16):
-        x = (torch.randn(6, 5, generator=g) * 4).to(dtype)
+        x = (torch.randn(6, 5, generator=g) * 4).to(dtype).to(device)
         x[0, 0], x[1, 1] = float("inf"), -float("inf")
         a = torchstep.compress_layer(x, None, R=10.0, k=2)
         b = torchstep.compress_layer(x.float(), None, R=10.0, k=2)
@@ -343,7 +356,7 @@ def test_round_to_and_widen_agree_with_ml_dtypes_and_torch():
         assert np.array_equal(precision.round_to(w, dt)[~nan].view(np.uint16), all16[~nan])
 
 
-@pytest.mark.parametrize("name", BACKEND_NAMES)
+@pytest.mark.parametrize("name", BACKENDS)
 @pytest.mark.parametrize("dtype", HALF)
 def test_average_rounds_the_float32_mean_to_the_parameters_dtype(name, dtype):
     """§1.2 / §5: average(s, N, R, dtype) is the float32 mean rounded to dtype (RNE), the same
@@ -357,7 +370,7 @@ def test_average_rounds_the_float32_mean_to_the_parameters_dtype(name, dtype):
     for R in (10.0, 1e5, 3.0e38, 1e-30):
         want = precision.round_to(average(s, n, R), dtype)
         tdt = dtype
-        if name == "torch":
+        if name.startswith("torch"):
             import torch
             tdt = torch.float16 if dtype == np.float16 else torch.bfloat16
         got = b.to_numpy(b.average(b.asarray(s), n, R, dtype=tdt))
