@@ -292,8 +292,12 @@ module block_norm_lanes #(
         // non-empty run from lane 0
         always @(posedge clk)
             if (!rst && s_tvalid && s_tready) begin
-                if (!s_tlast) assert (&s_tkeep);
-                else assert (s_tkeep[0] && ((s_tkeep & (s_tkeep + 1'b1)) == '0));
+                // (begin/end: a bare `else` after an assert would be its fail action)
+                if (!s_tlast) begin
+                    assert (&s_tkeep);
+                end else begin
+                    assert (s_tkeep[0] && ((s_tkeep & (s_tkeep + 1'b1)) == '0));
+                end
             end
 `endif
     end

@@ -15,6 +15,8 @@ Tests:
                     random lanes and whole layers of them; one test per traffic profile
   reset_mid_layer   a reset with beats in flight (a block size below W, where beats are split
                     and s_tready held low, and one above it), then a clean layer that must match
+  keep_violation    planted (only with TB_PLANT_KEEP_VIOLATION=1): a partial s_tkeep on a beat
+                    that is not the layer's last, which the RTL's assertion must report
   throughput        no throttling: B >= W takes one beat a cycle on a long layer (>= 0.99 beats
                     a cycle; the last beat may cost one more cycle when it closes two blocks);
                     B = 1 puts out one norm a cycle (TB_METRICS)
@@ -22,6 +24,7 @@ Tests:
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
@@ -198,6 +201,25 @@ async def throughput(dut):
     assert cycles == n, f"out: {n} norms took {cycles} cycles"
 
 
+async def keep_violation(dut):
+    """Lane 0 alone on a beat without s_tlast (the lane convention forbids it): the RTL's
+    assertion must say so (tests/test_rtl_block_norm_lanes.py reads the log)."""
+    await tb.start_streams(dut)
+    dut.cfg_block_size.value = 3
+    dut.cfg_norm.value = NORM_BIT["l1"]
+    dut.m_tready.value = 1
+    await RisingEdge(dut.clk)
+    dut.s_tdata.value = 5
+    dut.s_tkeep.value = 1
+    dut.s_tlast.value = 0
+    dut.s_tvalid.value = 1
+    await ReadOnly()
+    assert dut.s_tready.value == 1, "the planted beat would not be taken"
+    await RisingEdge(dut.clk)                   # taken here
+    dut.s_tvalid.value = 0
+    await ClockCycles(dut.clk, 2)
+
+
 for _f in (golden_cases, boundary_cases_test, reset_mid_layer, throughput):
     _f.__qualname__ = _f.__name__
 boundary_cases_test.__name__ = boundary_cases_test.__qualname__ = "boundary_cases"
@@ -205,3 +227,7 @@ golden_cases = tb._named(tb.traffic_test(golden_cases), "golden_cases", __name__
 boundary_cases = tb._named(tb.traffic_test(boundary_cases_test), "boundary_cases", __name__)
 reset_mid_layer = tb._named(cocotb.test(reset_mid_layer), "reset_mid_layer", __name__)
 throughput = tb._named(cocotb.test(throughput), "throughput", __name__)
+keep_violation.__qualname__ = "keep_violation"
+# W = 1 has no lanes to leave out (block_l1 itself)
+keep_violation = tb._named(cocotb.test(skip=not os.environ.get("TB_PLANT_KEEP_VIOLATION"))(
+    keep_violation), "keep_violation", __name__)
