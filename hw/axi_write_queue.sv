@@ -14,6 +14,9 @@
 //   idle   registered: the requests are done (req_done: the walker has finished), every burst
 //          has gone out and every one is answered. Nothing starts new requests after that
 //          until the caller starts its walker again.
+//   WSTRB  per burst, req_keep_first / req_keep_last (KEEP_W lanes of DATA_W / KEEP_W bits)
+//          say which lanes of its first / last beat are written (a range that starts or ends
+//          mid-beat); they ride in the length FIFO. Every other beat writes all its bytes.
 // Only bvalid is taken here: the caller reads bresp (with b_fire); one ID, no bid.
 `resetall
 `default_nettype none
@@ -22,7 +25,8 @@ module axi_write_queue #(
     parameter int ADDR_W = 32,          // AXI address width (bytes), 12..64
     parameter int DATA_W = 32,          // AXI data width, 8..1024, a power of two
     parameter int MAX_BURST = 16,       // most beats a request asks for, 1..256
-    parameter int LEN_AW = 2            // bursts announced and not yet written: 2^this, 1..8
+    parameter int LEN_AW = 2,           // bursts announced and not yet written: 2^this, 1..8
+    parameter int KEEP_W = 1            // lanes a strobe mask names, DATA_W / KEEP_W bits each
 ) (
     input  logic                clk,
     input  logic                rst,
@@ -30,6 +34,8 @@ module axi_write_queue #(
     input  logic                req_valid,
     input  logic   [ADDR_W-1:0] req_addr,
     input  logic          [8:0] req_len,        // beats, 1..MAX_BURST
+    input  logic   [KEEP_W-1:0] req_keep_first, // lanes written in the burst's first beat
+    input  logic   [KEEP_W-1:0] req_keep_last,  // ... and in its last
     output logic                req_fire,
     input  logic                req_done,       // no request will come until the next walk
     // W data: a word per beat, or zeros
@@ -95,8 +101,18 @@ module axi_write_queue #(
 `endif
     end
 
+    if (KEEP_W < 1 || (DATA_W / 8) % KEEP_W != 0) begin : g_bad_keep_w
+`ifdef __ICARUS__
+        axi_write_queue__KEEP_W_must_divide_the_bytes_of_a_beat u_parameter_error ();
+`else
+        $error("axi_write_queue: KEEP_W must divide DATA_W / 8");
+`endif
+    end
+    localparam int LANE_BYTES = DATA_W / 8 / KEEP_W;
+
     logic        lenq_full, lenq_empty, lq_ready, lq_valid, w_fire, w_zeros;
     logic  [7:0] lenq_head, lq_head, w_beat;      // burst lengths minus one (AxLEN)
+    logic [KEEP_W-1:0] kq_first, kq_last, lq_first, lq_last, w_keep;
     logic [31:0] b_pending;                       // bursts not yet answered
     logic        aw_fire_d, b_fire_d;
 
@@ -108,13 +124,16 @@ module axi_write_queue #(
     assign m_axi_awvalid = req_valid && !lenq_full;
     assign req_fire = m_axi_awvalid && m_axi_awready;
 
-    sync_fifo #(.W(8), .AW(LEN_AW)) u_lenq (
-        .clk, .rst, .clear(1'b0), .push(req_fire), .wr_data(m_axi_awlen),
-        .pop(!lenq_empty && lq_ready), .rd_data(lenq_head), .full(lenq_full), .empty(lenq_empty)
+    sync_fifo #(.W(8 + 2 * KEEP_W), .AW(LEN_AW)) u_lenq (
+        .clk, .rst, .clear(1'b0), .push(req_fire),
+        .wr_data({req_keep_last, req_keep_first, m_axi_awlen}),
+        .pop(!lenq_empty && lq_ready), .rd_data({kq_last, kq_first, lenq_head}),
+        .full(lenq_full), .empty(lenq_empty)
     );
-    axis_skid_buffer #(.W(8)) u_lenq_skid (
-        .clk, .rst, .s_tdata(lenq_head), .s_tvalid(!lenq_empty), .s_tready(lq_ready),
-        .m_tdata(lq_head), .m_tvalid(lq_valid), .m_tready(w_fire && m_axi_wlast)
+    axis_skid_buffer #(.W(8 + 2 * KEEP_W)) u_lenq_skid (
+        .clk, .rst, .s_tdata({kq_last, kq_first, lenq_head}), .s_tvalid(!lenq_empty),
+        .s_tready(lq_ready), .m_tdata({lq_last, lq_first, lq_head}), .m_tvalid(lq_valid),
+        .m_tready(w_fire && m_axi_wlast)
     );
 
     always_ff @(posedge clk) w_zeros <= zeros;
@@ -122,7 +141,12 @@ module axi_write_queue #(
     // no X on W while no beat is offered (the data FIFO's and the length queue's heads are
     // unwritten RAM until their first push): zeros and no wlast then; a beat sees no change
     assign m_axi_wdata = (w_zeros || !s_valid) ? '0 : s_data;
-    assign m_axi_wstrb = '1;
+    // (all ones while no burst is out: no X on WSTRB from the unwritten FIFO)
+    assign w_keep = !lq_valid ? '1
+                  : (w_beat == 8'd0 ? lq_first : '1) & (m_axi_wlast ? lq_last : '1);
+    always_comb
+        for (int l = 0; l < KEEP_W; l++)
+            m_axi_wstrb[l * LANE_BYTES +: LANE_BYTES] = {LANE_BYTES{w_keep[l]}};
     assign m_axi_wlast = lq_valid && w_beat == lq_head;
     assign w_fire = m_axi_wvalid && m_axi_wready;
     assign s_take = w_fire && !w_zeros;

@@ -1,7 +1,9 @@
-// Cuts a list of element ranges into AXI4 INCR bursts of 32-bit words for compress_engine:
-// ranges [range_start, range_end) for range_idx = 0 .. count-1 (ascending, non-empty), element e
-// at byte address base + 4e; a burst has at most MAX_BURST beats and never crosses a 4 KiB
-// boundary (AXI4 rule).
+// Cuts a list of element ranges into AXI4 INCR bursts for compress_engine: ranges
+// [range_start, range_end) for range_idx = 0 .. count-1 (ascending, non-empty), element e at
+// byte address base + 4e; a beat carries W elements (32*W bits; base aligned to one beat), so a
+// range covers beats floor(start / W) .. floor((end - 1) / W); a burst has at most MAX_BURST
+// beats and never crosses a 4 KiB boundary (AXI4 rule). (The lanes of a range's partial first
+// and last beats are the parent's business: compress_engine's write strobes.)
 // Every path is register to register through at most one carry chain and a compare (150 MHz on
 // ECP5): per range, SEL (range_idx settles; the parent registers the range it selects), LOAD
 // (latch range_start / range_end), CALC (remaining words, start address); per burst, LEN (the
@@ -18,7 +20,8 @@
 
 module burst_walker #(
     parameter int ADDR_W = 32,
-    parameter int MAX_BURST = 16       // 1..256
+    parameter int MAX_BURST = 16,      // 1..256
+    parameter int W = 1                // elements (32-bit lanes) per beat: 1, 2, 4, 8 or 16
 ) (
     input  logic              clk,
     input  logic              rst,
@@ -32,7 +35,7 @@ module burst_walker #(
     input  logic              req_fire,
     output logic [ADDR_W-1:0] req_addr,
     output logic        [8:0] req_len,
-    output logic       [31:0] req_elems,
+    output logic       [31:0] req_elems,     // beats (= elements at W = 1)
     output logic              done
 );
     // ---- parameter checks: an illegal combination stops elaboration (docs/hw.md) ------------
@@ -51,7 +54,24 @@ module burst_walker #(
         $error("burst_walker: MAX_BURST must be 1..256");
 `endif
     end
+    if (!(W == 1 || W == 2 || W == 4 || W == 8 || W == 16)) begin : g_bad_w
+`ifdef __ICARUS__
+        burst_walker__W_must_be_1_2_4_8_or_16 u_parameter_error ();
+`else
+        $error("burst_walker: W must be 1, 2, 4, 8 or 16");
+`endif
+    end
+    if (!(MAX_BURST * 4 * W <= 4096)) begin : g_bad_burst_bytes
+`ifdef __ICARUS__
+        burst_walker__MAX_BURST_beats_must_fit_4_KiB u_parameter_error ();
+`else
+        $error("burst_walker: MAX_BURST beats of W words must fit in 4 KiB");
+`endif
+    end
     localparam logic [31:0] MAX_U = MAX_BURST;
+    localparam int L = $clog2(W);            // lane index bits
+    localparam int LB = L + 2;               // byte offset bits of a beat
+    localparam logic [10:0] PAGE_BEATS = 11'(4096 / (4 * W));
 
     typedef enum logic [2:0] {IDLE, SEL, LOAD, CALC, LEN, RUN, UPD} walk_t;
     walk_t       st;
@@ -63,7 +83,7 @@ module burst_walker #(
     logic [31:0] count_r;        // count, latched at start: the compares start from a flop here
                                  // (count is a mux in the parent, steady during a walk)
 
-    assign to_4k = 11'd1024 - {1'b0, req_addr[11:2]};
+    assign to_4k = PAGE_BEATS - 11'(req_addr[11:LB]);
     assign cap = (MAX_U[10:0] < to_4k) ? MAX_U[10:0] : to_4k;
     // the rest of the range fits one burst: compares side by side, no chain behind a mux
     assign fits = remaining <= MAX_U && remaining[31:11] == 21'd0 && remaining[10:0] <= to_4k;
@@ -95,8 +115,10 @@ module burst_walker #(
                     st <= CALC;
                 end
                 CALC: begin
-                    remaining <= end_r - start_r;
-                    req_addr <= base + ADDR_W'({start_r, 2'b00});
+                    // beats: floor((end - 1) / W) + 1 - floor(start / W) (end - start at W = 1)
+                    if (W == 1) remaining <= end_r - start_r;
+                    else remaining <= ((end_r - 32'd1) >> L) + 32'd1 - (start_r >> L);
+                    req_addr <= base + (ADDR_W'({start_r, 2'b00}) & ~ADDR_W'(4 * W - 1));
                     st <= LEN;
                 end
                 LEN: begin
@@ -107,7 +129,7 @@ module burst_walker #(
                 RUN: if (req_fire) st <= UPD;
                 UPD: begin
                     remaining <= remaining - {23'd0, req_len};
-                    req_addr <= req_addr + ADDR_W'({req_len, 2'b00});
+                    req_addr <= req_addr + (ADDR_W'({req_len, 2'b00}) << L);
                     req_elems <= req_elems + {23'd0, req_len};
                     if (!last_burst) begin
                         st <= LEN;
@@ -134,7 +156,7 @@ module burst_walker #(
         if (!rst && req_valid) begin
             // AXI4: 1..MAX_BURST beats, and the burst ends at or before the next 4 KiB boundary
             assert (req_len != 9'd0 && {23'd0, req_len} <= MAX_U);
-            assert ({1'b0, req_addr[11:2]} + {2'b0, req_len} <= 11'd1024);
+            assert (11'(req_addr[11:LB]) + {2'b0, req_len} <= PAGE_BEATS);
         end
         // the parent only takes an offered burst, and gives non-empty ranges
         if (!rst) assert (!req_fire || req_valid);
@@ -151,7 +173,7 @@ module burst_walker #(
             if (st == RUN || st == UPD) begin
                 assert (req_len != 9'd0 && {23'd0, req_len} <= remaining);
                 assert (last_burst == ({23'd0, req_len} == remaining));
-                assert ({1'b0, req_addr[11:2]} + {2'b0, req_len} <= 11'd1024);
+                assert (11'(req_addr[11:LB]) + {2'b0, req_len} <= PAGE_BEATS);
             end
         end
     end

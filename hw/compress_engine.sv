@@ -27,15 +27,30 @@
 // Residual element i is the int32 word at byte address cfg_res_base + 4i (little endian);
 // ADDR_W sets the address width, layers up to 2^32 - 1 elements.
 //
+// Lanes (W = 1, 2, 4, 8, 16; docs/hw.md "Lanes"): element i travels in beat i / W, lane i % W,
+// on the gradient stream (s_grad_tdata: 32*W bits; the layer's last beat holds lanes
+// 0 .. (n-1) % W, the rest ignored: the engine counts by n, so it takes no tkeep, and the
+// AXI4-Lite wrapper and formal harnesses connect the W = 1 ports as before) and on both AXI4
+// masters (data
+// 32*W bits, AxSIZE log2(4W), bases aligned to 4W bytes, WSTRB clearing the lanes outside
+// [0, n) or outside a selected block). Pass 1 takes a beat a cycle: W quantisers,
+// momentum_pipes and ef_adds side by side (the lanes of the last beat past n enter as zeros,
+// so they raise no flag), W-lane FIFOs and links, bursts counted in beats. Pass 2 reads each
+// selected block's beats (the first and last partial) and feeds the run encoder one word a
+// cycle, lane by lane. The frame leaves one word a beat. W = 1 is the one-element design,
+// cycle for cycle.
+//
 // Status (valid when `done` pulses, held until the next accepted config):
-//   err_code: 0 ok; 1 residual does not fit the address space, or cfg_res_base not 4-aligned;
+//   err_code: 0 ok; 1 residual does not fit the address space, or cfg_res_base not aligned to
+//             a beat (4·W bytes);
 //             2 block_size = 0; 3 n_blocks != ceil(n / block_size); 4 k = 0; 5 min(k, n_blocks)
 //             > K_MAX; 6 lmax_log2 outside 1..min(24, LMAX_LOG2_MAX); 7 range_bits not a
 //             finite float32 > 0; 8 M < 2^31 (1..8 refuse the config: nothing is read or
 //             written, done pulses after the check); 9 s_grad_tlast not exactly on beat n-1
 //             (the layer still runs, counted by n); 10 the memory answered SLVERR/DECERR
 //             (the layer still completes; its data are not to be trusted); with momentum on:
-//             11 velocity does not fit the address space, or cfg_vel_base not 4-aligned;
+//             11 velocity does not fit the address space, or cfg_vel_base not aligned to
+//             a beat;
 //             12 the velocity and residual regions overlap (11 and 12 refuse the config; 11 is
 //             checked first of all, as spec §7.4 checks the velocity before the rest, 12 right
 //             after 1). The names are gradblock_pkg's ENGINE_ERR_*.
@@ -47,8 +62,9 @@ module compress_engine #(
     parameter int K_MAX = 32,           // most blocks selected per layer
     parameter int LMAX_LOG2_MAX = 8,    // largest literal run the encoder buffers (2^x words)
     parameter int MAX_BURST = 16,       // beats per AXI burst, 1..256
-    parameter int RES_FIFO_AW = 6       // each read FIFO: 2^this words in flight (at least
+    parameter int RES_FIFO_AW = 6,      // each read FIFO: 2^this beats in flight (at least
                                         // one MAX_BURST burst: raised to hold one)
+    parameter int W = 1                 // elements a cycle (lanes): 1, 2, 4, 8 or 16
 ) (
     input  logic               clk,
     input  logic               rst,
@@ -70,8 +86,8 @@ module compress_engine #(
     input  logic        [15:0] cfg_m_fix,         // m = m_fix / 2^16 (spec §7.1)
     input  logic               cfg_momentum_mask, // factor masking (spec §7.3 step 4)
     input  logic  [ADDR_W-1:0] cfg_vel_base,      // velocity element 0 (momentum only)
-    // gradient, float32 bits, n beats
-    input  logic        [31:0] s_grad_tdata,
+    // gradient, float32 bits, ceil(n / W) beats of W lanes
+    input  logic    [32*W-1:0] s_grad_tdata,      // (no tkeep: the engine counts by n)
     input  logic               s_grad_tvalid,
     output logic               s_grad_tready,
     input  logic               s_grad_tlast,
@@ -80,7 +96,7 @@ module compress_engine #(
     output logic               m_frame_tvalid,
     input  logic               m_frame_tready,
     output logic               m_frame_tlast,
-    // AXI4 master, 32-bit data: residual memory
+    // AXI4 master, 32*W-bit data: residual memory
     output logic               m_axi_arid,      // one ID: responses come back in order
     output logic  [ADDR_W-1:0] m_axi_araddr,
     output logic         [7:0] m_axi_arlen,
@@ -89,7 +105,7 @@ module compress_engine #(
     output logic               m_axi_arvalid,
     input  logic               m_axi_arready,
     input  logic               m_axi_rid,
-    input  logic        [31:0] m_axi_rdata,
+    input  logic    [32*W-1:0] m_axi_rdata,
     input  logic         [1:0] m_axi_rresp,
     input  logic               m_axi_rlast,
     input  logic               m_axi_rvalid,
@@ -101,8 +117,8 @@ module compress_engine #(
     output logic         [1:0] m_axi_awburst,
     output logic               m_axi_awvalid,
     input  logic               m_axi_awready,
-    output logic        [31:0] m_axi_wdata,
-    output logic         [3:0] m_axi_wstrb,
+    output logic    [32*W-1:0] m_axi_wdata,
+    output logic     [4*W-1:0] m_axi_wstrb,
     output logic               m_axi_wlast,
     output logic               m_axi_wvalid,
     input  logic               m_axi_wready,
@@ -110,7 +126,7 @@ module compress_engine #(
     input  logic         [1:0] m_axi_bresp,
     input  logic               m_axi_bvalid,
     output logic               m_axi_bready,
-    // AXI4 master, 32-bit data: velocity memory (idle unless cfg_momentum_en)
+    // AXI4 master, 32*W-bit data: velocity memory (idle unless cfg_momentum_en)
     output logic               m_axi_vel_arid,
     output logic  [ADDR_W-1:0] m_axi_vel_araddr,
     output logic         [7:0] m_axi_vel_arlen,
@@ -119,7 +135,7 @@ module compress_engine #(
     output logic               m_axi_vel_arvalid,
     input  logic               m_axi_vel_arready,
     input  logic               m_axi_vel_rid,
-    input  logic        [31:0] m_axi_vel_rdata,
+    input  logic    [32*W-1:0] m_axi_vel_rdata,
     input  logic         [1:0] m_axi_vel_rresp,
     input  logic               m_axi_vel_rlast,
     input  logic               m_axi_vel_rvalid,
@@ -131,8 +147,8 @@ module compress_engine #(
     output logic         [1:0] m_axi_vel_awburst,
     output logic               m_axi_vel_awvalid,
     input  logic               m_axi_vel_awready,
-    output logic        [31:0] m_axi_vel_wdata,
-    output logic         [3:0] m_axi_vel_wstrb,
+    output logic    [32*W-1:0] m_axi_vel_wdata,
+    output logic     [4*W-1:0] m_axi_vel_wstrb,
     output logic               m_axi_vel_wlast,
     output logic               m_axi_vel_wvalid,
     input  logic               m_axi_vel_wready,
@@ -187,6 +203,25 @@ module compress_engine #(
         $error("compress_engine: RES_FIFO_AW must be 1..16");
 `endif
     end
+    if (!(W == 1 || W == 2 || W == 4 || W == 8 || W == 16)) begin : g_bad_w
+`ifdef __ICARUS__
+        compress_engine__W_must_be_1_2_4_8_or_16 u_parameter_error ();
+`else
+        $error("compress_engine: W must be 1, 2, 4, 8 or 16");
+`endif
+    end
+    if (!(MAX_BURST * 4 * W <= 4096)) begin : g_bad_burst_bytes
+`ifdef __ICARUS__
+        compress_engine__MAX_BURST_beats_must_fit_4_KiB u_parameter_error ();
+`else
+        $error("compress_engine: MAX_BURST beats of 4*W bytes must fit in 4 KiB");
+`endif
+    end
+    localparam int L = $clog2(W);                 // lane index bits
+    localparam int LB = L + 2;                    // byte offset bits of a beat
+    localparam int LW = (W > 1) ? L : 1;          // a lane index's width
+    localparam logic [31:0] W_U = W;
+    localparam int CW = $clog2(W + 1);            // a count of lanes, 0..W
     localparam int SW = (K_MAX > 1) ? $clog2(K_MAX) : 1;
     localparam logic [31:0] K_MAX_U = K_MAX;
     localparam logic [4:0] LMAX_LIMIT = (LMAX_LOG2_MAX < 24) ? 5'(LMAX_LOG2_MAX) : 5'd24;
@@ -200,7 +235,7 @@ module compress_engine #(
     logic   in_pass1;    // state == PASS1, as a flop of its own (the join's take starts from it)
     logic   in_enc_cfg;  // state == ENC_CFG, as a flop (the encoder's configuration valid)
     logic   mem_err;     // an SLVERR/DECERR response came in a cycle ago
-    logic   inc_sat_q, inc_nan, inc_sat_fb, inc_sat_mo;   // a flag came a cycle ago: count it
+    logic [CW-1:0] inc_sat_q, inc_nan, inc_sat_fb, inc_sat_mo;   // flags (lanes) a cycle ago
 
     // ---- configuration ---------------------------------------------------------------------
     logic [31:0] n_r, bs_r, nb_r, k_r, m_r, ks_r, rb_r, id_r;
@@ -220,6 +255,8 @@ module compress_engine #(
     logic [63:0] span;                   // n_blocks * min(B, n)
     logic  [1:0] mul_wait;
     logic  [3:0] check_code, check_code_r;
+    logic [31:0] nbeats;                 // ceil(n / W): the layer's beats, registered in CHECK
+    logic [W-1:0] tail_keep;             // the lanes of the layer's last beat inside [0, n)
 
     assign cfg_ready = state == IDLE;
     assign busy = state != IDLE;
@@ -238,10 +275,13 @@ module compress_engine #(
             bs_n <= (bs_r < n_r) ? bs_r : n_r;
             res_end <= XW'(base_r) + XW'({n_r, 2'b00});
             vel_end <= XW'(vbase_r) + XW'({n_r, 2'b00});
+            if (W == 1) nbeats <= n_r;
+            else nbeats <= 32'(({1'b0, n_r} + 33'(W - 1)) >> L);
+            for (int l = 0; l < W; l++) tail_keep[l] <= 32'(l) <= (n_r - 32'd1) % W_U;
         end
         if (state == MUL) n_plus_bs <= {1'b0, n_r} + {1'b0, bs_n};
         if (state == CHECK_A) begin
-            bad_addr <= base_r[1:0] != 2'd0 || res_end > (XW'(1) << ADDR_W);
+            bad_addr <= base_r[LB-1:0] != '0 || res_end > (XW'(1) << ADDR_W);
             bad_bs <= bs_r == 32'd0;
             // n_blocks = ceil(n / B'), B' = min(B, n): span >= n > span - B'
             // span < n and span >= n + B' on 33 bits beside the high bits' test (two 64-bit
@@ -255,7 +295,7 @@ module compress_engine #(
             bad_lmax <= lmax_r == 5'd0 || lmax_r > LMAX_LIMIT;
             bad_range <= rb_r[31] || rb_r[30:23] == 8'hFF || rb_r == 32'd0;
             bad_m <= !m_r[31];
-            bad_vel <= mom_r && (vbase_r[1:0] != 2'd0 || vel_end > (XW'(1) << ADDR_W));
+            bad_vel <= mom_r && (vbase_r[LB-1:0] != '0 || vel_end > (XW'(1) << ADDR_W));
             // [vbase, vel_end) and [base, res_end) share a byte (both empty when n = 0): the
             // two compares registered apart, ANDed in CHECK2 (bad_overlap)
             vel_before_res_end <= XW'(vbase_r) < res_end;
@@ -299,17 +339,18 @@ module compress_engine #(
     logic        ar_req, ar_fire, ar_done, aw_req, aw_fire, aw_done, walk_start;
     logic  [8:0] ar_len, aw_len;
     logic [ADDR_W-1:0] ar_addr, aw_addr;
+    logic  [W-1:0] aw_kf, aw_kl, vaw_kf, vaw_kl;   // write bursts' first / last beat lanes
     // each read FIFO holds a whole burst at least (a longer burst could never get its credits)
     localparam int RD_AW = (RES_FIFO_AW > $clog2(MAX_BURST)) ? RES_FIFO_AW : $clog2(MAX_BURST);
     logic        res_push;
     logic        rsk_valid, rsk_take;               // the read path's skid buffer, then a
-    logic [31:0] res_head;                          // credit link to the join: the next r
+    logic [32*W-1:0] res_head;                      // credit link to the join: the next r
     logic        rsk1_valid, rsk1_ready;            // between the two
-    logic [31:0] rsk1_data;
-    logic [31:0] rd_got;              // pass 2: words received
+    logic [32*W-1:0] rsk1_data;
+    logic [31:0] rd_got;              // pass 2: beats received
     logic        res_home_unused;
 
-    burst_walker #(.ADDR_W(ADDR_W), .MAX_BURST(MAX_BURST)) u_ar_walk (
+    burst_walker #(.ADDR_W(ADDR_W), .MAX_BURST(MAX_BURST), .W(W)) u_ar_walk (
         .clk, .rst, .start(walk_start), .base(base_r), .count(walk_count),
         .range_idx(ar_idx), .range_start(ar_rs), .range_end(ar_re),
         .req_valid(ar_req), .req_fire(ar_fire), .req_addr(ar_addr), .req_len(ar_len),
@@ -324,7 +365,7 @@ module compress_engine #(
     // the AXI port (with a skid buffer there instead, the take and the pop still met in one
     // cycle: 10.3 ns across the die on ECP5). The credits count a word as taken when it leaves
     // the FIFO: the words in the skid and the link are beyond the count
-    axi_read_path #(.ADDR_W(ADDR_W), .DATA_W(32), .MAX_BURST(MAX_BURST), .FIFO_AW(RD_AW),
+    axi_read_path #(.ADDR_W(ADDR_W), .DATA_W(32 * W), .MAX_BURST(MAX_BURST), .FIFO_AW(RD_AW),
                     .DISTRIBUTED(RD_AW <= 7), .REGISTERED(1'b1), .OUT_SKID(1'b1)) u_res_rd (
         .clk, .rst,
         .req_valid(ar_req), .req_addr(ar_addr), .req_len(ar_len), .req_fire(ar_fire),
@@ -336,8 +377,8 @@ module compress_engine #(
     );
 
     logic        res_arrived_unused, rlo_valid, rlo_ready;
-    logic [31:0] rlo_data;
-    axis_credit_link #(.W(32)) u_res_link (
+    logic [32*W-1:0] rlo_data;
+    axis_credit_link #(.W(32 * W)) u_res_link (
         .clk, .rst, .s_tdata(rsk1_data), .s_tvalid(rsk1_valid), .s_tready(rsk1_ready),
         .m_tdata(rlo_data), .m_tvalid(rlo_valid), .m_tready(rlo_ready),
         .m_arrived(res_arrived_unused)
@@ -345,7 +386,7 @@ module compress_engine #(
     // a skid buffer after the link, by the join: the join's take (the encoder's in pass 2)
     // stays local, and the link sees the skid's registered ready (the take sent to the link's
     // ring pointer crossed the die: 7.0 ns on ECP5)
-    axis_skid_buffer #(.W(32)) u_res_out (
+    axis_skid_buffer #(.W(32 * W)) u_res_out (
         .clk, .rst, .s_tdata(rlo_data), .s_tvalid(rlo_valid), .s_tready(rlo_ready),
         .m_tdata(res_head), .m_tvalid(rsk_valid), .m_tready(rsk_take)
     );
@@ -356,14 +397,14 @@ module compress_engine #(
     logic  [8:0] var_len, vaw_len;
     logic [ADDR_W-1:0] var_addr, vaw_addr;
     logic        vel_push, vel_home_unused;
-    logic [31:0] vel_head;                          // the word of the element leaving the
+    logic [32*W-1:0] vel_head;                      // the beat of the elements leaving the
                                                     // quantiser
     logic        vsk1_valid, vsk1_ready;            // the read path's skid buffer -> the link
-    logic [31:0] vsk1_data;
+    logic [32*W-1:0] vsk1_data;
 
     assign var_count = (mom_r && !phase2 && n_nz) ? 32'd1 : 32'd0;
 
-    burst_walker #(.ADDR_W(ADDR_W), .MAX_BURST(MAX_BURST)) u_var_walk (
+    burst_walker #(.ADDR_W(ADDR_W), .MAX_BURST(MAX_BURST), .W(W)) u_var_walk (
         .clk, .rst, .start(walk_start), .base(vbase_r), .count(var_count),
         .range_idx(var_idx), .range_start(32'd0), .range_end(n_r),
         .req_valid(var_req), .req_fire(var_fire), .req_addr(var_addr), .req_len(var_len),
@@ -371,7 +412,7 @@ module compress_engine #(
     );
 
     // as the residual's
-    axi_read_path #(.ADDR_W(ADDR_W), .DATA_W(32), .MAX_BURST(MAX_BURST), .FIFO_AW(RD_AW),
+    axi_read_path #(.ADDR_W(ADDR_W), .DATA_W(32 * W), .MAX_BURST(MAX_BURST), .FIFO_AW(RD_AW),
                     .DISTRIBUTED(RD_AW <= 7), .REGISTERED(1'b1), .OUT_SKID(1'b1)) u_vel_rd (
         .clk, .rst,
         .req_valid(var_req), .req_addr(var_addr), .req_len(var_len), .req_fire(var_fire),
@@ -394,11 +435,11 @@ module compress_engine #(
     // quantiser's latency.
     localparam int QUANT_L = gradblock_pkg::QUANT_LATENCY;   // (its m_tready is held high)
     logic        vel_arrived, vlo_valid, vel_take;
-    logic [31:0] vlo_data;
+    logic [32*W-1:0] vlo_data;
     logic        v_claim;             // the join takes an element: it claims a velocity word
     logic [QUANT_L:1] vclaim_d;       // v_claim delayed 1 .. QUANT_L cycles
     localparam int VL_AW = 5;         // the velocity link's ring: 2^5 words
-    axis_credit_link #(.W(32), .AW(VL_AW)) u_vel_link (
+    axis_credit_link #(.W(32 * W), .AW(VL_AW)) u_vel_link (
         .clk, .rst, .s_tdata(vsk1_data), .s_tvalid(vsk1_valid), .s_tready(vsk1_ready),
         .m_tdata(vlo_data), .m_tvalid(vlo_valid), .m_tready(vel_take), .m_arrived(vel_arrived)
     );
@@ -419,10 +460,14 @@ module compress_engine #(
                           vel_home_unused};
 
     // ---- pass 1: gradient + residual -> quantiser -> ef_add -> write-back, norms, select ----
-    logic [31:0] in_left;             // gradient elements still to take
+    // a beat of W elements a cycle: one quantiser, momentum_pipe and ef_add per lane, side by
+    // side on one valid. The lanes of the layer's last beat past n enter the quantisers as
+    // zeros (g = r = 0, and u = 0 at momentum_pipe's input), so they raise no flag and give
+    // a = 0; their writes are masked by WSTRB and the norms are told by tkeep.
+    logic [31:0] in_left;             // gradient beats still to take
     logic        in_more, in_last;    // registered: in_left != 0, in_left == 1
-    logic        in_open, p1_pop, q_s_valid, q_s_ready, q_s_last;
-    logic [63:0] q_s_data;            // {r, g}
+    logic        in_open, p1_pop, q_s_valid, q_s_last;
+    logic [32*W-1:0] q_s_grad, q_s_res;   // the join's register: g and r per lane
     logic        v_have;              // velocity words are in the link, not yet claimed
 
     // Pass 1 runs on credits: the join takes an element only when there is room for it at the
@@ -432,7 +477,8 @@ module compress_engine #(
     // only. (A stalling pipeline's enables and the join's register slice spanned the die:
     // 10 ns on ECP5.) An element is taken, a credit spent, and the credit comes back a cycle
     // after the element leaves that FIFO, ~22 cycles later: 32 credits keep one per cycle.
-    localparam int PQ_AW = 5;         // the `a` and velocity write FIFOs: 2^5 words each
+    // (Credits, FIFOs and links count beats of W elements.)
+    localparam int PQ_AW = 5;         // the `a` and velocity write FIFOs: 2^5 beats each
     localparam logic [PQ_AW:0] PQ_DEPTH = (PQ_AW + 1)'(1 << PQ_AW);
     logic [PQ_AW:0] a_credits, v_credits;
     logic        a_room, v_room;      // registered: >= 3 credits a cycle ago, so >= 1 now
@@ -450,88 +496,113 @@ module compress_engine #(
     always_ff @(posedge clk) begin
         if (rst) q_s_valid <= 1'b0;
         else q_s_valid <= p1_pop;
-        {q_s_last, q_s_data} <= {in_last, res_head, s_grad_tdata};
+        q_s_last <= in_last;
+        for (int l = 0; l < W; l++) begin
+            q_s_grad[32*l +: 32] <= (in_last && !tail_keep[l]) ? 32'd0 : s_grad_tdata[32*l +: 32];
+            q_s_res[32*l +: 32] <= (in_last && !tail_keep[l]) ? 32'd0 : res_head[32*l +: 32];
+        end
     end
     arrival_count #(.CW(VL_AW + 1)) u_vel_have (
         .clk, .rst, .arrived(vel_arrived), .take(v_claim), .nonzero(v_have)
     );
 
-    logic [31:0] q_tdata, q_resid;
-    logic  [1:0] q_flags;
-    logic        q_tvalid, q_tlast;
-
-    // r rides beside the gradient through the quantiser's stages
-    quantiser #(.UW(32)) u_quantiser (
-        .clk, .rst,
-        .cfg_m(m_r), .cfg_k(ks_r), .cfg_range_bits(rb_r),
-        .s_tdata(q_s_data[31:0]), .s_tuser(q_s_data[63:32]), .s_tvalid(q_s_valid),
-        .s_tready(q_s_ready), .s_tlast(q_s_last),
-        .m_tdata(q_tdata), .m_tuser({q_resid, q_flags}), .m_tvalid(q_tvalid),
-        .m_tready(1'b1), .m_tlast(q_tlast)
-    );
+    logic [32*W-1:0] q_tdata, q_resid;
+    logic [W-1:0]    q_sat, q_nan, q_valid_l, q_last_l, q_ready_l;
+    logic            q_tvalid, q_tlast;
+    assign q_tvalid = q_valid_l[0];   // the lanes move together
+    assign q_tlast = q_last_l[0];
 
     // momentum: a register, momentum_pipe, then {r, u'} to ef_add and u' to the velocity write
     // FIFO together. Off: the quantiser feeds ef_add as it always did.
-    logic [96:0] mq_data;
-    logic        mq_valid, ms_ready;
-    logic [63:0] mo_tdata;
-    logic        mo_sat, mo_tvalid, mo_tlast;
+    logic [32*W-1:0] mq_q, mq_r, mq_u;
+    logic        mq_valid, mq_last;
+    logic [64*W-1:0] mo_tdata;        // lane l: {r, u'}
+    logic [W-1:0] mo_sat, mo_valid_l, mo_last_l, ms_ready_l;
+    logic        mo_tvalid, mo_tlast;
     logic        vwd_full, vwd_empty, vwd_pop;
-    logic [31:0] vwd_head;
-    logic        ef_s_valid, ef_s_ready, ef_s_last, ef_in_valid;
-    logic [63:0] ef_s_data;
-    logic [64:0] ef_in_data;          // {tlast, r, q} or {tlast, r, u'}
+    logic [32*W-1:0] vwd_head, vwd_in;
+    logic        ef_s_valid, ef_s_last, ef_in_valid, ef_in_last;
+    logic [64*W-1:0] ef_s_data, ef_in_data;   // lane l: {r, q} or {r, u'}
+    logic [W-1:0] ef_s_ready_l;
+    assign mo_tvalid = mo_valid_l[0];
+    assign mo_tlast = mo_last_l[0];
 
-    // the element's velocity word, claimed at the join, is in vel_head now
+    // the element's velocity word, claimed at the join, is in vel_head now (the lanes past n
+    // of the last beat as zeros)
     always_ff @(posedge clk) begin
         if (rst) mq_valid <= 1'b0;
         else mq_valid <= q_tvalid && mom_r;
-        mq_data <= {q_tlast, q_resid, vel_head, q_tdata};
+        mq_last <= q_tlast;
+        mq_r <= q_resid;
+        mq_q <= q_tdata;
+        for (int l = 0; l < W; l++)
+            mq_u[32*l +: 32] <= (q_tlast && !tail_keep[l]) ? 32'd0 : vel_head[32*l +: 32];
     end
 
-    momentum_pipe u_momentum (
-        .clk, .rst, .m_fix(m_fix_r),
-        .s_tdata(mq_data[95:0]), .s_tvalid(mq_valid), .s_tready(ms_ready), .s_tlast(mq_data[96]),
-        .m_tdata(mo_tdata), .m_tuser(mo_sat), .m_tvalid(mo_tvalid), .m_tready(1'b1),
-        .m_tlast(mo_tlast)
-    );
+    assign ef_in_valid = mom_r ? mo_tvalid : q_tvalid;
+    assign ef_in_last = mom_r ? mo_tlast : q_tlast;
+
+    logic [32*W-1:0] e_tdata, a_tdata, aq_tdata;
+    logic [W-1:0] e_sat, a_sat, aq_sat, e_valid_l, e_last_l;
+    logic        e_tvalid, e_tlast;
+    logic        a_tvalid, a_tready, a_tlast, a_accept;
+    logic        aq_tlast, aq_full, aq_empty, ask_ready;
+    assign e_tvalid = e_valid_l[0];
+    assign e_tlast = e_last_l[0];
+
+    for (genvar l = 0; l < W; l++) begin : g_lane
+        // r rides beside the gradient through the quantiser's stages
+        quantiser #(.UW(32)) u_quantiser (
+            .clk, .rst,
+            .cfg_m(m_r), .cfg_k(ks_r), .cfg_range_bits(rb_r),
+            .s_tdata(q_s_grad[32*l +: 32]), .s_tuser(q_s_res[32*l +: 32]), .s_tvalid(q_s_valid),
+            .s_tready(q_ready_l[l]), .s_tlast(q_s_last),
+            .m_tdata(q_tdata[32*l +: 32]),
+            .m_tuser({q_resid[32*l +: 32], q_nan[l], q_sat[l]}), .m_tvalid(q_valid_l[l]),
+            .m_tready(1'b1), .m_tlast(q_last_l[l])
+        );
+
+        momentum_pipe u_momentum (
+            .clk, .rst, .m_fix(m_fix_r),
+            .s_tdata({mq_r[32*l +: 32], mq_u[32*l +: 32], mq_q[32*l +: 32]}),
+            .s_tvalid(mq_valid), .s_tready(ms_ready_l[l]), .s_tlast(mq_last),
+            .m_tdata(mo_tdata[64*l +: 64]), .m_tuser(mo_sat[l]), .m_tvalid(mo_valid_l[l]),
+            .m_tready(1'b1), .m_tlast(mo_last_l[l])
+        );
+        assign vwd_in[32*l +: 32] = mo_tdata[64*l +: 32];
+        assign ef_in_data[64*l +: 64] = mom_r ? mo_tdata[64*l +: 64]
+                                              : {q_resid[32*l +: 32], q_tdata[32*l +: 32]};
+
+        ef_add #(.REG_SUM(1'b1)) u_ef_add (
+            .clk, .rst,
+            .s_tdata(ef_s_data[64*l +: 64]), .s_tvalid(ef_s_valid), .s_tready(ef_s_ready_l[l]),
+            .s_tlast(ef_s_last),
+            .m_tdata(e_tdata[32*l +: 32]), .m_tuser(e_sat[l]), .m_tvalid(e_valid_l[l]),
+            .m_tready(1'b1), .m_tlast(e_last_l[l])
+        );
+    end
 
     // room is there: the credits
-    sync_fifo #(.W(32), .AW(PQ_AW)) u_vwd_fifo (
-        .clk, .rst, .clear(1'b0), .push(mo_tvalid), .wr_data(mo_tdata[31:0]), .pop(vwd_pop),
+    sync_fifo #(.W(32 * W), .AW(PQ_AW)) u_vwd_fifo (
+        .clk, .rst, .clear(1'b0), .push(mo_tvalid), .wr_data(vwd_in), .pop(vwd_pop),
         .rd_data(vwd_head), .full(vwd_full), .empty(vwd_empty)
     );
-
-    assign ef_in_valid = mom_r ? mo_tvalid : q_tvalid;
-    assign ef_in_data = mom_r ? {mo_tlast, mo_tdata} : {q_tlast, q_resid, q_tdata};
 
     // a register between that choice and ef_add: ef_add's 33-bit sum starts from flops
     always_ff @(posedge clk) begin
         if (rst) ef_s_valid <= 1'b0;
         else ef_s_valid <= ef_in_valid;
-        {ef_s_last, ef_s_data} <= ef_in_data;
+        {ef_s_last, ef_s_data} <= {ef_in_last, ef_in_data};
     end
-
-    logic [31:0] e_tdata, a_tdata, aq_tdata;
-    logic        e_sat, e_tvalid, e_tlast;
-    logic        a_sat, a_tvalid, a_tready, a_tlast, a_accept;
-    logic        aq_sat, aq_tlast, aq_full, aq_empty, ask_ready;
-
-    ef_add #(.REG_SUM(1'b1)) u_ef_add (
-        .clk, .rst,
-        .s_tdata(ef_s_data), .s_tvalid(ef_s_valid), .s_tready(ef_s_ready), .s_tlast(ef_s_last),
-        .m_tdata(e_tdata), .m_tuser(e_sat), .m_tvalid(e_tvalid), .m_tready(1'b1),
-        .m_tlast(e_tlast)
-    );
 
     // the `a` FIFO (room is there: the credits), then a skid buffer, its ready a flop, to the
     // fork: the ready of topk_select, block_l1 and the write FIFO stops there
-    sync_fifo #(.W(34), .AW(PQ_AW)) u_a_fifo (
+    sync_fifo #(.W(33 * W + 1), .AW(PQ_AW)) u_a_fifo (
         .clk, .rst, .clear(1'b0), .push(e_tvalid), .wr_data({e_sat, e_tlast, e_tdata}),
         .pop(a_pop), .rd_data({aq_sat, aq_tlast, aq_tdata}), .full(aq_full), .empty(aq_empty)
     );
     assign a_pop = !aq_empty && ask_ready;
-    axis_skid_buffer #(.W(34)) u_a_slice (
+    axis_skid_buffer #(.W(33 * W + 1)) u_a_slice (
         .clk, .rst,
         .s_tdata({aq_sat, aq_tlast, aq_tdata}), .s_tvalid(!aq_empty), .s_tready(ask_ready),
         .m_tdata({a_sat, a_tlast, a_tdata}), .m_tvalid(a_tvalid), .m_tready(a_tready)
@@ -561,18 +632,20 @@ module compress_engine #(
         end
     end
 
-    // never high: the credits keep both FIFOs from filling; the stages never stall
+    // never high: the credits keep both FIFOs from filling; the stages never stall (the lanes
+    // past 0 have the same valid and last as lane 0)
     logic unused_pass1;
-    assign unused_pass1 = ^{aq_full, vwd_full, q_s_ready, ms_ready, ef_s_ready, vlo_valid,
-                            res_arrived_unused};
+    assign unused_pass1 = ^{aq_full, vwd_full, q_ready_l, ms_ready_l, ef_s_ready_l, vlo_valid,
+                            res_arrived_unused, q_valid_l, q_last_l, mo_valid_l, mo_last_l,
+                            e_valid_l, e_last_l};
 
     // a goes to the norms and to the write-back FIFO together
     logic wd_full, wd_empty, wd_pop, l1_ready;
-    logic [31:0] wd_head;
+    logic [32*W-1:0] wd_head;
     assign a_tready = l1_ready && !wd_full;
     assign a_accept = a_tvalid && a_tready;
 
-    sync_fifo #(.W(32), .AW(4)) u_wd_fifo (
+    sync_fifo #(.W(32 * W), .AW(4)) u_wd_fifo (
         .clk, .rst, .clear(1'b0), .push(a_accept), .wr_data(a_tdata), .pop(wd_pop),
         .rd_data(wd_head), .full(wd_full), .empty(wd_empty)
     );
@@ -580,13 +653,35 @@ module compress_engine #(
     logic [95:0] l1_tdata, norm_tdata;
     logic        l1_tvalid, l1_tready, l1_tlast, norm_tvalid, norm_tready, norm_tlast;
 
-    block_l1 u_block_l1 (
-        .clk, .rst, .cfg_block_size(bs_r), .cfg_norm(norm_r),
-        .s_tdata(a_tdata), .s_tvalid(a_tvalid && !wd_full), .s_tready(l1_ready),
-        .s_tlast(a_tlast),
-        .m_tdata(l1_tdata), .m_tvalid(l1_tvalid), .m_tready(l1_tready),
-        .m_tlast(l1_tlast)
-    );
+    if (W == 1) begin : g_norm1
+        block_l1 u_block_l1 (
+            .clk, .rst, .cfg_block_size(bs_r), .cfg_norm(norm_r),
+            .s_tdata(a_tdata), .s_tvalid(a_tvalid && !wd_full), .s_tready(l1_ready),
+            .s_tlast(a_tlast),
+            .m_tdata(l1_tdata), .m_tvalid(l1_tvalid), .m_tready(l1_tready),
+            .m_tlast(l1_tlast)
+        );
+    end else begin : g_norm_lanes
+        // the last beat's lanes past n are not elements
+        logic [W-1:0] a_keep;
+        assign a_keep = a_tlast ? tail_keep : '1;
+        // until block_norm_lanes: the beat's elements one a cycle into block_l1 (exact; pass 1
+        // then takes an element a cycle)
+        logic [31:0] ser_tdata;
+        logic        ser_tvalid, ser_tready, ser_tlast;
+        lane_serializer #(.W(W)) u_norm_ser (
+            .clk, .rst, .s_tdata(a_tdata), .s_tkeep(a_keep), .s_tlast(a_tlast),
+            .s_tvalid(a_tvalid && !wd_full), .s_tready(l1_ready),
+            .m_tdata(ser_tdata), .m_tlast(ser_tlast), .m_tvalid(ser_tvalid), .m_tready(ser_tready)
+        );
+        block_l1 u_block_l1 (
+            .clk, .rst, .cfg_block_size(bs_r), .cfg_norm(norm_r),
+            .s_tdata(ser_tdata), .s_tvalid(ser_tvalid), .s_tready(ser_tready),
+            .s_tlast(ser_tlast),
+            .m_tdata(l1_tdata), .m_tvalid(l1_tvalid), .m_tready(l1_tready),
+            .m_tlast(l1_tlast)
+        );
+    end
 
     // a register slice between the norms and topk_select: block_l1's stage enable (fanout
     // ~200 flops) and the fork's a_tready start from this slice's registered ready, not from
@@ -647,14 +742,19 @@ module compress_engine #(
     // counted from flops beside them: each flag is registered with its valid first (a stage's
     // valid as the enable of 64 flops across the die was 6.8 ns on ECP5, the state's decode
     // into the clear 7.1 ns); a count is complete a cycle after its flag, long before `done`
+    // (a beat's flags are counted lane by lane: the lanes set, 0..W)
+    function automatic logic [CW-1:0] lanes_set(input logic [W-1:0] f);
+        lanes_set = '0;
+        for (int l = 0; l < W; l++) lanes_set = lanes_set + CW'(f[l]);
+    endfunction
     always_ff @(posedge clk) begin
         if (rst) begin
-            {inc_sat_q, inc_nan, inc_sat_fb, inc_sat_mo} <= 4'd0;
+            {inc_sat_q, inc_nan, inc_sat_fb, inc_sat_mo} <= '0;
         end else begin
-            inc_sat_q <= q_tvalid && q_flags[0];
-            inc_nan <= q_tvalid && q_flags[1];
-            inc_sat_fb <= a_accept && a_sat;
-            inc_sat_mo <= mo_tvalid && mo_sat;
+            inc_sat_q <= q_tvalid ? lanes_set(q_sat) : '0;
+            inc_nan <= q_tvalid ? lanes_set(q_nan) : '0;
+            inc_sat_fb <= a_accept ? lanes_set(a_sat) : '0;
+            inc_sat_mo <= mo_tvalid ? lanes_set(mo_sat) : '0;
         end
         if (rst || sort_clear) begin
             sat_quant_count <= 32'd0;
@@ -662,10 +762,10 @@ module compress_engine #(
             sat_feedback_count <= 32'd0;
             sat_momentum_count <= 32'd0;
         end else begin
-            if (inc_sat_q) sat_quant_count <= sat_quant_count + 32'd1;
-            if (inc_nan) nan_count <= nan_count + 32'd1;
-            if (inc_sat_fb) sat_feedback_count <= sat_feedback_count + 32'd1;
-            if (inc_sat_mo) sat_momentum_count <= sat_momentum_count + 32'd1;
+            if (inc_sat_q != '0) sat_quant_count <= sat_quant_count + 32'(inc_sat_q);
+            if (inc_nan != '0) nan_count <= nan_count + 32'(inc_nan);
+            if (inc_sat_fb != '0) sat_feedback_count <= sat_feedback_count + 32'(inc_sat_fb);
+            if (inc_sat_mo != '0) sat_momentum_count <= sat_momentum_count + 32'(inc_sat_mo);
         end
     end
 
@@ -710,7 +810,7 @@ module compress_engine #(
     // ---- write-back: AW walker, write queue (AW, burst lengths, W, B: axi_write_queue) ----
     logic b_fire, vb_fire;
 
-    burst_walker #(.ADDR_W(ADDR_W), .MAX_BURST(MAX_BURST)) u_aw_walk (
+    burst_walker #(.ADDR_W(ADDR_W), .MAX_BURST(MAX_BURST), .W(W)) u_aw_walk (
         .clk, .rst, .start(walk_start), .base(base_r), .count(walk_count),
         .range_idx(aw_idx), .range_start(aw_rs), .range_end(aw_re),
         .req_valid(aw_req), .req_fire(aw_fire), .req_addr(aw_addr), .req_len(aw_len),
@@ -723,7 +823,7 @@ module compress_engine #(
     // (the sum is registered first, so the compare takes it one cycle later: aw_waited says
     // the burst was already waiting then, so the sum is this burst's)
     logic aw_read_ok, aw_waited, aw_waited2, aw_need_ok;
-    logic [31:0] aw_need;             // elements this burst and the ones before it cover
+    logic [31:0] aw_need;             // beats this burst and the ones before it cover
     always_ff @(posedge clk) begin
         aw_need <= aw_elems + {23'd0, aw_len};
         aw_waited <= aw_req && !aw_fire;
@@ -740,9 +840,11 @@ module compress_engine #(
     // end on it, and once a pass's writes are all answered nothing starts new ones before the
     // next walk_start
     logic writes_idle;
-    axi_write_queue #(.ADDR_W(ADDR_W), .DATA_W(32), .MAX_BURST(MAX_BURST)) u_res_wq (
+    axi_write_queue #(.ADDR_W(ADDR_W), .DATA_W(32 * W), .MAX_BURST(MAX_BURST), .KEEP_W(W))
+    u_res_wq (
         .clk, .rst,
         .req_valid(aw_req && (!phase2 || aw_read_ok)), .req_addr(aw_addr), .req_len(aw_len),
+        .req_keep_first(aw_kf), .req_keep_last(aw_kl),
         .req_fire(aw_fire), .req_done(aw_done),
         .zeros(phase2), .s_data(wd_head), .s_valid(!wd_empty), .s_take(wd_pop),
         .m_axi_awid, .m_axi_awaddr, .m_axi_awlen, .m_axi_awsize, .m_axi_awburst,
@@ -756,19 +858,57 @@ module compress_engine #(
     assign vaw_count = phase2 ? (vmask_r ? k_eff : 32'd0)
                      : ((mom_r && n_nz) ? 32'd1 : 32'd0);
 
-    burst_walker #(.ADDR_W(ADDR_W), .MAX_BURST(MAX_BURST)) u_vaw_walk (
+    burst_walker #(.ADDR_W(ADDR_W), .MAX_BURST(MAX_BURST), .W(W)) u_vaw_walk (
         .clk, .rst, .start(walk_start), .base(vbase_r), .count(vaw_count),
         .range_idx(vaw_idx), .range_start(vaw_rs), .range_end(vaw_re),
         .req_valid(vaw_req), .req_fire(vaw_fire), .req_addr(vaw_addr), .req_len(vaw_len),
         .req_elems(vaw_elems), .done(vaw_done)
     );
 
+    // the write strobes' lanes: a range that starts or ends mid-beat (pass 1's [0, n) ends
+    // mid-beat when W does not divide n; a selected block may start or end anywhere) writes
+    // only its own lanes of its first and last beat. A burst's first beat is the range's first
+    // when its address is that beat's, its last beat the range's last when it ends at the
+    // range's end beat (the range is registered at the walker's SEL, these a cycle later, and
+    // the walker offers the burst two cycles after that at the earliest)
+    if (W == 1) begin : g_keep1
+        assign aw_kf = 1'b1;
+        assign aw_kl = 1'b1;
+        assign vaw_kf = 1'b1;
+        assign vaw_kl = 1'b1;
+    end else begin : g_keep_lanes
+        localparam logic [ADDR_W-1:0] BEAT_MASK = ~ADDR_W'(4 * W - 1);
+        logic [ADDR_W-1:0] aw_first_at, aw_end_at, vaw_first_at, vaw_end_at;  // byte addresses
+        logic [W-1:0] aw_first_keep, aw_last_keep, vaw_first_keep, vaw_last_keep;
+        logic [31:0] aw_last_el, vaw_last_el;
+        assign aw_last_el = aw_re - 32'd1;
+        assign vaw_last_el = vaw_re - 32'd1;
+        always_ff @(posedge clk) begin
+            aw_first_at <= base_r + (ADDR_W'({aw_rs, 2'b00}) & BEAT_MASK);
+            aw_end_at <= base_r + (ADDR_W'({aw_last_el, 2'b00}) & BEAT_MASK) + ADDR_W'(4 * W);
+            vaw_first_at <= vbase_r + (ADDR_W'({vaw_rs, 2'b00}) & BEAT_MASK);
+            vaw_end_at <= vbase_r + (ADDR_W'({vaw_last_el, 2'b00}) & BEAT_MASK)
+                          + ADDR_W'(4 * W);
+            // lanes start .. W-1 of the first beat, 0 .. last of the last
+            aw_first_keep <= {W{1'b1}} << aw_rs[L-1:0];
+            aw_last_keep <= {W{1'b1}} >> (L'(W - 1) - aw_last_el[L-1:0]);
+            vaw_first_keep <= {W{1'b1}} << vaw_rs[L-1:0];
+            vaw_last_keep <= {W{1'b1}} >> (L'(W - 1) - vaw_last_el[L-1:0]);
+        end
+        assign aw_kf = (aw_addr == aw_first_at) ? aw_first_keep : '1;
+        assign aw_kl = (aw_addr + (ADDR_W'(aw_len) << LB) == aw_end_at) ? aw_last_keep : '1;
+        assign vaw_kf = (vaw_addr == vaw_first_at) ? vaw_first_keep : '1;
+        assign vaw_kl = (vaw_addr + (ADDR_W'(vaw_len) << LB) == vaw_end_at) ? vaw_last_keep : '1;
+    end
+
     // as the residual's (pass 2 writes velocity zeros only when masking: and-ed before the
     // queue's flop, so synthesis keeps the two flops apart, each by its own W channel)
     logic vel_writes_idle;
-    axi_write_queue #(.ADDR_W(ADDR_W), .DATA_W(32), .MAX_BURST(MAX_BURST)) u_vel_wq (
+    axi_write_queue #(.ADDR_W(ADDR_W), .DATA_W(32 * W), .MAX_BURST(MAX_BURST), .KEEP_W(W))
+    u_vel_wq (
         .clk, .rst,
-        .req_valid(vaw_req), .req_addr(vaw_addr), .req_len(vaw_len), .req_fire(vaw_fire),
+        .req_valid(vaw_req), .req_addr(vaw_addr), .req_len(vaw_len),
+        .req_keep_first(vaw_kf), .req_keep_last(vaw_kl), .req_fire(vaw_fire),
         .req_done(vaw_done),
         .zeros(phase2 && vmask_r), .s_data(vwd_head), .s_valid(!vwd_empty), .s_take(vwd_pop),
         .m_axi_awid(m_axi_vel_awid), .m_axi_awaddr(m_axi_vel_awaddr),
@@ -791,6 +931,9 @@ module compress_engine #(
     logic        c_has;          // c_idx < k_eff: a block follows the gap
     logic        c_gap_nz;       // registered c_gap != 0
     logic        c_left_one;     // registered c_left == 1
+    logic [LW-1:0] c_lane;     // the lane of the block's next word in the beat at res_head
+    logic        c_beat_end;     // that word is the last of its beat in the block: take the beat
+    logic [31:0] res_word;       // that word
     logic        c_in_gap, c_in_lit;   // c_state == C_GAP / C_LIT, as flops of their own: the
                                        // encoder's valid and the take start from them (through
                                        // the state's decode, the take ran 6.9 ns on ECP5)
@@ -803,7 +946,16 @@ module compress_engine #(
 
     // (the consumer moves only in PASS2: C_GAP and C_LIT are never held outside it)
     assign enc_valid = (c_in_gap && c_gap_nz) || (c_in_lit && rsk_valid);
-    assign enc_data = c_in_gap ? 32'd0 : res_head;
+    assign enc_data = c_in_gap ? 32'd0 : res_word;
+    if (W == 1) begin : g_word1
+        assign res_word = res_head;
+        assign c_beat_end = 1'b1;
+        logic unused_lane;
+        assign unused_lane = ^c_lane;
+    end else begin : g_word_lanes
+        assign res_word = res_head[32*c_lane +: 32];
+        assign c_beat_end = c_lane == LW'(W - 1) || c_left_one;
+    end
     assign enc_count = c_in_gap ? c_gap : 32'd1;
     assign enc_take = enc_valid && enc_ready;
 
@@ -816,7 +968,7 @@ module compress_engine #(
         .clk, .rst, .s_tdata({enc_count, enc_data}), .s_tvalid(enc_valid), .s_tready(enc_ready),
         .m_tdata(es_data), .m_tvalid(es_valid), .m_tready(es_ready)
     );
-    assign rsk_take = phase2 ? (c_in_lit && rsk_valid && enc_ready) : p1_pop;
+    assign rsk_take = phase2 ? (c_in_lit && rsk_valid && enc_ready && c_beat_end) : p1_pop;
     assign enc_cfg_valid = in_enc_cfg;
 
     zrle_run_encoder #(.LMAX_LOG2_MAX(LMAX_LOG2_MAX)) u_encoder (
@@ -878,9 +1030,9 @@ module compress_engine #(
                         walk_start <= 1'b1;
                     end
                     phase2 <= 1'b0;
-                    in_left <= n_r;
-                    in_more <= n_r != 32'd0;
-                    in_last <= n_r == 32'd1;
+                    in_left <= nbeats;
+                    in_more <= nbeats != 32'd0;
+                    in_last <= nbeats == 32'd1;
                     topk_done <= n_r == 32'd0;
                     prep_rd <= '0;
                     frame_done <= 1'b0;
@@ -950,6 +1102,7 @@ module compress_engine #(
                         c_gap_nz <= (c_has ? c_start : n_r) != c_pos;
                         c_left <= c_end - c_start;
                         c_left_one <= c_end - c_start == 32'd1;
+                        c_lane <= LW'(c_start % W_U);
                         c_state <= C_GAP;
                         c_in_gap <= 1'b1;
                     end
@@ -961,6 +1114,7 @@ module compress_engine #(
                     end
                     C_LIT: if (enc_take) begin
                         c_left <= c_left - 32'd1;
+                        if (W > 1) c_lane <= c_lane + LW'(1);
                         c_left_one <= c_left == 32'd2;
                         if (c_left_one) begin
                             c_idx <= c_idx + 32'd1;
@@ -979,7 +1133,7 @@ module compress_engine #(
     // AXI4 master port rules (axi4_master_checker.sv: handshakes held until taken, INCR
     // bursts of 1..MAX_BURST beats inside one 4 KiB page, WLAST/RLAST on each burst's last
     // beat, no W beat, R beat or B response that no burst announced)
-    axi4_master_checker #(.ADDR_W(ADDR_W), .DATA_W(32), .MAX_BURST(MAX_BURST)) u_chk_axi (
+    axi4_master_checker #(.ADDR_W(ADDR_W), .DATA_W(32 * W), .MAX_BURST(MAX_BURST)) u_chk_axi (
         .clk           (clk),
         .rst           (rst),
         .m_axi_araddr  (m_axi_araddr),
@@ -1003,7 +1157,7 @@ module compress_engine #(
         .m_axi_bvalid  (m_axi_bvalid),
         .m_axi_bready  (m_axi_bready)
     );
-    axi4_master_checker #(.ADDR_W(ADDR_W), .DATA_W(32), .MAX_BURST(MAX_BURST)) u_chk_axi_vel (
+    axi4_master_checker #(.ADDR_W(ADDR_W), .DATA_W(32 * W), .MAX_BURST(MAX_BURST)) u_chk_axi_vel (
         .clk           (clk),
         .rst           (rst),
         .m_axi_araddr  (m_axi_vel_araddr),

@@ -48,8 +48,8 @@ def need(sim: str) -> None:
         pytest.skip(f"{sim} unavailable: {reason}")
 
 
-def params(k_max: int) -> dict:
-    return {**ENGINE.parameters, "K_MAX": k_max}
+def params(k_max: int, lanes: int = 1) -> dict:
+    return {**ENGINE.parameters, "K_MAX": k_max, **({"W": lanes} if lanes > 1 else {})}
 
 
 @pytest.fixture(scope="module")
@@ -94,13 +94,13 @@ def test_engine_error_codes_are_their_own():
         v for k, v in eng.items() if not k.startswith("VEL_"))
 
 
-def run_engine(sim, dirs, tmp_path, k_max, env=None, testcase=None, run_name=None):
-    """Run the testbench; return (RunResult, per-case verdicts, metrics)."""
+def run_engine(sim, dirs, tmp_path, k_max, env=None, testcase=None, run_name=None, lanes=1):
+    """Run the testbench (at W = lanes); return (RunResult, per-case verdicts, metrics)."""
     results, metrics = tmp_path / "cases.json", tmp_path / "metrics.json"
     full_env = {"TB_GOLDEN_DIRS": os.pathsep.join(str(d) for d in dirs),
                 "TB_TRAFFIC": QUICK_TRAFFIC, "TB_CASE_RESULTS": results, "TB_METRICS": metrics,
                 **(env or {})}
-    res = ENGINE.run(sim, parameters=params(k_max), env=full_env, testcase=testcase,
+    res = ENGINE.run(sim, parameters=params(k_max, lanes), env=full_env, testcase=testcase,
                      run_name=run_name)
     verdicts: dict[str, list[str]] = {}
     if results.is_file():
@@ -138,6 +138,26 @@ def test_engine_icarus_quick(golden_quick, edge_vectors, tmp_path):
     mom = [r for r in recs if r["momentum"]]
     assert mom and all(r["vel_axi_beats"]["r"] == r["words"] for r in mom), mom
     assert all(not any(r["vel_axi_beats"].values()) for r in recs if not r["momentum"])
+
+
+LANE_QUICK_MAX_N = 130
+
+
+def test_engine_icarus_lanes_quick(golden_quick, edge_vectors, tmp_path):
+    """W = 4 (issue 31) on Icarus: the cases up to 130 elements (a layer's tail, blocks that
+    start and end mid-beat, B < W), one traffic profile, every testbench test: frame, residual
+    and velocity memory, guards and counts exact; a velocity read beat per 4 elements."""
+    need("icarus")
+    dirs = [golden_quick, edge_vectors]
+    res, verdicts, recs = run_engine("icarus", dirs, tmp_path, 32, lanes=4,
+                                     env={"TB_MAX_N": LANE_QUICK_MAX_N, "TB_TRAFFIC": "0.5:0.6"})
+    check_tests(res, ALL_TESTS)
+    cases = top_cases(dirs, LANE_QUICK_MAX_N)
+    assert any("momentum" in c["stages"] for c in cases), "no momentum case in the quick set"
+    expect_verdicts(verdicts, cases, 32, allow_refusals=True)
+    assert recs and all(r["lanes"] == 4 for r in recs), recs
+    mom = [r for r in recs if r["momentum"]]
+    assert mom and all(r["vel_axi_beats"]["r"] == -(-r["words"] // 4) for r in mom), mom
 
 
 def test_verify_registers_engine(golden_quick, tmp_path):

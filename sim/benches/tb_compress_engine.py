@@ -15,6 +15,12 @@ not raise a single request during it.
 Build parameters come from the runner's record (tb_util.hdl_parameter): K_MAX, LMAX_LOG2_MAX,
 ADDR_W. A case the build cannot hold (k_eff > K_MAX, lmax_log2 > LMAX_LOG2_MAX) must be refused
 with its code without touching memory.
+
+Lanes (issue 31): W is read from the DUT's gradient stream (32 bits a lane), and every test runs
+at that W: the gradient source and both AxiRams are W words wide (element i in beat i / W, lane
+i % W; the stream has no tkeep, the engine counts by n), the bases are aligned to a beat (4W
+bytes) and a base aligned to 4 but not to a beat is refused, and the guard words around each
+region (not beat aligned at its end) check the write strobes.
 """
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ import numpy as np
 
 import cocotb
 from cocotb.triggers import ClockCycles, RisingEdge
-from cocotbext.axi import AxiStreamFrame
+from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
 from gradblock.hw.sv_constants import codes, package_constants
 from gradblock.golden.format import case_norm
@@ -46,11 +52,22 @@ ERR_ADDR, ERR_BLOCK_SIZE, ERR_N_BLOCKS, ERR_K, ERR_K_MAX, ERR_LMAX, ERR_RANGE, E
         "LMAX_RANGE", "RANGE_INVALID", "M_BELOW_HALF", "TLAST_MISPLACED", "MEMORY", "VEL_ADDR",
         "VEL_OVERLAP"))
 ERR_NAME = {v: k for k, v in _ERR.items()}
+
+
+def _lanes() -> int:
+    """W, the build's lanes: the gradient stream's width over 32 (1 where the top has no such
+    port, e.g. the AXI4-Lite wrapper's bench importing this module)."""
+    sig = getattr(getattr(cocotb, "top", None), "s_grad_tdata", None)
+    return len(sig) // 32 if sig is not None else 1
+
+
+W = _lanes()
+BEAT = 4 * W                        # bytes a beat: the bases' alignment
 GUARD_WORDS = 16                    # checked-untouched words before and after each region
 GUARD = 0xA5C3_5A3C
 VEL_GUARD = 0x3C5A_C3A5
-# a base that is not 4 KiB aligned, so bursts must split at the boundary
-BASE = 0x1000 * 3 - 4 * 5
+# a base that is not 4 KiB aligned (a beat aligned one), so bursts must split at the boundary
+BASE = 0x1000 * 3 - BEAT * 5
 VEL_PORT = "m_axi_vel"
 # with momentum off the velocity base is not looked at: an unaligned one must not be refused
 UNUSED_VEL_BASE = 2
@@ -64,7 +81,7 @@ def vel_base_for(max_n: int) -> int:
     """The velocity region: past the residual's (and its guards) in the one address space, on
     another 4 KiB page, not page aligned either."""
     end = BASE + 4 * (max_n + 2 * GUARD_WORDS)
-    return (end // 4096 + 2) * 4096 - 4 * 7
+    return (end // 4096 + 2) * 4096 - BEAT * 7
 
 
 def config_of(case, base: int = BASE, vel_base: int = UNUSED_VEL_BASE) -> dict:
@@ -86,9 +103,9 @@ def expected_error(cfg: dict) -> int:
     n = cfg["n"]
     top = 2 ** param("ADDR_W")
     res, vel = cfg["res_base"], cfg["vel_base"]
-    if cfg["momentum_en"] and (vel % 4 or vel + 4 * n > top):
+    if cfg["momentum_en"] and (vel % BEAT or vel + 4 * n > top):
         return ERR_VEL_ADDR
-    if res % 4 or res + 4 * n > top:
+    if res % BEAT or res + 4 * n > top:
         return ERR_ADDR
     if cfg["momentum_en"] and n and vel < res + 4 * n and res < vel + 4 * n:
         return ERR_VEL_OVERLAP
@@ -128,7 +145,11 @@ class Engine(tb_util.AxiEngineBench):
         self.vel_base = vel_base_for(max_n)
         top = self.vel_base + 4 * (max_n + GUARD_WORDS) + 4096
         super().__init__(dut, 1 << max(16, top.bit_length()), {VEL_PORT: None})
-        self.src = tb_util.source(dut, "s_grad")
+        # a word per byte lane: W lanes of 32 bits (no tkeep: the engine counts by n, and the
+        # last beat's lanes past n carry whatever the source pads with)
+        self.src = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_grad"), dut.clk, dut.rst,
+                                   byte_lanes=W)
+        tb_util.quiet(self.src)
         self.frame = tb_util.sink(dut, "m_frame")
         self.inputs.insert(0, self.src)
         self.outputs = [self.frame]
@@ -229,8 +250,8 @@ class Engine(tb_util.AxiEngineBench):
         """A bad configuration: its code, done right away, no input taken, memory untouched
         (both regions), no request on either port."""
         self.carried = None
-        base = cfg["res_base"] - cfg["res_base"] % 4
-        vel = cfg["vel_base"] - cfg["vel_base"] % 4
+        base = cfg["res_base"] - cfg["res_base"] % BEAT
+        vel = cfg["vel_base"] - cfg["vel_base"] % BEAT
         # an overlapping velocity would overwrite the residual just loaded: load it alone
         loads_vel = cfg["momentum_en"] and err != ERR_VEL_OVERLAP
         self.load_residual(case, base, {**cfg, "vel_base": vel} if loads_vel else None)
@@ -315,6 +336,7 @@ async def config_errors(dut):
         nb = case.meta["n_blocks"]
         runs.append((case, [
             ("base not 4-aligned", {"res_base": BASE + 2}),
+            ("base 4-aligned, not aligned to a beat", {"res_base": BASE + 4}),
             ("residual past the address space", {"res_base": top - 4}),
             ("block_size 0", {"block_size": 0}), ("n_blocks + 1", {"n_blocks": nb + 1}),
             ("n_blocks - 1", {"n_blocks": nb - 1}), ("k 0", {"k": 0}),
@@ -327,12 +349,16 @@ async def config_errors(dut):
         n = case.meta["n"]
         runs.append((case, [
             ("velocity base not 4-aligned", {"vel_base": tb.vel_base + 1}),
+            ("velocity base 4-aligned, not aligned to a beat", {"vel_base": tb.vel_base + 4}),
             ("velocity past the address space", {"vel_base": top - 4}),
             # the velocity is checked first (spec §7.4), even before the residual's address
             ("velocity and residual base both bad", {"vel_base": tb.vel_base + 2,
                                                      "res_base": BASE + 2}),
-            ("velocity over the residual's last word", {"vel_base": BASE + 4 * (n - 1)}),
-            ("velocity ending in the residual's first word", {"vel_base": BASE - 4 * (n - 1)}),
+            # (beat aligned: the beat of the residual's last word, the first word's)
+            ("velocity over the residual's last word",
+             {"vel_base": BASE + BEAT * ((n - 1) // W)}),
+            ("velocity ending in the residual's first word",
+             {"vel_base": BASE - BEAT * (-(-n // W) - 1)}),
             ("velocity on the residual", {"vel_base": BASE}),
             ("overlap reported before block_size 0", {"vel_base": BASE, "block_size": 0}),
             ("k 0 with momentum", {"k": 0})]))
@@ -361,17 +387,18 @@ async def config_errors(dut):
 @cocotb.test()
 async def misplaced_tlast(dut):
     """tlast one beat early: the layer is still counted by n and exact; err_code 9 (momentum
-    off and on)."""
+    off and on). (At W lanes the first part ends on a beat: the last beat comes after it.)"""
     cases = load_engine_cases()
     tb = Engine(dut, cases)
     await tb_util.start_streams(dut)
     for kind in (False, True):
-        pool = [c for c in fitting(cases, kind) if c.meta["n"] >= 2]
+        pool = [c for c in fitting(cases, kind) if c.meta["n"] >= W + 1]
         if not pool:
             continue
         case = tb_util.medium_case(pool, 256)
         g = case.arrays["grad_bits"].tolist()
-        frame, status, _ = await tb.run_layer(case, grad=[g[:-1], g[-1:]])
+        cut = (len(g) - 1) // W * W        # the start of the last beat
+        frame, status, _ = await tb.run_layer(case, grad=[g[:cut], g[cut:]])
         tb.check(case, frame, status, err=ERR_TLAST)
         record_bins("engine.err.TLAST_MISPLACED")
         frame, status, _ = await tb.run_layer(case)
@@ -581,7 +608,7 @@ async def throughput(dut):
         n, sel = case.meta["n"], selected_elements(case)
         tb_util.write_metrics({"module": MODULE, "stream": f"layer (config to done), selected {sel}"
                                + (", momentum" if mom else ""),
-                               "case": case.name, "words": n, "cycles": cycles,
+                               "case": case.name, "words": n, "cycles": cycles, "lanes": W,
                                "cycles_per_word": round(cycles / n, 4), "sim": cocotb.SIM_NAME,
                                "selected": sel, "k_eff": case.meta["k_eff"], "momentum": mom,
                                "axi_beats": dict(tb.beats),
