@@ -20,7 +20,7 @@
 `default_nettype none
 
 module crc32_lanes #(
-    parameter int W = 4                     // words per cycle: 1, 2, 4, 8 or 16
+    parameter int W = 1                     // words per cycle: 1, 2, 4, 8 or 16
 ) (
     input  logic                   clk,
     input  logic                   rst,
