@@ -179,14 +179,6 @@ DUTS: dict[str, Dut] = {d.name: d for d in [
         builds={"runs": {"RUN_OUT": 1}},
         dedicated=(Run("decode_cases,decode_errors,reset_mid_frame,ready_paths", None,
                        env={"TB_FUZZ": "200"}),)),
-    # the W-lane decoder (issue 31): W frame words a cycle in, runs and literal chunks out
-    Dut("zrle_lane_decoder", "zrle_lane_decoder", _tb("zrle_lane_decoder"), "decode",
-        testcase="decode_cases", arrays=("frame", "payload"),
-        parameters={"W": 4, "QUEUE_AW": 4}, needs_vectors=False,
-        tests=("decode_cases", "decode_errors", "reset_mid_frame", "ready_paths", "throughput"),
-        builds={"w1": {"W": 1}, "w4": {"W": 4}, "w16": {"W": 16}},
-        dedicated=(Run("decode_cases,decode_errors,reset_mid_frame,ready_paths", None,
-                       env={"TB_FUZZ": "200"}),)),
     # W-lane codec (issue 31): W words a cycle; the lane builds W 1, 4, 16
     Dut("crc32_lanes", "crc32_lanes", _tb("crc32_lanes"), parameters={"W": 4},
         needs_vectors=False, tests=("known_values", "random_streams", "long_streams"),
