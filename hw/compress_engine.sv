@@ -35,7 +35,8 @@
 // 32*W bits, AxSIZE log2(4W), bases aligned to 4W bytes, WSTRB clearing the lanes outside
 // [0, n) or outside a selected block). Pass 1 takes a beat a cycle: W quantisers,
 // momentum_pipes and ef_adds side by side (the lanes of the last beat past n enter as zeros,
-// so they raise no flag), W-lane FIFOs and links, bursts counted in beats. Pass 2 reads each
+// so they raise no flag), W-lane FIFOs and links, bursts counted in beats, the norms
+// W elements a cycle (block_norm_lanes; block_l1 at W = 1). Pass 2 reads each
 // selected block's beats (the first and last partial) and feeds the run encoder one word a
 // cycle, lane by lane. The frame leaves one word a beat. W = 1 is the one-element design,
 // cycle for cycle.
@@ -665,19 +666,10 @@ module compress_engine #(
         // the last beat's lanes past n are not elements
         logic [W-1:0] a_keep;
         assign a_keep = a_tlast ? tail_keep : '1;
-        // until block_norm_lanes: the beat's elements one a cycle into block_l1 (exact; pass 1
-        // then takes an element a cycle)
-        logic [31:0] ser_tdata;
-        logic        ser_tvalid, ser_tready, ser_tlast;
-        lane_serializer #(.W(W)) u_norm_ser (
-            .clk, .rst, .s_tdata(a_tdata), .s_tkeep(a_keep), .s_tlast(a_tlast),
-            .s_tvalid(a_tvalid && !wd_full), .s_tready(l1_ready),
-            .m_tdata(ser_tdata), .m_tlast(ser_tlast), .m_tvalid(ser_tvalid), .m_tready(ser_tready)
-        );
-        block_l1 u_block_l1 (
+        block_norm_lanes #(.W(W)) u_block_norms (
             .clk, .rst, .cfg_block_size(bs_r), .cfg_norm(norm_r),
-            .s_tdata(ser_tdata), .s_tvalid(ser_tvalid), .s_tready(ser_tready),
-            .s_tlast(ser_tlast),
+            .s_tdata(a_tdata), .s_tkeep(a_keep), .s_tvalid(a_tvalid && !wd_full),
+            .s_tready(l1_ready), .s_tlast(a_tlast),
             .m_tdata(l1_tdata), .m_tvalid(l1_tvalid), .m_tready(l1_tready),
             .m_tlast(l1_tlast)
         );
