@@ -83,7 +83,8 @@ module crc32_lanes #(
     logic [31:0]     d_term, s_term;
 
     // lane i moves to lane i + W - count; lanes at or above count fall off the top
-    assign aligned = data << (32 * (W - int'(count)));
+    // (32-bit arithmetic without a cast: yosys 0.23 has no int'(...))
+    assign aligned = data << (32 * (32'(W) - 32'(count)));
 
     for (genvar p = 0; p <= W; p++) begin : g_pow
         localparam logic [1023:0] COLS = pow_cols(p);
@@ -103,7 +104,7 @@ module crc32_lanes #(
         for (int j = 0; j < W; j++) d_term = d_term ^ lane_term[j];
         s_term = init ? SEED : state;
         for (int p = 0; p <= W; p++) begin
-            if (int'(count) == p) s_term = init ? m_seed[p] : m_state[p];
+            if (32'(count) == p) s_term = init ? m_seed[p] : m_state[p];
         end
         if (en)        state_next = s_term ^ d_term;
         else if (init) state_next = SEED;
