@@ -76,11 +76,11 @@ module block_norm_lanes #(
     function automatic logic [W-1:0] small_ends(input logic [3:0] b, input logic [3:0] p);
         logic [W-1:0] e;
         e = '0;
-        for (int bb = 1; bb < W; bb++)
-            for (int pp = 0; pp < bb; pp++)
-                if (b == 4'(bb) && p == 4'(pp))
-                    for (int l = 0; l < W; l++)
-                        if ((pp + l + 1) % bb == 0) e[l] = 1'b1;
+        // (every loop unconditional: a loop inside an `if` leaves its variable a latch to yosys)
+        for (int l = 0; l < W; l++)
+            for (int bb = 1; bb < W; bb++)
+                for (int pp = 0; pp < bb; pp++)
+                    if ((pp + l + 1) % bb == 0 && b == 4'(bb) && p == 4'(pp)) e[l] = 1'b1;
         small_ends = e;
     endfunction
 
