@@ -144,6 +144,7 @@ module zrle_lane_encoder #(
     logic [32*W-1:0] rd_bank;                // each bank's word at its read row
     logic [32*W-1:0] litv;                   // the ring's words at rp, rp+1, ..., rp+W-1
     logic [PW-1:0]   rd_n;                   // literals read out this cycle
+    logic            step;                   // the fill side takes a span this cycle
 
     logic            q_push, q_pop, q_full, q_empty;
     logic [TW-1:0]   q_wdata, q_head;
@@ -178,7 +179,7 @@ module zrle_lane_encoder #(
         sh   = (int'(wr_lane) - wlo) & (W - 1);
         wr_rot = in_dbl[32*sh +: 32*W];          // bank b gets input lane (b + sh) mod W
         for (int b = 0; b < W; b++) begin
-            bank_we[b]   = (((b - wlo) & (W - 1)) < int'(wr_n));
+            bank_we[b]   = step && (((b - wlo) & (W - 1)) < int'(wr_n));
             bank_wrow[b] = DW'(wrow + ((b < wlo) ? 1 : 0));
             bank_rrow[b] = DW'(rrow + ((b < rlo) ? 1 : 0));
         end
@@ -213,7 +214,7 @@ module zrle_lane_encoder #(
     logic            f_lmax_close, f_zero_close, f_closes;
     logic [31:0]     f_tok_z;
     logic [LW-1:0]   f_tok_l;
-    logic            step, step_z, tail, beat_done, consumed;
+    logic            step_z, tail, beat_done, consumed;
     logic            take;
     logic [PW-1:0]   take_lo, take_hi;
     logic [31:0]     take_count;
@@ -575,6 +576,7 @@ module zrle_lane_encoder #(
             // t1 follows t0 out of the chunk register in the same cycle (crc_next has it)
             if (d_state == D_T1) assert (ck_valid && !ck_last);
             assert (int'(ring_used) <= RING);
+            if (step) assert (int'(ring_used) + int'(wr_n) <= RING);
             if (in_full && !in_zero) assert (in_pos < in_hi);
         end
     end

@@ -186,11 +186,11 @@ DUTS: dict[str, Dut] = {d.name: d for d in [
     Dut("zrle_lane_encoder", "zrle_lane_encoder", _tb("zrle_lane_encoder"), "encode",
         testcase="encode_cases", arrays=("payload", "frame"),
         parameters={"W": 4, "LMAX_LOG2_MAX": 8}, needs_vectors=False,
-        tests=("encode_cases", "lane_sweep", "random_cases", "reset_mid_frame", "config_clamp",
-               "ready_paths", "throughput"),
+        tests=("encode_cases", "lane_sweep", "ring_full", "random_cases", "reset_mid_frame",
+               "config_clamp", "ready_paths", "throughput"),
         builds={"w1": {"W": 1}, "w4": {"W": 4}, "w16": {"W": 16}},
-        dedicated=(Run("encode_cases,lane_sweep,random_cases,reset_mid_frame,config_clamp,"
-                       "ready_paths", None),)),
+        dedicated=(Run("encode_cases,lane_sweep,ring_full,random_cases,reset_mid_frame,"
+                       "config_clamp,ready_paths", None),)),
     # datapath blocks (their testbenches read TB_GOLDEN_DIR / TB_GOLDEN_DIRS, sim/benches/tb_util.py)
     Dut("quantiser", "quantiser", _tb("quantiser"), "quantiser",
         arrays=("grad_bits", "quantised", "quant_sat", "quant_nan"),

@@ -7,6 +7,7 @@ Tests
                    for lmax_log2 1, 2, 3, 8, or TB_GOLDEN_DIR's frames) under each traffic
                    profile, frames back to back, each case's beats cut by one of the plans below
   lane_sweep       a keep run starting and ending in every lane pair, zero runs between
+  ring_full        dense payloads against heavy backpressure: the ring and queue run full
   random_cases     random payloads, lmax_log2 and beat plans from a fixed seed (TB_RANDOM cases)
   reset_mid_frame  reset at several points inside a frame, then a clean frame must be exact
   config_clamp     cfg_lmax_log2 outside 1..LMAX_LOG2_MAX is clamped (and h1 says so)
@@ -289,6 +290,30 @@ async def lane_sweep(dut):
                                       rng.getrandbits(32)))
             plans.append(beats)
     got = await run_frames(env, cases, plans, 20.0)
+    assert not got, "\n".join(got.values())
+
+
+@cocotb.test()
+async def ring_full(dut):
+    """The literal ring and the token queue full: long dense payloads (a few zeros) against
+    heavy output backpressure with no input gaps, so the input keeps pressing on a full ring
+    (a write while stalled would overwrite literals not yet out), at LMAX 256 and LMAX 2."""
+    w = tb.hdl_parameter("W")
+    limit = lmax_log2_max()
+    rng = random.Random(21)
+    nrng = np.random.default_rng(21)
+    await tb.start(dut)
+    env = LaneEncoderEnv(dut)
+    env.traffic(0.0, 0.8, rng)
+    cases, plans = [], []
+    for lg in sorted({1, min(8, limit)}):
+        n = 4 * (1 << lg) + 3 * w + 5
+        vals = nrng.integers(1, 2**32, size=n, dtype=np.int64)
+        vals[nrng.random(n) < 0.01] = 0
+        payload = vals.astype(np.uint32).view(np.int32)
+        cases.append(tb.make_case(f"ring_full_lg{lg}", payload, lg, rng.getrandbits(32)))
+        plans.append(plan_beats(payload, w, "aligned", rng))
+    got = await run_frames(env, cases, plans, 60.0)
     assert not got, "\n".join(got.values())
 
 
