@@ -274,7 +274,7 @@ async def lane_sweep(dut):
     env = LaneEncoderEnv(dut)
     env.traffic(0.2, 0.3, rng)
     cases, plans = [], []
-    for lg in sorted({1, 2, min(3, limit), min(8, limit)}):
+    for lg in sorted({min(x, limit) for x in (1, 2, 3, 8)}):
         for density in (0.3, 0.8, 1.0):
             beats = []
             for start in range(w):
