@@ -55,12 +55,12 @@ module lane_packer #(
     assign s_ready = out_ready && !pend;
     assign dbl     = {s_data, s_data};
     // lane l of rot is chunk lane (l - fill) mod W
-    assign rot     = dbl[32*(W - int'(fill)) +: 32*W];
+    assign rot     = dbl[32*(W - 32'(fill)) +: 32*W];
     assign total   = (PW+1)'(fill) + (PW+1)'(s_count);
 
     always_comb begin
         for (int l = 0; l < W; l++) begin
-            merged[32*l +: 32] = (l < int'(fill)) ? acc[32*l +: 32] : rot[32*l +: 32];
+            merged[32*l +: 32] = (l < 32'(fill)) ? acc[32*l +: 32] : rot[32*l +: 32];
         end
     end
 
@@ -79,15 +79,15 @@ module lane_packer #(
             beat_valid = 1'b1;
             beat_last  = 1'b1;
             beat_data  = acc;
-            beat_keep  = low_run(int'(fill));
+            beat_keep  = low_run(32'(fill));
         end else if (take) begin
-            if (int'(total) >= W) begin
+            if (32'(total) >= W) begin
                 beat_valid = 1'b1;
-                beat_last  = s_last && (int'(total) == W);
+                beat_last  = s_last && (32'(total) == W);
             end else if (s_last) begin
                 beat_valid = 1'b1;
                 beat_last  = 1'b1;
-                beat_keep  = low_run(int'(total));
+                beat_keep  = low_run(32'(total));
             end
         end
     end
@@ -102,15 +102,15 @@ module lane_packer #(
                 fill <= '0;
             end
         end else if (take) begin
-            if (int'(total) >= W) begin
-                fill <= PW'(int'(total) - W);
-                pend <= s_last && (int'(total) > W);
+            if (32'(total) >= W) begin
+                fill <= PW'(32'(total) - W);
+                pend <= s_last && (32'(total) > W);
             end else begin
                 fill <= s_last ? '0 : PW'(total);
             end
         end
         if (!pend && take) begin
-            acc <= (int'(total) >= W) ? rot : merged;
+            acc <= (32'(total) >= W) ? rot : merged;
         end
     end
 

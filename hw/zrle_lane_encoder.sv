@@ -10,6 +10,8 @@
 // holding t1; every beat but the last is full, the last keeps lanes 0 .. k-1.
 //
 // Structure
+//   input       an axis_skid_buffer (s_tready from registers: no path from the fill side's
+//               decisions to the source), the words still to take counted as beats enter it.
 //   fill side   a one-beat input register. Each cycle it takes the beat's words up to and
 //               including the next token boundary (a zero after literals, the LMAX-th literal)
 //               or to the beat's end: in that span the zeros come first and the literals form
@@ -96,6 +98,7 @@ module zrle_lane_encoder #(
 `endif
     end
 
+    // (sizes go through 32'(...) casts, never int'(...): yosys 0.23 refuses the latter)
     localparam int PW   = $clog2(W + 1);               // lane positions 0 .. W
     localparam int LOGW = $clog2(W);
     localparam int LW   = LMAX_LOG2_MAX + 1;            // literal counts 0 .. LMAX
@@ -104,6 +107,7 @@ module zrle_lane_encoder #(
     localparam int RING = 1 << RW;
     localparam int DW   = RW - LOGW;                    // row address bits of a bank
     localparam int TW   = 32 + LW;                      // token queue entry {z, L}
+    localparam int FIRST_MAX = (W > 2) ? W - 2 : 0;     // literals beside a token's z, L
 
     localparam logic [1:0] IN_IDLE = 2'd0;
     localparam logic [1:0] IN_RUN  = 2'd1;   // payload beats still to come or in the register
@@ -152,7 +156,7 @@ module zrle_lane_encoder #(
     logic [LW-1:0]   head_len;
 
     assign ring_used = wp - rp;
-    assign ring_low  = int'(ring_used) > RING - W;
+    assign ring_low  = 32'(ring_used) > RING - W;
     assign head_z    = q_head[TW-1:LW];
     assign head_len  = q_head[LW-1:0];
 
@@ -170,20 +174,20 @@ module zrle_lane_encoder #(
 
     // write: input lane wr_lane + o goes to ring position wp + o (o < wr_n)
     logic [64*W-1:0] in_dbl, rd_dbl;
+    int rg_wlo, rg_wrow, rg_rlo, rg_rrow, rg_sh;
     always_comb begin
-        int wlo, wrow, rlo, rrow, sh;
-        wlo  = int'(wp) & (W - 1);
-        wrow = int'(wp) >> LOGW;
-        rlo  = int'(rp) & (W - 1);
-        rrow = int'(rp) >> LOGW;
-        sh   = (int'(wr_lane) - wlo) & (W - 1);
-        wr_rot = in_dbl[32*sh +: 32*W];          // bank b gets input lane (b + sh) mod W
+        rg_wlo  = 32'(wp) & (W - 1);
+        rg_wrow = 32'(wp) >> LOGW;
+        rg_rlo  = 32'(rp) & (W - 1);
+        rg_rrow = 32'(rp) >> LOGW;
+        rg_sh   = (32'(wr_lane) - rg_wlo) & (W - 1);
+        wr_rot = in_dbl[32*rg_sh +: 32*W];       // bank b gets input lane (b + rg_sh) mod W
         for (int b = 0; b < W; b++) begin
-            bank_we[b]   = step && (((b - wlo) & (W - 1)) < int'(wr_n));
-            bank_wrow[b] = DW'(wrow + ((b < wlo) ? 1 : 0));
-            bank_rrow[b] = DW'(rrow + ((b < rlo) ? 1 : 0));
+            bank_we[b]   = step && (((b - rg_wlo) & (W - 1)) < 32'(wr_n));
+            bank_wrow[b] = DW'(rg_wrow + ((b < rg_wlo) ? 1 : 0));
+            bank_rrow[b] = DW'(rg_rrow + ((b < rg_rlo) ? 1 : 0));
         end
-        litv = rd_dbl[32*rlo +: 32*W];           // lane l is bank (rlo + l) mod W
+        litv = rd_dbl[32*rg_rlo +: 32*W];        // lane l is bank (rg_rlo + l) mod W
     end
 
     for (genvar b = 0; b < W; b++) begin : g_bank
@@ -201,6 +205,7 @@ module zrle_lane_encoder #(
     logic            in_more;                // in_left != 0
     logic            in_full, in_zero, in_last;
     logic [32*W-1:0] in_data;
+    logic [W-1:0]    in_nz;                  // lane != 0, decided as the beat arrived
     logic [31:0]     in_run;                 // zeros a zero-run beat stands for
     logic [PW-1:0]   in_pos, in_hi;          // lanes in_pos .. in_hi-1 still to take
     logic [31:0]     zrun;                   // zeros since the last literal
@@ -215,47 +220,56 @@ module zrle_lane_encoder #(
     logic [31:0]     f_tok_z;
     logic [LW-1:0]   f_tok_l;
     logic            step_z, tail, beat_done, consumed;
-    logic            take;
-    logic [PW-1:0]   take_lo, take_hi;
+    logic            accept, take;           // a beat enters the skid; one leaves it
+    logic [PW-1:0]   take_lo, take_hi;       // the arriving beat's kept lanes
     logic [31:0]     take_count;
+    logic [W-1:0]    take_nz;
+    localparam int   IW = 32*W + W + 1 + 32 + 2*PW + 1;
+    logic [IW-1:0]   sk_out;
+    logic            sk_ready, sk_valid;
+    logic [32*W-1:0] sk_data;
+    logic [W-1:0]    sk_nz;
+    logic            sk_zero, sk_last;
+    logic [31:0]     sk_count;
+    logic [PW-1:0]   sk_lo, sk_hi;
 
     assign in_dbl = {in_data, in_data};
 
+    int fl_a, fl_e, fl_pos, fl_hi, fl_run, fl_room;
+    logic fl_found;
     always_comb begin
-        int a, e, pos, hi, run, room;
-        logic found;
-        pos = int'(in_pos);
-        hi  = int'(in_hi);
-        // first nonzero kept lane at or after pos
-        a = hi;
-        found = 1'b0;
+        fl_pos = 32'(in_pos);
+        fl_hi  = 32'(in_hi);
+        // first nonzero kept lane at or after the position
+        fl_a = fl_hi;
+        fl_found = 1'b0;
         for (int l = 0; l < W; l++) begin
-            if (!found && l >= pos && l < hi && in_data[32*l +: 32] != 32'd0) begin
-                a = l;
-                found = 1'b1;
+            if (!fl_found && l >= fl_pos && l < fl_hi && in_nz[l]) begin
+                fl_a = l;
+                fl_found = 1'b1;
             end
         end
-        if (lit_open) a = pos;                   // an open token takes literals from pos on
-        // first zero at or after a
-        e = hi;
-        found = 1'b0;
+        if (lit_open) fl_a = fl_pos;             // an open token takes literals from there on
+        // first zero at or after fl_a
+        fl_e = fl_hi;
+        fl_found = 1'b0;
         for (int l = 0; l < W; l++) begin
-            if (!found && l >= a && l < hi && in_data[32*l +: 32] == 32'd0) begin
-                e = l;
-                found = 1'b1;
+            if (!fl_found && l >= fl_a && l < fl_hi && !in_nz[l]) begin
+                fl_e = l;
+                fl_found = 1'b1;
             end
         end
-        run  = e - a;
-        room = int'(f_room);
-        f_a = PW'(a);
-        f_lmax_close = (run >= room);
-        f_zero_close = !f_lmax_close && (e < hi);
-        if (f_lmax_close)      f_next = PW'(a + room);
-        else if (f_zero_close) f_next = PW'(e + 1);
-        else                   f_next = PW'(hi);
-        wr_n    = f_lmax_close ? PW'(room) : PW'(run);
-        f_tok_l = lit_cnt + LW'(f_lmax_close ? room : run);
-        f_tok_z = lit_open ? open_z : zrun + 32'(a - pos);
+        fl_run  = fl_e - fl_a;
+        fl_room = 32'(f_room);
+        f_a = PW'(fl_a);
+        f_lmax_close = (fl_run >= fl_room);
+        f_zero_close = !f_lmax_close && (fl_e < fl_hi);
+        if (f_lmax_close)      f_next = PW'(fl_a + fl_room);
+        else if (f_zero_close) f_next = PW'(fl_e + 1);
+        else                   f_next = PW'(fl_hi);
+        wr_n    = f_lmax_close ? PW'(fl_room) : PW'(fl_run);
+        f_tok_l = lit_cnt + LW'(f_lmax_close ? fl_room : fl_run);
+        f_tok_z = lit_open ? open_z : zrun + 32'(fl_a - fl_pos);
     end
     assign f_room   = lmax - lit_cnt;
     assign f_closes = f_lmax_close || f_zero_close;
@@ -267,23 +281,41 @@ module zrle_lane_encoder #(
     assign beat_done = (f_next == in_hi);
     assign consumed  = (step && beat_done) || step_z;
     assign tail      = (in_state == IN_TAIL) && !q_full;
-    assign s_tready  = (in_state == IN_RUN) && in_more && (!in_full || consumed);
-    assign take      = s_tvalid && s_tready;
+    // The input passes a skid buffer, so s_tready comes from registers (the fill side's long
+    // decision only pulls from the skid); the word count, the last flag and the lanes' != 0
+    // are settled as a beat enters it.
+    assign s_tready  = (in_state == IN_RUN) && in_more && sk_ready;
+    assign accept    = s_tvalid && s_tready;
+    assign take      = sk_valid && (!in_full || consumed);
+
+    axis_skid_buffer #(.W(IW)) u_in (
+        .clk      (clk),
+        .rst      (rst),
+        .s_tdata  ({(take_count == in_left), take_hi, take_lo, s_tcount, s_tzero, take_nz,
+                    s_tdata}),
+        .s_tvalid (accept),
+        .s_tready (sk_ready),
+        .m_tdata  (sk_out),
+        .m_tvalid (sk_valid),
+        .m_tready (!in_full || consumed)
+    );
+    assign {sk_last, sk_hi, sk_lo, sk_count, sk_zero, sk_nz, sk_data} = sk_out;
 
     // the kept lanes of the beat being taken
+    logic tk_seen;
     always_comb begin
-        logic seen;
         take_lo = '0;
         take_hi = '0;
-        seen = 1'b0;
+        tk_seen = 1'b0;
         for (int l = 0; l < W; l++) begin
             if (s_tkeep[l]) begin
-                if (!seen) take_lo = PW'(l);
+                if (!tk_seen) take_lo = PW'(l);
                 take_hi = PW'(l + 1);
-                seen = 1'b1;
+                tk_seen = 1'b1;
             end
         end
         take_count = s_tzero ? s_tcount : 32'(take_hi - take_lo);
+        for (int l = 0; l < W; l++) take_nz[l] = (s_tdata[32*l +: 32] != 32'd0);
     end
 
     assign q_push  = (step && f_closes) || (step_z && lit_open)
@@ -319,10 +351,10 @@ module zrle_lane_encoder #(
     assign pk_take     = ck_valid && pk_ready;
     assign trailer_now = q_empty && (in_state == IN_DONE);
 
+    int dr_first, dr_k;
     always_comb begin
-        int first, k;
-        first   = 0;
-        k       = 0;
+        dr_first   = 0;
+        dr_k       = 0;
         produce = 1'b0;
         p_last  = 1'b0;
         p_data  = '0;
@@ -335,28 +367,28 @@ module zrle_lane_encoder #(
                 D_HDR: begin
                     produce = 1'b1;
                     for (int l = 0; l < W; l++) begin
-                        if (int'(hdr_idx) + l < 5) p_data[32*l +: 32] = hdr_w[int'(hdr_idx) + l];
+                        if (32'(hdr_idx) + l < 5) p_data[32*l +: 32] = hdr_w[32'(hdr_idx) + l];
                     end
-                    k = 5 - int'(hdr_idx);
-                    p_cnt = PW'((k < W) ? k : W);
-                    if (int'(hdr_idx) + W >= 5) d_next = D_TOK;
+                    dr_k = 5 - 32'(hdr_idx);
+                    p_cnt = PW'((dr_k < W) ? dr_k : W);
+                    if (32'(hdr_idx) + W >= 5) d_next = D_TOK;
                 end
                 D_TOK: begin
                     if (!q_empty) begin
                         produce = 1'b1;
-                        first = (int'(head_len) < W - 2) ? int'(head_len) : W - 2;
+                        dr_first = (32'(head_len) <= FIRST_MAX) ? 32'(head_len) : FIRST_MAX;
                         for (int l = 0; l < W; l++) begin
                             if (l == 0)              p_data[32*l +: 32] = head_z;
                             else if (l == 1)         p_data[32*l +: 32] = 32'(head_len);
-                            else if (l - 2 < first)  p_data[32*l +: 32] = litv[32*(l-2) +: 32];
+                            else if (l - 2 < dr_first)  p_data[32*l +: 32] = litv[32*(l-2) +: 32];
                         end
                         if (W == 1) begin
                             p_cnt  = PW'(1);
                             d_next = D_L;
                         end else begin
-                            p_cnt = PW'(2 + first);
-                            rd_n  = PW'(first);
-                            if (int'(head_len) <= W - 2) q_pop = 1'b1;
+                            p_cnt = PW'(2 + dr_first);
+                            rd_n  = PW'(dr_first);
+                            if (32'(head_len) <= FIRST_MAX) q_pop = 1'b1;
                             else                         d_next = D_LIT;
                         end
                     end else if (trailer_now) begin
@@ -380,10 +412,10 @@ module zrle_lane_encoder #(
                 D_LIT: begin
                     produce = 1'b1;
                     p_data  = litv;
-                    k = (int'(lit_rem) < W) ? int'(lit_rem) : W;
-                    p_cnt = PW'(k);
-                    rd_n  = PW'(k);
-                    if (int'(lit_rem) <= W) begin
+                    dr_k = (32'(lit_rem) < W) ? 32'(lit_rem) : W;
+                    p_cnt = PW'(dr_k);
+                    rd_n  = PW'(dr_k);
+                    if (32'(lit_rem) <= W) begin
                         q_pop  = 1'b1;
                         d_next = D_TOK;
                     end
@@ -475,16 +507,19 @@ module zrle_lane_encoder #(
                 hdr_idx    <= 3'd0;
             end
 
-            // ---- input register
-            if (take) begin
-                in_data <= s_tdata;
-                in_zero <= s_tzero;
-                in_run  <= s_tcount;
-                in_pos  <= take_lo;
-                in_hi   <= take_hi;
-                in_last <= (take_count == in_left);
+            // ---- words still to accept, and the input register
+            if (accept) begin
                 in_more <= (take_count != in_left);
                 in_left <= in_left - take_count;
+            end
+            if (take) begin
+                in_data <= sk_data;
+                in_nz   <= sk_nz;
+                in_zero <= sk_zero;
+                in_run  <= sk_count;
+                in_pos  <= sk_lo;
+                in_hi   <= sk_hi;
+                in_last <= sk_last;
                 in_full <= 1'b1;
             end else if (consumed) begin
                 in_full <= 1'b0;
@@ -492,7 +527,7 @@ module zrle_lane_encoder #(
 
             // ---- fill
             if (step) begin
-                in_pos <= take ? take_lo : f_next;
+                in_pos <= take ? sk_lo : f_next;
                 wp     <= wp + (RW+1)'(wr_n);
                 if (f_closes) begin
                     lit_cnt  <= '0;
@@ -532,7 +567,7 @@ module zrle_lane_encoder #(
                     D_HDR: hdr_idx <= hdr_idx + 3'(W);
                     D_TOK: begin
                         if (!q_empty) tok_count <= tok_count + 32'd1;
-                        lit_rem <= (W == 1) ? head_len : head_len - LW'(W - 2);
+                        lit_rem <= (W == 1) ? head_len : head_len - LW'(FIRST_MAX);
                     end
                     D_L:   lit_rem <= head_len;
                     D_LIT: lit_rem <= lit_rem - LW'(W);
@@ -572,7 +607,7 @@ module zrle_lane_encoder #(
                 assert ((s_tkeep >> take_lo) == (W)'((1 << (int'(take_hi) - int'(take_lo))) - 1));
             end
             if (s_tvalid && s_tready && s_tzero) assert (s_tcount != 32'd0);
-            if (take) assert (take_count <= in_left);
+            if (accept) assert (take_count <= in_left);
             // t1 follows t0 out of the chunk register in the same cycle (crc_next has it)
             if (d_state == D_T1) assert (ck_valid && !ck_last);
             assert (int'(ring_used) <= RING);
