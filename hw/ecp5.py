@@ -68,6 +68,10 @@ RUNS = (
     Ecp5Run("mul32_pipe"),
     Ecp5Run("zrle_run_encoder", {"LMAX_LOG2_MAX": 8}),
     Ecp5Run("zrle_decoder"),
+    # the lane blocks (issue 31) at their HDL defaults (W = 1); `--lanes W` selects a width
+    Ecp5Run("crc32_lanes"),
+    Ecp5Run("block_norm_lanes"),
+    Ecp5Run("zrle_lane_encoder", {"LMAX_LOG2_MAX": 8}),
 )
 
 
