@@ -23,7 +23,10 @@
 //   drain side  emits chunks of up to W words: the header (ceil(5/W) cycles), per token z, L and
 //               the first W-2 literals in one cycle (W = 1: z and L one cycle each), then W
 //               literals a cycle read from the ring at any alignment (the banks' rows are picked
-//               per bank and the words rotated down); then t0 and t1, a cycle each.
+//               per bank and the words rotated down); a token's last literal cycle, when it has
+//               at most W-2 literals, also carries the next queued token's z, L and first
+//               literals (a token leaves the queue as it starts, so the queue's head is the
+//               next one); then t0 and t1, a cycle each.
 //   chunk reg   the chunk is registered; the CRC (crc32_lanes) absorbs each chunk as it leaves
 //               the register, so t1 (chunk after t0) is the CRC's crc_next in that cycle.
 //   packer      lane_packer turns the chunks into dense beats behind a skid buffer, so no path
@@ -31,9 +34,9 @@
 //
 // Throughput (docs/hw.md, "zrle_lane_encoder"): one input beat a cycle while no token closes
 // before the beat's last lane, at most one token closing a cycle (the bound when many tokens
-// close in one beat: short runs, small LMAX); out, W words a cycle except the cycle that starts
-// each token (z, L and at most W-2 literals) and the last partial literal cycle of a token. On a
-// dense payload with LMAX = 256 that is 258 words in 17 cycles at W = 16 (about 0.95 W).
+// close in one beat: short runs, small LMAX); out, W words a cycle while long tokens follow
+// each other (a short or first token's cycle carries z, L and at most W-2 literals): on a
+// dense payload with LMAX = 256, 0.99-1.0 W words a cycle at W = 4 and 16.
 //
 // Buffering: L precedes the literals, so a token cannot leave before it closes. The ring holds
 // max(2 x 2^LMAX_LOG2_MAX, 64, 4W) literals (one token drains while the next fills; always
@@ -337,6 +340,8 @@ module zrle_lane_encoder #(
     logic [32*W-1:0] p_data;
     logic [PW-1:0]   p_cnt;
     logic [2:0]      d_next;
+    logic [LW-1:0]   lit_rem_next;
+    logic            tok_start;              // a token's z goes out this cycle
     logic            trailer_now;
     logic [31:0]     crc_next, crc_unused;
 
@@ -351,10 +356,13 @@ module zrle_lane_encoder #(
     assign pk_take     = ck_valid && pk_ready;
     assign trailer_now = q_empty && (in_state == IN_DONE);
 
-    int dr_first, dr_k;
+    int dr_first, dr_k, dr_r;
     always_comb begin
         dr_first   = 0;
         dr_k       = 0;
+        dr_r       = 0;
+        lit_rem_next = lit_rem;
+        tok_start  = 1'b0;
         produce = 1'b0;
         p_last  = 1'b0;
         p_data  = '0;
@@ -386,10 +394,14 @@ module zrle_lane_encoder #(
                             p_cnt  = PW'(1);
                             d_next = D_L;
                         end else begin
-                            p_cnt = PW'(2 + dr_first);
-                            rd_n  = PW'(dr_first);
-                            if (32'(head_len) <= FIRST_MAX) q_pop = 1'b1;
-                            else                         d_next = D_LIT;
+                            // the token leaves the queue as it starts: its head is then the
+                            // next token, which the last literal cycle may already start
+                            tok_start    = 1'b1;
+                            q_pop        = 1'b1;
+                            p_cnt        = PW'(2 + dr_first);
+                            rd_n         = PW'(dr_first);
+                            lit_rem_next = head_len - LW'(dr_first);
+                            if (32'(head_len) > FIRST_MAX) d_next = D_LIT;
                         end
                     end else if (trailer_now) begin
                         produce = 1'b1;
@@ -398,26 +410,43 @@ module zrle_lane_encoder #(
                         d_next = D_T1;
                     end
                 end
-                D_L: begin
-                    produce = 1'b1;
+                D_L: begin                               // W = 1 only
+                    produce      = 1'b1;
+                    tok_start    = 1'b1;
+                    q_pop        = 1'b1;
                     p_data[31:0] = 32'(head_len);
-                    p_cnt = PW'(1);
-                    if (head_len == '0) begin
-                        q_pop  = 1'b1;
-                        d_next = D_TOK;
-                    end else begin
-                        d_next = D_LIT;
-                    end
+                    p_cnt        = PW'(1);
+                    lit_rem_next = head_len;
+                    d_next       = (head_len == '0) ? D_TOK : D_LIT;
                 end
                 D_LIT: begin
                     produce = 1'b1;
-                    p_data  = litv;
-                    dr_k = (32'(lit_rem) < W) ? 32'(lit_rem) : W;
-                    p_cnt = PW'(dr_k);
-                    rd_n  = PW'(dr_k);
-                    if (32'(lit_rem) <= W) begin
-                        q_pop  = 1'b1;
-                        d_next = D_TOK;
+                    dr_r    = 32'(lit_rem);
+                    if (dr_r <= FIRST_MAX && !q_empty) begin
+                        // the token's last dr_r literals, then the next token's z, L and
+                        // as many of its literals as fill the chunk (they follow in the ring)
+                        tok_start = 1'b1;
+                        q_pop     = 1'b1;
+                        dr_first  = (32'(head_len) <= FIRST_MAX - dr_r) ? 32'(head_len)
+                                                                        : FIRST_MAX - dr_r;
+                        for (int l = 0; l < W; l++) begin
+                            if (l < dr_r)           p_data[32*l +: 32] = litv[32*l +: 32];
+                            else if (l == dr_r)     p_data[32*l +: 32] = head_z;
+                            else if (l == dr_r + 1) p_data[32*l +: 32] = 32'(head_len);
+                            else if (l < dr_r + 2 + dr_first)
+                                p_data[32*l +: 32] = litv[32*(l-2) +: 32];
+                        end
+                        p_cnt        = PW'(dr_r + 2 + dr_first);
+                        rd_n         = PW'(dr_r + dr_first);
+                        lit_rem_next = head_len - LW'(dr_first);
+                        d_next       = (32'(head_len) > dr_first) ? D_LIT : D_TOK;
+                    end else begin
+                        p_data = litv;
+                        dr_k = (dr_r < W) ? dr_r : W;
+                        p_cnt = PW'(dr_k);
+                        rd_n  = PW'(dr_k);
+                        lit_rem_next = lit_rem - LW'(dr_k);
+                        if (dr_r <= W) d_next = D_TOK;
                     end
                 end
                 D_T1: begin
@@ -563,14 +592,10 @@ module zrle_lane_encoder #(
             rp <= (cfg_take ? '0 : rp) + (RW+1)'(rd_n);
             if (produce) begin
                 d_state <= d_next;
+                lit_rem <= lit_rem_next;
+                if (tok_start) tok_count <= tok_count + 32'd1;
                 case (d_state)
                     D_HDR: hdr_idx <= hdr_idx + 3'(W);
-                    D_TOK: begin
-                        if (!q_empty) tok_count <= tok_count + 32'd1;
-                        lit_rem <= (W == 1) ? head_len : head_len - LW'(FIRST_MAX);
-                    end
-                    D_L:   lit_rem <= head_len;
-                    D_LIT: lit_rem <= lit_rem - LW'(W);
                     D_T1:  in_state <= IN_IDLE;
                     default: ;
                 endcase
