@@ -19,6 +19,7 @@ import pytest
 
 from gradblock.hw import deps, formal
 from gradblock.sim import mutation
+from gradblock.sim.duts import DUTS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -156,3 +157,16 @@ def test_crc32_lanes_lane_bug_fails_the_proof(tmp_path):
         align, "assign aligned = data << (32 * (32'(W) - 32'(count) + 32'(count == 2)));"))
     results = formal.run(["crc32_lanes"], formal_dir=fdir, tasks=["step"], log=lambda *_: None)
     assert [r.result for r in results] == ["FAIL"], [(r.result, r.detail) for r in results]
+
+
+# ------------------------------------------------------------------ mutation checks
+@pytest.mark.parametrize("name", ["crc32_lanes", "block_norm_lanes"])
+def test_lane_blocks_are_mutated_at_w4(name):
+    """`gradblock mutate --modules crc32_lanes block_norm_lanes` judges them at W = 4 with
+    tests their benches have."""
+    dut = DUTS[name]
+    assert name in mutation.CHECKS and dut.mutates == (name,)
+    for check in mutation.CHECKS[name]:
+        params = dut.parameters if check.parameters is None else check.parameters
+        assert params.get("W") == 4, (name, check)
+        assert set(check.tests.split(",")) <= set(dut.tests), (name, check)
