@@ -175,6 +175,7 @@ BIN_SOURCES: dict[str, tuple[str, tuple[str, ...]]] = {
     "reset.compress_top.": ("compress_top", ("reset_in_every_state",)),
     "reset.compress_engine.": ("compress_engine", ("reset_in_every_state",)),
     "reset.aggregate_engine.": ("aggregate_engine", ("reset_in_every_state",)),
+    "lanes.norm.": ("block_norm_lanes", ("boundary_cases",)),
 }
 
 
@@ -268,16 +269,57 @@ def _codes(prefix: str) -> list[str]:
     return list(codes(prefix))
 
 
+# ------------------------------------------------------------------ lane positions (issue 31)
+def norm_lanes() -> int:
+    """W of block_norm_lanes' reference build (sim/duts.py): the build verify measures."""
+    from .duts import DUTS
+    return int(DUTS["block_norm_lanes"].parameters["W"])
+
+
+def lane_norm_bins(w: int) -> list[str]:
+    """block_norm_lanes' lane-position bins at W = w: a block closing in each lane (on a beat
+    that is not the layer's last), several blocks closing in one beat, a block closing in
+    every lane of one beat, and the layer's last beat keeping each of 1..w lanes."""
+    return ([f"lanes.norm.close_lane{lane}" for lane in range(w)]
+            + ["lanes.norm.closes_several", "lanes.norm.closes_every_lane"]
+            + [f"lanes.norm.last_keep{k}" for k in range(1, w + 1)])
+
+
+def lane_norm_observed(n: int, block_size: int, w: int) -> set[str]:
+    """The lane_norm_bins a layer of n elements in blocks of block_size puts through
+    block_norm_lanes at W = w (element i in beat i // w, lane i % w; a block closes at its
+    last element, the layer's last element closing the short last block). The bench records
+    them only after the layer's norms matched."""
+    if n <= 0 or block_size <= 0:
+        return set()
+    ends = sorted({min(j + block_size, n) - 1 for j in range(0, n, block_size)})
+    last_beat = (n - 1) // w
+    out, per_beat = set(), {}
+    for e in ends:
+        per_beat[e // w] = per_beat.get(e // w, 0) + 1
+        if e // w != last_beat:
+            out.add(f"lanes.norm.close_lane{e % w}")
+    for beat, count in per_beat.items():
+        if count >= 2:
+            out.add("lanes.norm.closes_several")
+        if count == w:
+            out.add("lanes.norm.closes_every_lane")
+    out.add(f"lanes.norm.last_keep{(n - 1) % w + 1}")
+    return out
+
+
 def dedicated_bins(recorded: set[str], hw_dir: Path = HW_DIR) -> dict[str, bool]:
     """The bins only dedicated cocotb tests reach, each hit when a testbench recorded it:
     every frame error on the decoder (decode_errors), every compress_engine and compress_top
     error code (config_errors, misplaced_tlast, memory_errors), aggregate_engine's
-    configuration and memory errors, and a reset in every state of each RESET_FSMS block."""
+    configuration and memory errors, a reset in every state of each RESET_FSMS block, and
+    block_norm_lanes' lane positions (boundary_cases, its reference build's W)."""
     names = [f"decoder.err.{e}" for e in FRAME_ERRORS]
     names += [f"engine.err.{e}" for e in _codes("ENGINE_ERR_")]
     names += [f"top.err.{e}" for e in _codes("TOP_ERR_")]
     names += [f"aggregate.err.{e}" for e in _codes("AGG_ERR_") if e not in EXCHANGE_ERRORS]
     names += [f"reset.{b}.{s}" for b in RESET_FSMS for s in fsm_states(b, hw_dir)]
+    names += lane_norm_bins(norm_lanes())
     return {n: n in recorded for n in names}
 
 

@@ -170,3 +170,35 @@ def test_lane_blocks_are_mutated_at_w4(name):
         params = dut.parameters if check.parameters is None else check.parameters
         assert params.get("W") == 4, (name, check)
         assert set(check.tests.split(",")) <= set(dut.tests), (name, check)
+
+
+# ------------------------------------------------------------------ lane-position bins
+def test_lane_norm_bins_from_a_layer():
+    """Which lane-position bins a layer puts through block_norm_lanes (W = 4): element i in
+    beat i // 4, lane i % 4; the layer's last beat counts only for its keep."""
+    from gradblock.sim import functional_bins as fb
+    # 13 elements, B = 3: closes at 2, 5, 8, 11 (lanes 2, 1, 0, 3; 8 and 11 in one beat) and
+    # the short last block at 12 (the last beat, keeping lane 0)
+    assert fb.lane_norm_observed(13, 3, 4) == {
+        "lanes.norm.close_lane0", "lanes.norm.close_lane1", "lanes.norm.close_lane2",
+        "lanes.norm.close_lane3", "lanes.norm.closes_several", "lanes.norm.last_keep1"}
+    assert fb.lane_norm_observed(8, 1, 4) >= {"lanes.norm.closes_every_lane",
+                                              "lanes.norm.last_keep4"}
+    assert fb.lane_norm_observed(6, 100, 4) == {"lanes.norm.last_keep2"}
+    assert fb.lane_norm_observed(0, 3, 4) == set()
+    names = fb.dedicated_bins(set())
+    assert set(fb.lane_norm_bins(fb.norm_lanes())) <= set(names)
+    assert fb.source_of("lanes.norm.close_lane3") == ("block_norm_lanes", ("boundary_cases",))
+
+
+def test_boundary_cases_reach_every_lane_bin():
+    """The bench's boundary_cases layers (what verify --coverage runs) put every lane-position
+    bin through at the reference build's W (the bench records them after each layer matched)."""
+    pytest.importorskip("cocotb")
+    from gradblock.sim import functional_bins as fb
+    from gradblock.sim.benches import tb_block_norm_lanes as bench
+    w = fb.norm_lanes()
+    got = set()
+    for case in bench.boundary_layers(w):
+        got |= fb.lane_norm_observed(int(case.meta["n"]), int(case.meta["block_size"]), w)
+    assert got == set(fb.lane_norm_bins(w))

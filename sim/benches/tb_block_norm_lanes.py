@@ -36,6 +36,8 @@ from gradblock.golden.format import case_norm
 from gradblock.hw.sv_constants import package_constants
 from gradblock.refmodel.selection import BlockLayout, block_norms
 from gradblock.sim.benches import tb_util as tb
+from gradblock.sim.functional_bins import lane_norm_observed
+from gradblock.sim.functional_bins import record as record_bins
 
 MODULE = "block_norm_lanes"
 # cfg_norm per norm kind (gradblock_pkg::NORM_L1 / NORM_L2; docs/spec.md §2.3)
@@ -126,6 +128,9 @@ class Bench:
         tb.check_words(case.name, "block_norms", case.arrays["block_norms"],
                        [int(x) & MASK64 for x in rx.tdata], 64)
         tb.check_words(case.name, "block index", range(nb), [int(x) >> 64 for x in rx.tdata], 32)
+        # checked: the lane positions this layer put through (TB_BINS, sim/functional_bins.py)
+        record_bins(*lane_norm_observed(int(case.meta["n"]), int(case.meta["block_size"]),
+                                        self.w))
         return rx
 
 
