@@ -133,7 +133,7 @@ module zrle_lane_decoder #(
         logic [KW-1:0] c;
         c = '0;
         for (int l = 0; l < W; l++) c = c + KW'(keep[l]);
-        return c;
+        ones = c;
     endfunction
     assign in_words = ones(s_tkeep);
 
