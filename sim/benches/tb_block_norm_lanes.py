@@ -146,7 +146,7 @@ async def golden_cases(dut, traffic):
                          [bench.snk], traffic, skip=_skip_empty)
 
 
-async def boundary_cases_test(dut, traffic):
+async def boundary_cases(dut, traffic):
     """The synthetic boundary cases under this traffic profile."""
     bench = Bench(dut)
     await tb.start_streams(dut)
@@ -225,11 +225,10 @@ async def keep_violation(dut):
     await ClockCycles(dut.clk, 2)
 
 
-for _f in (golden_cases, boundary_cases_test, reset_mid_layer, throughput):
+for _f in (golden_cases, boundary_cases, reset_mid_layer, throughput):
     _f.__qualname__ = _f.__name__
-boundary_cases_test.__name__ = boundary_cases_test.__qualname__ = "boundary_cases"
 golden_cases = tb._named(tb.traffic_test(golden_cases), "golden_cases", __name__)
-boundary_cases = tb._named(tb.traffic_test(boundary_cases_test), "boundary_cases", __name__)
+boundary_cases = tb._named(tb.traffic_test(boundary_cases), "boundary_cases", __name__)
 reset_mid_layer = tb._named(cocotb.test(reset_mid_layer), "reset_mid_layer", __name__)
 throughput = tb._named(cocotb.test(throughput), "throughput", __name__)
 keep_violation.__qualname__ = "keep_violation"
