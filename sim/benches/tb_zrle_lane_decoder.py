@@ -43,10 +43,6 @@ from gradblock.sim.benches.tb_zrle_decoder import (MASK, Status, build_frame, de
 MODULE = "zrle_lane_decoder"
 
 
-def lanes() -> int:
-    return tb.hdl_parameter("W")
-
-
 # ------------------------------------------------------------------ expected beats
 def expected_beats(frame, W: int) -> list[tuple[int, int, tuple[int, ...], bool]]:
     """(count, keep, literals, last) of every output beat of a valid frame: per token a run beat
@@ -146,7 +142,7 @@ class InputRecorder:
 class LaneDecoderEnv:
     def __init__(self, dut):
         self.dut = dut
-        self.W = lanes()
+        self.W = tb.hdl_parameter("W")
         # tkeep is word-level: cocotbext-axi sizes its "bytes" as 32 bits from it
         self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s"), dut.clk, dut.rst)
         self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m"), dut.clk, dut.rst)
@@ -431,7 +427,7 @@ async def ready_paths(dut):
     """No combinational path from m_tready to s_tready: in the middle of each cycle (random
     input valid, random m_tready) m_tready is flipped and s_tready must not move."""
     await tb.start(dut)
-    W = lanes()
+    W = tb.hdl_parameter("W")
     rng = random.Random(3)
     vals = np.random.default_rng(3).integers(1, 2**31, size=480).astype(np.int32)
     vals[np.random.default_rng(4).random(480) < 0.6] = 0
