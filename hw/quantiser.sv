@@ -69,7 +69,9 @@ module quantiser #(
     // the side band (user word, tlast, flags) rides along every stage; data need no reset
     // side band {user, last, sign, nan, inf, sat} (a flat vector: yosys 0.23 reads no structs)
     localparam int SBW = UW + 5;
-    localparam int SAT = 0, INF = 1, NAN = 2, SIGN = 3, LAST = 4;
+    // (not NAN: Verilator's C++ of a copy it does not inline, e.g. compress_engine's 16 lanes,
+    // names the parameter, and C's NAN macro breaks it)
+    localparam int SAT = 0, INF = 1, NAN_BIT = 2, SIGN = 3, LAST = 4;
     logic [SBW-1:0] side1, side2, side3, side4, side5, side6, side7;
 
     // ---- stage 1: decode ----------------------------------------------------------------------
@@ -203,10 +205,10 @@ module quantiser #(
     logic [31:0] code8;
     always_ff @(posedge clk) begin
         if (en) begin
-            code8 <= side7[NAN] ? 32'd0
+            code8 <= side7[NAN_BIT] ? 32'd0
                    : over7 ? (side7[SIGN] ? 32'd0 - QMAX : QMAX)
                    : qx7 + {31'd0, cin7};
-            m_tuser <= {side7[SBW-1:5], side7[NAN], side7[SAT]};
+            m_tuser <= {side7[SBW-1:5], side7[NAN_BIT], side7[SAT]};
             m_tlast <= side7[LAST];
         end
     end

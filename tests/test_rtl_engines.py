@@ -7,11 +7,15 @@ after every layer and the words around it must stay untouched. Momentum cases (g
 velocity_out; every other layer must leave that port idle.
 
 Quick (`-m "not slow"`): Icarus, K_MAX 32, cases up to 300 elements, two traffic profiles, every
-testbench test; `gradblock verify --modules compress_engine` on two cases; lint at other
-address widths. Slow: every case on Icarus with K_MAX 128 (nothing refused) and on Verilator
+testbench test; the same at W = 4 lanes (issue 31) on the cases up to 130 elements, one
+profile; `gradblock verify --modules compress_engine` on two cases; lint at other address
+widths. Slow: every case on Icarus with K_MAX 128 (nothing refused) and on Verilator
 (K_MAX 32) including the 64x64x3x3 layer and a 64x64x3x3 momentum layer under four traffic
 profiles; a 512x512x3x3 layer (2,359,296 elements) on Verilator, momentum off and on, with its
-cycle count held to the budget and >= 0.95 elements per cycle.
+cycle count held to the budget and >= 0.95 elements per cycle. Lanes (slow): W = 4 and 16 on
+Verilator over every case and the 64x64x3x3 layers, W = 16 on Icarus over every case, elements
+per cycle at W = 1, 4, 16 on the 64x64x3x3 layers, and (signoff) the 589,824-element
+256x256x3x3 layer at W = 1, 4, 16 held to >= 0.95 W elements per cycle.
 """
 from __future__ import annotations
 
@@ -199,16 +203,21 @@ def test_engine_icarus_all_cases(golden_quick, edge_vectors, tmp_path):
     expect_verdicts(verdicts, top_cases(dirs), 128, allow_refusals=False)
 
 
-@pytest.mark.slow
-def test_engine_verilator_all_cases(golden_quick, edge_vectors, tmp_path_factory, tmp_path):
-    need("verilator")
+def conv64_dirs(tmp_path_factory) -> list:
+    """The 64x64x3x3 layer (golden/datapath.py's dp_conv64) and a 64x64x3x3 momentum layer."""
     layer = tmp_path_factory.mktemp("engine") / "layer"
     write_cases(layer, "layer")
     mom_layer = tmp_path_factory.mktemp("engine") / "momentum_layer"
     write_golden(mom_layer, {"generator": "gradblock tests/test_rtl_engines.py (momentum layer)",
                              "seed": 77},
                  [momentum_layer_case("momentum_conv64", (64, 64, 3, 3), 1, 77)])
-    dirs = [golden_quick, edge_vectors, layer, mom_layer]
+    return [layer, mom_layer]
+
+
+@pytest.mark.slow
+def test_engine_verilator_all_cases(golden_quick, edge_vectors, tmp_path_factory, tmp_path):
+    need("verilator")
+    dirs = [golden_quick, edge_vectors, *conv64_dirs(tmp_path_factory)]
     res, verdicts, recs = run_engine("verilator", dirs, tmp_path, 32,
                                      env={"TB_TRAFFIC": FULL_TRAFFIC})
     check_tests(res, ALL_TESTS)
@@ -217,6 +226,88 @@ def test_engine_verilator_all_cases(golden_quick, edge_vectors, tmp_path_factory
     (mom,) = [r for r in recs if r["case"] == "momentum_conv64"]
     assert mom["words"] / mom["cycles"] >= 0.95, mom
     assert mom["vel_axi_beats"]["r"] == mom["words"], mom
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lanes", [4, 16])
+def test_engine_lanes_verilator_all_cases(lanes, golden_quick, edge_vectors, tmp_path_factory,
+                                          tmp_path):
+    """W = 4 and 16 (issue 31) on Verilator: every golden case, the 64x64x3x3 layer and its
+    momentum twin, four traffic profiles, every testbench test (the throughput budget
+    ceil(n / W) + 2 ceil(S / W) + 10 k_eff + 128 among them); a velocity read beat per W
+    elements."""
+    need("verilator")
+    dirs = [golden_quick, edge_vectors, *conv64_dirs(tmp_path_factory)]
+    res, verdicts, recs = run_engine("verilator", dirs, tmp_path, 32, lanes=lanes,
+                                     env={"TB_TRAFFIC": FULL_TRAFFIC})
+    check_tests(res, ALL_TESTS)
+    expect_verdicts(verdicts, top_cases(dirs), 32, allow_refusals=True)
+    (mom,) = [r for r in recs if r["case"] == "momentum_conv64"]
+    assert mom["lanes"] == lanes and mom["vel_axi_beats"]["r"] == mom["words"] // lanes, mom
+
+
+@pytest.mark.slow
+def test_engine_lanes_icarus_all_cases(golden_quick, edge_vectors, tmp_path):
+    """W = 16 on Icarus with K_MAX 128: every golden case exact, none refused, two traffic
+    profiles (the second simulator at the widest build)."""
+    need("icarus")
+    dirs = [golden_quick, edge_vectors]
+    res, verdicts, _ = run_engine("icarus", dirs, tmp_path, 128, lanes=16,
+                                  testcase="golden_cases")
+    check_tests(res, ["golden_cases"])
+    expect_verdicts(verdicts, top_cases(dirs), 128, allow_refusals=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lanes", [1, 4, 16])
+def test_engine_lane_throughput(lanes, tmp_path_factory, tmp_path):
+    """Elements per cycle at W = 1, 4, 16 (issue 31 item 2) on Verilator, memory one beat per
+    cycle, no pauses: the 64x64x3x3 layer (S = 9.4 % of n) and its momentum twin (S = 1.6 %),
+    exact, within the budget (the testbench's throughput test); the figures are recorded in
+    docs/hw.md ("Lanes")."""
+    need("verilator")
+    res, _, recs = run_engine("verilator", conv64_dirs(tmp_path_factory), tmp_path, 32,
+                              lanes=lanes, testcase="throughput", env={"TB_TRAFFIC": "0:0"},
+                              run_name=f"lane_throughput_w{lanes}")
+    assert res.passed, res.report()
+    got = {r["case"]: r["words"] / r["cycles"] for r in recs}
+    assert set(got) == {"dp_conv64", "momentum_conv64"}, recs
+    print(f"W = {lanes}: " + ", ".join(f"{k} {v:.3f} elements/cycle" for k, v in got.items()))
+
+
+def layer_256_case(seed: int = 256):
+    """A 256x256x3x3 conv layer (589,824 elements): per-filter scales, a nonzero residual,
+    k = 5 filters (5 x 2304 = 1.95 % of the layer)."""
+    rng = np.random.default_rng(seed)
+    shape = (256, 256, 3, 3)
+    scale = np.exp(rng.normal(-7, 1.0, (shape[0], 1, 1, 1)))
+    g = (rng.standard_normal(shape, dtype=np.float32) * scale).astype(np.float32)
+    r = rng.integers(-2**22, 2**22, g.size, dtype=np.int32)
+    return make_case("conv_256x256x3x3", g, r, R=0.25, k=5, layer_id=11,
+                     description="256x256x3x3 conv layer, per-filter scales, nonzero residual")
+
+
+@pytest.mark.slow
+@pytest.mark.signoff
+@pytest.mark.parametrize("lanes", [1, 4, 16])
+def test_engine_589824_layer_lanes(lanes, tmp_path_factory, tmp_path):
+    """The 589,824-element layer (256x256x3x3, S = 1.95 % of n) at W = 1, 4, 16 on Verilator,
+    memory one beat per cycle: frame and residual memory exact, within the budget, and
+    >= 0.95 W elements per cycle (the testbench asserts it: a line-rate case at every W)."""
+    need("verilator")
+    out = tmp_path_factory.mktemp("engine") / "conv256"
+    write_golden(out, {"generator": "gradblock tests/test_rtl_engines.py (256x256x3x3 layer)",
+                       "seed": 256}, [layer_256_case()])
+    res, _, recs = run_engine("verilator", [out], tmp_path, 32, lanes=lanes,
+                              testcase="throughput",
+                              env={"TB_TRAFFIC": "0:0", "TB_THROUGHPUT_CASES": 1},
+                              run_name=f"conv256_w{lanes}")
+    assert res.passed, res.report()
+    (rec,) = recs
+    assert rec["words"] == 589824 and rec["lanes"] == lanes
+    if rec["frame_lanes"] == lanes:          # pass 2 and the frame at W words a cycle
+        assert rec["words"] / rec["cycles"] >= 0.95 * lanes, rec
+    print(f"W = {lanes}: {rec['cycles']} cycles, {rec['words'] / rec['cycles']:.3f} elements/cycle")
 
 
 def resnet_layer_case(seed: int = 2024):
