@@ -58,6 +58,7 @@ SLOW: dict[str, set[str]] = {
     "aggregate_engine": {"bmc", "cover", "reach"},
     "zrle_roundtrip": {"bmc", "reach"},
     "crc32_lanes": {"step_w8", "step_w16"},
+    "block_norm_lanes": {"bmc", "bmc_l2", "model"},
 }
 
 _ABC_SHIM = """#!/bin/sh
