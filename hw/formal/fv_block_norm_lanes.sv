@@ -7,12 +7,12 @@
 // of any length one after another; both outputs taken at will (backpressure on any cycle).
 // Element values are tagged by lane: lane l carries 0 or +-4^l (zero and sign free per
 // element). A block of at most 9 elements holds at most 3 of one lane, so its L1 norm is the
-// count of its nonzero elements of each lane, one 2-bit field per lane: an element summed into the wrong block, dropped or summed
-// twice changes the norm (L2 likewise with s applied). Free 32-bit values (even 3-bit ones,
-// or 2^e tags that depend on the element's index) make the two adder trees' equivalence
-// the solver's hard case: abc did not get past step 12. The magnitudes and squares
-// themselves are block_l1's per lane, checked bit-exactly by the benches against the
-// reference over full-range values.
+// count of its nonzero elements of each lane, one 2-bit field per lane: an element summed
+// into the wrong block, dropped or summed twice changes the norm. In L2 the fields are
+// (4^l >> s)^2, distinct too, but lane 0's element is 0 after the shift for B >= 2 (the L1
+// tasks see it). With free values (even 3-bit ones, or 2^e tags by element index) abc did
+// not get past step 11-12 within minutes. The magnitudes and squares themselves are
+// block_l1's per lane, checked bit-exactly by the benches over full-range values.
 // Every element the lanes unit takes goes, in lane order, into a queue that feeds block_l1
 // one element a cycle (when the harness lets it); each block's {index, norm} and m_tlast from
 // either side go into a queue of its own, and the two queues are compared head to head:
