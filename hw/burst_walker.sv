@@ -118,7 +118,7 @@ module burst_walker #(
                     // beats: floor((end - 1) / W) + 1 - floor(start / W) (end - start at W = 1)
                     if (W == 1) remaining <= end_r - start_r;
                     else remaining <= ((end_r - 32'd1) >> L) + 32'd1 - (start_r >> L);
-                    req_addr <= base + (ADDR_W'({start_r, 2'b00}) & ~ADDR_W'(4 * W - 1));
+                    req_addr <= base + ADDR_W'({start_r >> L, {LB{1'b0}}});   // its beat
                     st <= LEN;
                 end
                 LEN: begin

@@ -869,18 +869,17 @@ module compress_engine #(
         assign vaw_kf = 1'b1;
         assign vaw_kl = 1'b1;
     end else begin : g_keep_lanes
-        localparam logic [ADDR_W-1:0] BEAT_MASK = ~ADDR_W'(4 * W - 1);
         logic [ADDR_W-1:0] aw_first_at, aw_end_at, vaw_first_at, vaw_end_at;  // byte addresses
         logic [W-1:0] aw_first_keep, aw_last_keep, vaw_first_keep, vaw_last_keep;
         logic [31:0] aw_last_el, vaw_last_el;
         assign aw_last_el = aw_re - 32'd1;
         assign vaw_last_el = vaw_re - 32'd1;
         always_ff @(posedge clk) begin
-            aw_first_at <= base_r + (ADDR_W'({aw_rs, 2'b00}) & BEAT_MASK);
-            aw_end_at <= base_r + (ADDR_W'({aw_last_el, 2'b00}) & BEAT_MASK) + ADDR_W'(4 * W);
-            vaw_first_at <= vbase_r + (ADDR_W'({vaw_rs, 2'b00}) & BEAT_MASK);
-            vaw_end_at <= vbase_r + (ADDR_W'({vaw_last_el, 2'b00}) & BEAT_MASK)
-                          + ADDR_W'(4 * W);
+            // (a beat's address as {element / W, LB zeros}: yosys misreads ~ADDR_W'(...))
+            aw_first_at <= base_r + ADDR_W'({aw_rs >> L, {LB{1'b0}}});
+            aw_end_at <= base_r + ADDR_W'({aw_last_el >> L, {LB{1'b0}}}) + ADDR_W'(4 * W);
+            vaw_first_at <= vbase_r + ADDR_W'({vaw_rs >> L, {LB{1'b0}}});
+            vaw_end_at <= vbase_r + ADDR_W'({vaw_last_el >> L, {LB{1'b0}}}) + ADDR_W'(4 * W);
             // lanes start .. W-1 of the first beat, 0 .. last of the last
             aw_first_keep <= {W{1'b1}} << aw_rs[L-1:0];
             aw_last_keep <= {W{1'b1}} >> (L'(W - 1) - aw_last_el[L-1:0]);
