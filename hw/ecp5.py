@@ -72,6 +72,7 @@ RUNS = (
     Ecp5Run("crc32_lanes"),
     Ecp5Run("block_norm_lanes"),
     Ecp5Run("zrle_lane_encoder", {"LMAX_LOG2_MAX": 8}),
+    Ecp5Run("zrle_lane_decoder"),
 )
 
 
