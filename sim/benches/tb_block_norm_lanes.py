@@ -60,7 +60,7 @@ def lane_stream(dut, cls, prefix: str = "s"):
 
 
 # ------------------------------------------------------------------ cases
-def make_case(name: str, values, block_size: int, norm: str) -> tb.Case:
+def norms_case(name: str, values, block_size: int, norm: str) -> tb.Case:
     """A layer `values` (int32) with its reference norms."""
     acc = np.asarray(values, dtype=np.int64).astype(np.int32)
     n = int(acc.size)
@@ -88,18 +88,18 @@ def boundary_layers(w: int, seed: int = 31) -> list[tb.Case]:
         for r in range(w):
             n = w * math.ceil((2 * bs + 2 * w) / w) + r
             for norm in ("l1", "l2"):
-                cases.append(make_case(f"b{bs}_n{n}_{norm}", random_values(rng, n), bs, norm))
+                cases.append(norms_case(f"b{bs}_n{n}_{norm}", random_values(rng, n), bs, norm))
     n = 3 * w + 1
     for norm in ("l1", "l2"):
         for bs in (n - 1, n, n + 1, 2**32 - 1):
-            cases.append(make_case(f"whole_b{bs}_n{n}_{norm}", random_values(rng, n), bs, norm))
+            cases.append(norms_case(f"whole_b{bs}_n{n}_{norm}", random_values(rng, n), bs, norm))
         for short in sorted({1, max(1, w - 1)}):
             for bs in (1, 2, 5):
-                cases.append(make_case(f"short_n{short}_b{bs}_{norm}",
+                cases.append(norms_case(f"short_n{short}_b{bs}_{norm}",
                                        random_values(rng, short), bs, norm))
         for value in (-2**31, QMAX, -QMAX):
             for bs in (1, w, 2 * w + 1):
-                cases.append(make_case(f"all{value}_b{bs}_{norm}",
+                cases.append(norms_case(f"all{value}_b{bs}_{norm}",
                                        np.full(4 * w + 3, value), bs, norm))
     return cases
 
@@ -164,8 +164,8 @@ async def reset_mid_layer(dut):
     rng = np.random.default_rng(5)
     for bs in sorted({1, max(1, w // 2 - 1), 3 * w + 1}):
         for norm in ("l1", "l2"):
-            layer = make_case(f"reset_b{bs}_{norm}", random_values(rng, 40 * w + 3), bs, norm)
-            clean = make_case(f"after_reset_b{bs}_{norm}", random_values(rng, 12 * w + 1),
+            layer = norms_case(f"reset_b{bs}_{norm}", random_values(rng, 40 * w + 3), bs, norm)
+            clean = norms_case(f"after_reset_b{bs}_{norm}", random_values(rng, 12 * w + 1),
                               bs, norm)
             tb.set_traffic([bench.src], [bench.snk], 0.3, 0.3, 7 + bs)
             await bench.send(layer)
@@ -190,7 +190,7 @@ async def throughput(dut):
     rng = np.random.default_rng(9)
     n = tb.env_int("TB_RATE_N", 512 * w + w - 1)
     for bs in sorted({w, 3 * w + 1}):
-        case = make_case(f"rate_b{bs}_n{n}", random_values(rng, n), bs, "l2")
+        case = norms_case(f"rate_b{bs}_n{n}", random_values(rng, n), bs, "l2")
         await bench.run_case(case)
         tx = await tb.recv(mon, n, "input monitor")
         beats, cycles = -(-n // w), tb.frame_cycles(tx)
@@ -198,7 +198,7 @@ async def throughput(dut):
         # the last beat may close two blocks (the regular one and the short last one)
         assert cycles <= beats + 1, f"in: {beats} beats took {cycles} cycles (B {bs}, W {w})"
         assert beats / cycles >= 0.99, f"in: {beats / cycles:.4f} beats a cycle"
-    case = make_case(f"rate_b1_n{n}", random_values(rng, n), 1, "l1")
+    case = norms_case(f"rate_b1_n{n}", random_values(rng, n), 1, "l1")
     rx = await bench.run_case(case)
     await tb.recv(mon, n, "input monitor")
     cycles = tb.frame_cycles(rx)
