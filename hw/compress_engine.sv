@@ -92,8 +92,9 @@ module compress_engine #(
     input  logic               s_grad_tvalid,
     output logic               s_grad_tready,
     input  logic               s_grad_tlast,
-    // frame
-    output logic        [31:0] m_frame_tdata,
+    // frame: dense W-word beats (every beat full but the last, which keeps lanes from 0)
+    output logic    [32*W-1:0] m_frame_tdata,
+    output logic       [W-1:0] m_frame_tkeep,
     output logic               m_frame_tvalid,
     input  logic               m_frame_tready,
     output logic               m_frame_tlast,
@@ -915,62 +916,83 @@ module compress_engine #(
     // ---- pass 2: zero runs from counts, literals from the read FIFO -> run encoder ---------
     // per selected block (and once more for the gap after the last): SEL sets the list index,
     // PICK registers the block's start and end (read from `ranges`), PREP the gap before
-    // it and its length, GAP sends the gap (a count), LIT its words
+    // it and its length, GAP sends the gap (a count), LIT its words: at W lanes a beat a cycle,
+    // the lanes of the block in it kept (the first and last beat partial when the block starts
+    // or ends mid-beat), c_left counting beats
     typedef enum logic [2:0] {C_SEL, C_PICK, C_PREP, C_GAP, C_LIT, C_END} cons_t;
     cons_t       c_state;
     logic [31:0] c_idx, c_pos, c_start, c_end, c_gap, c_left;
     logic        c_has;          // c_idx < k_eff: a block follows the gap
     logic        c_gap_nz;       // registered c_gap != 0
     logic        c_left_one;     // registered c_left == 1
-    logic [LW-1:0] c_lane;     // the lane of the block's next word in the beat at res_head
-    logic        c_beat_end;     // that word is the last of its beat in the block: take the beat
-    logic [31:0] res_word;       // that word
+    logic [LW-1:0] c_lane;       // the block's first lane in the beat at res_head
+    logic  [W-1:0] c_last_keep;  // the block's lanes in its last beat, from lane 0
     logic        c_in_gap, c_in_lit;   // c_state == C_GAP / C_LIT, as flops of their own: the
                                        // encoder's valid and the take start from them (through
                                        // the state's decode, the take ran 6.9 ns on ECP5)
     logic [31:0] c_start_pick, c_end_pick;     // ranges[c_idx], a cycle after C_SEL
+    logic [31:0] c_start_beat, c_last_beat;    // the block's first and last beat (W > 1)
 
     always_ff @(posedge clk) {c_end_pick, c_start_pick} <= ranges[c_idx[SW-1:0]];
+    assign c_start_beat = c_start >> L;
+    assign c_last_beat = (c_end - 32'd1) >> L;
 
-    logic [31:0] enc_data, enc_count;
     logic        enc_valid, enc_ready, enc_take, enc_cfg_valid, enc_cfg_ready, frame_done;
 
     // (the consumer moves only in PASS2: C_GAP and C_LIT are never held outside it)
     assign enc_valid = (c_in_gap && c_gap_nz) || (c_in_lit && rsk_valid);
-    assign enc_data = c_in_gap ? 32'd0 : res_word;
-    if (W == 1) begin : g_word1
-        assign res_word = res_head;
-        assign c_beat_end = 1'b1;
-        logic unused_lane;
-        assign unused_lane = ^c_lane;
-    end else begin : g_word_lanes
-        assign res_word = res_head[32*c_lane +: 32];
-        assign c_beat_end = c_lane == LW'(W - 1) || c_left_one;
-    end
-    assign enc_count = c_in_gap ? c_gap : 32'd1;
     assign enc_take = enc_valid && enc_ready;
+    assign rsk_take = phase2 ? (c_in_lit && rsk_valid && enc_ready) : p1_pop;
+    assign enc_cfg_valid = in_enc_cfg;
 
     // a register slice in front of the encoder: its ready is a flop (the encoder's take
     // decision does not run on into the consumer), and the encoder's per-beat arithmetic
     // (word != 0, the beat's count, in_count + count) starts from flops, not from this mux
-    logic [63:0] es_data;             // {count, word}
-    logic        es_valid, es_ready;
-    axis_skid_buffer #(.W(64)) u_enc_slice (
-        .clk, .rst, .s_tdata({enc_count, enc_data}), .s_tvalid(enc_valid), .s_tready(enc_ready),
-        .m_tdata(es_data), .m_tvalid(es_valid), .m_tready(es_ready)
-    );
-    assign rsk_take = phase2 ? (c_in_lit && rsk_valid && enc_ready && c_beat_end) : p1_pop;
-    assign enc_cfg_valid = in_enc_cfg;
+    if (W == 1) begin : g_enc1
+        logic [31:0] enc_data, enc_count;
+        logic [63:0] es_data;             // {count, word}
+        logic        es_valid, es_ready;
+        assign enc_data = c_in_gap ? 32'd0 : res_head;
+        assign enc_count = c_in_gap ? c_gap : 32'd1;
+        axis_skid_buffer #(.W(64)) u_enc_slice (
+            .clk, .rst, .s_tdata({enc_count, enc_data}), .s_tvalid(enc_valid),
+            .s_tready(enc_ready), .m_tdata(es_data), .m_tvalid(es_valid), .m_tready(es_ready)
+        );
 
-    zrle_run_encoder #(.LMAX_LOG2_MAX(LMAX_LOG2_MAX)) u_encoder (
-        .clk, .rst,
-        .cfg_valid(enc_cfg_valid), .cfg_ready(enc_cfg_ready),
-        .cfg_layer_id(id_r), .cfg_n(n_r), .cfg_range_bits(rb_r), .cfg_lmax_log2(lmax_r),
-        .s_tdata(es_data[31:0]), .s_tcount(es_data[63:32]), .s_tvalid(es_valid),
-        .s_tready(es_ready),
-        .m_tdata(m_frame_tdata), .m_tvalid(m_frame_tvalid), .m_tready(m_frame_tready),
-        .m_tlast(m_frame_tlast)
-    );
+        zrle_run_encoder #(.LMAX_LOG2_MAX(LMAX_LOG2_MAX)) u_encoder (
+            .clk, .rst,
+            .cfg_valid(enc_cfg_valid), .cfg_ready(enc_cfg_ready),
+            .cfg_layer_id(id_r), .cfg_n(n_r), .cfg_range_bits(rb_r), .cfg_lmax_log2(lmax_r),
+            .s_tdata(es_data[31:0]), .s_tcount(es_data[63:32]), .s_tvalid(es_valid),
+            .s_tready(es_ready),
+            .m_tdata(m_frame_tdata), .m_tvalid(m_frame_tvalid), .m_tready(m_frame_tready),
+            .m_tlast(m_frame_tlast)
+        );
+        assign m_frame_tkeep = 1'b1;
+        logic unused_lanes;
+        assign unused_lanes = ^{c_lane, c_last_keep, c_start_beat, c_last_beat};
+    end else begin : g_enc_lanes
+        // a zero-run beat (tzero, count) or the block's lanes of the beat at res_head
+        logic [W-1:0] enc_keep;
+        logic [32*W+W+32:0] es_data;      // {tzero, count, keep, beat}
+        logic        es_valid, es_ready;
+        assign enc_keep = ({W{1'b1}} << c_lane) & (c_left_one ? c_last_keep : '1);
+        axis_skid_buffer #(.W(32 * W + W + 33)) u_enc_slice (
+            .clk, .rst, .s_tdata({c_in_gap, c_gap, enc_keep, res_head}), .s_tvalid(enc_valid),
+            .s_tready(enc_ready), .m_tdata(es_data), .m_tvalid(es_valid), .m_tready(es_ready)
+        );
+
+        zrle_lane_encoder #(.W(W), .LMAX_LOG2_MAX(LMAX_LOG2_MAX)) u_encoder (
+            .clk, .rst,
+            .cfg_valid(enc_cfg_valid), .cfg_ready(enc_cfg_ready),
+            .cfg_layer_id(id_r), .cfg_n(n_r), .cfg_range_bits(rb_r), .cfg_lmax_log2(lmax_r),
+            .s_tdata(es_data[32*W-1:0]), .s_tkeep(es_data[32*W +: W]),
+            .s_tcount(es_data[32*W+W +: 32]), .s_tzero(es_data[32*W+W+32]),
+            .s_tvalid(es_valid), .s_tready(es_ready),
+            .m_tdata(m_frame_tdata), .m_tkeep(m_frame_tkeep), .m_tvalid(m_frame_tvalid),
+            .m_tready(m_frame_tready), .m_tlast(m_frame_tlast)
+        );
+    end
 
     // ---- control ---------------------------------------------------------------------------
     logic topk_done;    // the selected indices have all left topk_select (or there are none);
@@ -1091,9 +1113,16 @@ module compress_engine #(
                     C_PREP: begin
                         c_gap <= (c_has ? c_start : n_r) - c_pos;
                         c_gap_nz <= (c_has ? c_start : n_r) != c_pos;
-                        c_left <= c_end - c_start;
-                        c_left_one <= c_end - c_start == 32'd1;
+                        if (W == 1) begin
+                            c_left <= c_end - c_start;
+                            c_left_one <= c_end - c_start == 32'd1;
+                        end else begin           // beats
+                            c_left <= c_last_beat - c_start_beat + 32'd1;
+                            c_left_one <= c_last_beat == c_start_beat;
+                        end
                         c_lane <= LW'(c_start % W_U);
+                        // lanes 0 .. (end - 1) % W
+                        c_last_keep <= {W{1'b1}} >> (LW'(W - 1) - LW'((c_end - 32'd1) % W_U));
                         c_state <= C_GAP;
                         c_in_gap <= 1'b1;
                     end
@@ -1105,7 +1134,7 @@ module compress_engine #(
                     end
                     C_LIT: if (enc_take) begin
                         c_left <= c_left - 32'd1;
-                        if (W > 1) c_lane <= c_lane + LW'(1);
+                        c_lane <= '0;     // a block's beats after its first start at lane 0
                         c_left_one <= c_left == 32'd2;
                         if (c_left_one) begin
                             c_idx <= c_idx + 32'd1;
@@ -1172,14 +1201,19 @@ module compress_engine #(
         .m_axi_bvalid  (m_axi_vel_bvalid),
         .m_axi_bready  (m_axi_vel_bready)
     );
-    // m_frame: a word offered stays offered, unchanged, until m_frame_tready takes it
+    // m_frame: a beat offered stays offered, unchanged, until m_frame_tready takes it; only
+    // the frame's last beat may be partial, its lanes a run from lane 0
     logic        chk_frame_stall;
-    logic [32:0] chk_frame_word;
+    logic [32*W+W:0] chk_frame_word;
     initial chk_frame_stall = 1'b0;
     always @(posedge clk) begin
         chk_frame_stall <= !rst && m_frame_tvalid && !m_frame_tready;
-        chk_frame_word  <= {m_frame_tdata, m_frame_tlast};
-        if (!rst && chk_frame_stall) assert (m_frame_tvalid && {m_frame_tdata, m_frame_tlast} == chk_frame_word);
+        chk_frame_word  <= {m_frame_tdata, m_frame_tkeep, m_frame_tlast};
+        if (!rst && chk_frame_stall) assert (m_frame_tvalid && {m_frame_tdata, m_frame_tkeep, m_frame_tlast} == chk_frame_word);
+        if (!rst && m_frame_tvalid) begin
+            assert (m_frame_tlast || m_frame_tkeep == '1);
+            assert (m_frame_tkeep[0] && (m_frame_tkeep & (m_frame_tkeep + W'(1))) == '0);
+        end
     end
 `endif
 endmodule

@@ -77,9 +77,11 @@ module crc32_lanes #(
 
     logic [31:0]     state, state_next;
     logic [32*W-1:0] aligned;                 // the valid lanes moved up to end in lane W-1
-    logic [31:0]     m_state [W+1];           // M^p·state, p = 0 .. W
-    logic [31:0]     m_seed  [W+1];           // M^p·SEED
-    logic [31:0]     lane_term [W];           // M^(W-j)·aligned lane j
+    // flat vectors, word p in bits [32p+31:32p]: yosys 0.23 turns unpacked arrays into
+    // registers with a warning and has no packed 2-D arrays
+    logic [32*(W+1)-1:0] m_state;             // M^p·state, p = 0 .. W
+    logic [32*(W+1)-1:0] m_seed;              // M^p·SEED
+    logic [32*W-1:0]     lane_term;           // M^(W-j)·aligned lane j
     logic [31:0]     d_term, s_term;
 
     // lane i moves to lane i + W - count; lanes at or above count fall off the top
@@ -88,23 +90,23 @@ module crc32_lanes #(
 
     for (genvar p = 0; p <= W; p++) begin : g_pow
         localparam logic [1023:0] COLS = pow_cols(p);
-        assign m_seed[p] = seed_pow(p);
+        assign m_seed[32*p +: 32] = seed_pow(p);
         for (genvar i = 0; i < 32; i++) begin : g_rows
             localparam logic [31:0] ROW = row_of(COLS, i);
-            assign m_state[p][i] = ^(state & ROW);
+            assign m_state[32*p + i] = ^(state & ROW);
             if (p >= 1) begin : g_lane
                 // data lane W-p is p words from the end: M^p
-                assign lane_term[W-p][i] = ^(aligned[32*(W-p) +: 32] & ROW);
+                assign lane_term[32*(W-p) + i] = ^(aligned[32*(W-p) +: 32] & ROW);
             end
         end
     end
 
     always_comb begin
         d_term = '0;
-        for (int j = 0; j < W; j++) d_term = d_term ^ lane_term[j];
+        for (int j = 0; j < W; j++) d_term = d_term ^ lane_term[32*j +: 32];
         s_term = init ? SEED : state;
         for (int p = 0; p <= W; p++) begin
-            if (32'(count) == p) s_term = init ? m_seed[p] : m_state[p];
+            if (32'(count) == p) s_term = init ? m_seed[32*p +: 32] : m_state[32*p +: 32];
         end
         if (en)        state_next = s_term ^ d_term;
         else if (init) state_next = SEED;

@@ -146,8 +146,10 @@ module zrle_lane_encoder #(
     logic [PW-1:0]   wr_lane;                // input lane of the first of them
     logic [32*W-1:0] wr_rot;                 // input words rotated to their banks
     logic [W-1:0]    bank_we;
-    logic [DW-1:0]   bank_wrow [W];
-    logic [DW-1:0]   bank_rrow [W];
+    // flat vectors, bank b's row in bits [DW*b +: DW]: yosys 0.23 turns unpacked arrays into
+    // registers with a warning and has no packed 2-D arrays
+    logic [DW*W-1:0] bank_wrow;
+    logic [DW*W-1:0] bank_rrow;
     logic [32*W-1:0] rd_bank;                // each bank's word at its read row
     logic [32*W-1:0] litv;                   // the ring's words at rp, rp+1, ..., rp+W-1
     logic [PW-1:0]   rd_n;                   // literals read out this cycle
@@ -187,8 +189,8 @@ module zrle_lane_encoder #(
         wr_rot = in_dbl[32*rg_sh +: 32*W];       // bank b gets input lane (b + rg_sh) mod W
         for (int b = 0; b < W; b++) begin
             bank_we[b]   = step && (((b - rg_wlo) & (W - 1)) < 32'(wr_n));
-            bank_wrow[b] = DW'(rg_wrow + ((b < rg_wlo) ? 1 : 0));
-            bank_rrow[b] = DW'(rg_rrow + ((b < rg_rlo) ? 1 : 0));
+            bank_wrow[DW*b +: DW] = DW'(rg_wrow + ((b < rg_wlo) ? 1 : 0));
+            bank_rrow[DW*b +: DW] = DW'(rg_rrow + ((b < rg_rlo) ? 1 : 0));
         end
         litv = rd_dbl[32*rg_rlo +: 32*W];        // lane l is bank (rg_rlo + l) mod W
     end
@@ -196,9 +198,9 @@ module zrle_lane_encoder #(
     for (genvar b = 0; b < W; b++) begin : g_bank
         logic [31:0] mem [1 << DW];
         always_ff @(posedge clk) begin
-            if (bank_we[b]) mem[bank_wrow[b]] <= wr_rot[32*b +: 32];
+            if (bank_we[b]) mem[bank_wrow[DW*b +: DW]] <= wr_rot[32*b +: 32];
         end
-        assign rd_bank[32*b +: 32] = mem[bank_rrow[b]];
+        assign rd_bank[32*b +: 32] = mem[bank_rrow[DW*b +: DW]];
     end
     assign rd_dbl = {rd_bank, rd_bank};
 
@@ -332,7 +334,7 @@ module zrle_lane_encoder #(
     logic [2:0]      hdr_idx;
     logic [LW-1:0]   lit_rem;
     logic [31:0]     tok_count;
-    logic [31:0]     hdr_w [5];
+    logic [32*5-1:0] hdr_w;             // the header words, flat as above
     logic            ck_valid, ck_last, ck_ready, pk_ready, pk_take;
     logic [32*W-1:0] ck_data;
     logic [PW-1:0]   ck_cnt;
@@ -345,11 +347,11 @@ module zrle_lane_encoder #(
     logic            trailer_now;
     logic [31:0]     crc_next, crc_unused;
 
-    assign hdr_w[0] = gradblock_pkg::ZRLE_MAGIC;
-    assign hdr_w[1] = {16'd0, 3'd0, lmax_log2, gradblock_pkg::ZRLE_VERSION};
-    assign hdr_w[2] = layer_id;
-    assign hdr_w[3] = n_words;
-    assign hdr_w[4] = range_bits;
+    assign hdr_w[0 +: 32]   = gradblock_pkg::ZRLE_MAGIC;
+    assign hdr_w[32 +: 32]  = {16'd0, 3'd0, lmax_log2, gradblock_pkg::ZRLE_VERSION};
+    assign hdr_w[64 +: 32]  = layer_id;
+    assign hdr_w[96 +: 32]  = n_words;
+    assign hdr_w[128 +: 32] = range_bits;
 
     assign cfg_ready   = (d_state == D_IDLE);
     assign ck_ready    = !ck_valid || pk_ready;
@@ -375,7 +377,8 @@ module zrle_lane_encoder #(
                 D_HDR: begin
                     produce = 1'b1;
                     for (int l = 0; l < W; l++) begin
-                        if (32'(hdr_idx) + l < 5) p_data[32*l +: 32] = hdr_w[32'(hdr_idx) + l];
+                        if (32'(hdr_idx) + l < 5)
+                            p_data[32*l +: 32] = hdr_w[32*(32'(hdr_idx) + l) +: 32];
                     end
                     dr_k = 5 - 32'(hdr_idx);
                     p_cnt = PW'((dr_k < W) ? dr_k : W);
@@ -433,8 +436,9 @@ module zrle_lane_encoder #(
                             if (l < dr_r)           p_data[32*l +: 32] = litv[32*l +: 32];
                             else if (l == dr_r)     p_data[32*l +: 32] = head_z;
                             else if (l == dr_r + 1) p_data[32*l +: 32] = 32'(head_len);
-                            else if (l < dr_r + 2 + dr_first)
-                                p_data[32*l +: 32] = litv[32*(l-2) +: 32];
+                            else if (l < dr_r + 2 + dr_first)   // l >= 2 here; the clamp
+                                // keeps lanes 0, 1's never-taken select in range for yosys
+                                p_data[32*l +: 32] = litv[32*((l >= 2) ? l - 2 : 0) +: 32];
                         end
                         p_cnt        = PW'(dr_r + 2 + dr_first);
                         rd_n         = PW'(dr_r + dr_first);

@@ -132,6 +132,7 @@ module compress_engine_axil #(
     logic        s_grad_tvalid, s_grad_tready, s_grad_tlast;
     logic [31:0] m_frame_tdata;
     logic        m_frame_tvalid, m_frame_tready, m_frame_tlast;
+    logic        m_frame_tkeep;          // the engine at W = 1: always 1
     logic        busy, done;
     logic  [3:0] err_code;
     logic [31:0] sat_quant_count, sat_feedback_count, nan_count, sat_momentum_count;
@@ -162,7 +163,7 @@ module compress_engine_axil #(
         .cfg_momentum_mask(hwif_out.CFG_FLAGS.momentum_mask.value),
         .cfg_vel_base(vel_base64[ADDR_W-1:0]),
         .s_grad_tdata, .s_grad_tvalid, .s_grad_tready, .s_grad_tlast,
-        .m_frame_tdata, .m_frame_tvalid, .m_frame_tready, .m_frame_tlast,
+        .m_frame_tdata, .m_frame_tkeep, .m_frame_tvalid, .m_frame_tready, .m_frame_tlast,
         .m_axi_arid, .m_axi_araddr, .m_axi_arlen, .m_axi_arsize, .m_axi_arburst,
         .m_axi_arvalid, .m_axi_arready, .m_axi_rid, .m_axi_rdata, .m_axi_rresp, .m_axi_rlast,
         .m_axi_rvalid, .m_axi_rready, .m_axi_awid, .m_axi_awaddr, .m_axi_awlen, .m_axi_awsize,
@@ -246,8 +247,10 @@ module compress_engine_axil #(
     assign hwif_in.SAT_MOMENTUM.value.next = sat_momentum_count;
     assign irq = hwif_out.INT_STATUS.intr;
 
-    logic unused_csr;            // write strobes (every register is written whole) and the
-    assign unused_csr = ^{hwif_out.GRAD_DATA.wr_biten.data};   // address bits above ADDR_W
+    // write strobes (every register is written whole), the frame's tkeep (W = 1: always 1)
+    // and the address bits above ADDR_W
+    logic unused_csr;
+    assign unused_csr = ^{hwif_out.GRAD_DATA.wr_biten.data, m_frame_tkeep};
     if (ADDR_W < 64) begin : g_unused_base
         logic unused_base;
         assign unused_base = ^{res_base64[63:ADDR_W], vel_base64[63:ADDR_W]};

@@ -73,6 +73,7 @@ module fv_compress_engine (
 
     logic        cfg_ready, s_grad_tready, m_frame_tvalid, m_frame_tlast;
     logic [31:0] m_frame_tdata;
+    logic        m_frame_tkeep;          // W = 1: always 1
     logic        busy, done;
     logic  [3:0] err_code;
     logic [31:0] sat_quant_count, sat_feedback_count, nan_count, sat_momentum_count;
@@ -104,7 +105,7 @@ module fv_compress_engine (
         .cfg_k_shift, .cfg_range_bits, .cfg_layer_id, .cfg_lmax_log2, .cfg_norm, .cfg_res_base,
         .cfg_momentum_en, .cfg_m_fix, .cfg_momentum_mask, .cfg_vel_base,
         .s_grad_tdata, .s_grad_tvalid, .s_grad_tready, .s_grad_tlast,
-        .m_frame_tdata, .m_frame_tvalid, .m_frame_tready, .m_frame_tlast,
+        .m_frame_tdata, .m_frame_tkeep, .m_frame_tvalid, .m_frame_tready, .m_frame_tlast,
         .m_axi_arid, .m_axi_araddr, .m_axi_arlen, .m_axi_arsize, .m_axi_arburst, .m_axi_arvalid,
         .m_axi_arready, .m_axi_rid, .m_axi_rdata, .m_axi_rresp, .m_axi_rlast, .m_axi_rvalid,
         .m_axi_rready, .m_axi_awid, .m_axi_awaddr, .m_axi_awlen, .m_axi_awsize, .m_axi_awburst,
