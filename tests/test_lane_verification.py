@@ -90,7 +90,8 @@ def non_affine_cells(module: dict, tainted_ports: list[str]) -> list[str]:
 
 
 @pytest.mark.parametrize("w", [2, 4, pytest.param(8, marks=pytest.mark.slow),
-                               pytest.param(16, marks=pytest.mark.slow)])
+                               # W = 16: 8 minutes of z3, a sign-off run
+                               pytest.param(16, marks=[pytest.mark.slow, pytest.mark.signoff])])
 def test_crc32_lanes_next_state_is_affine(tmp_path, w):
     """The premise of the unit-vector proof, on the netlist the proof reads."""
     mod = _netlist("crc32_lanes", {"W": w}, tmp_path)
@@ -128,7 +129,9 @@ def test_crc32_lanes_set_is_declared():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("task", ["step", "step_w2", "step_w8", "step_w16", "cover"])
+# step_w16: 8 minutes of z3 on 2 cores, a sign-off run
+@pytest.mark.parametrize("task", ["step", "step_w2", "step_w8",
+                                  pytest.param("step_w16", marks=pytest.mark.signoff), "cover"])
 def test_crc32_lanes_proof_passes(task):
     _need_formal_tools()
     results = formal.run(["crc32_lanes"], tasks=[task], log=lambda *_: None)

@@ -77,7 +77,8 @@ def run(sim: str, build: str, dirs, tmp_path, quick: bool, testcase: str | None 
 
 BUILDS = [pytest.param("icarus", "w4", id="icarus-W4"),
           pytest.param("icarus", "w1", id="icarus-W1", marks=pytest.mark.slow),
-          pytest.param("icarus", "w16", id="icarus-W16", marks=pytest.mark.slow),
+          pytest.param("icarus", "w16", id="icarus-W16",
+                       marks=[pytest.mark.slow, pytest.mark.signoff]),   # minutes on Icarus
           pytest.param("verilator", "w1", id="verilator-W1", marks=pytest.mark.slow),
           pytest.param("verilator", "w4", id="verilator-W4", marks=pytest.mark.slow),
           pytest.param("verilator", "w16", id="verilator-W16", marks=pytest.mark.slow)]

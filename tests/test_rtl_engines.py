@@ -229,7 +229,8 @@ def test_engine_verilator_all_cases(golden_quick, edge_vectors, tmp_path_factory
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("lanes", [4, 16])
+# W = 16 over every case is a sign-off run (minutes of Verilator; the suite keeps W = 4)
+@pytest.mark.parametrize("lanes", [4, pytest.param(16, marks=pytest.mark.signoff)])
 def test_engine_lanes_verilator_all_cases(lanes, golden_quick, edge_vectors, tmp_path_factory,
                                           tmp_path):
     """W = 4 and 16 (issue 31) on Verilator: every golden case, the 64x64x3x3 layer and its
@@ -246,6 +247,7 @@ def test_engine_lanes_verilator_all_cases(lanes, golden_quick, edge_vectors, tmp
     assert mom["lanes"] == lanes and mom["vel_axi_beats"]["r"] == mom["words"] // lanes, mom
 
 
+@pytest.mark.signoff      # W = 16 on Icarus over every case: a sign-off run
 @pytest.mark.slow
 def test_engine_lanes_icarus_all_cases(golden_quick, edge_vectors, tmp_path):
     """W = 16 on Icarus with K_MAX 128: every golden case exact, none refused, two traffic

@@ -48,6 +48,8 @@ def builds(quick):
     for sim in ("icarus", "verilator"):
         for b in LANE_BUILDS:
             marks = [] if (sim == "icarus" and b in quick) else [pytest.mark.slow]
+            if b.endswith("16"):      # W = 16 sweeps: sign-off runs (the suite keeps W = 4)
+                marks = [pytest.mark.slow, pytest.mark.signoff]
             out.append(pytest.param(sim, b, id=f"{sim}-{b}", marks=marks))
     return out
 

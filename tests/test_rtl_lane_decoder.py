@@ -40,7 +40,9 @@ def base_names(result) -> set[str]:
 
 # (simulator, W): Icarus at W = 4 is the quick one
 BUILDS = [pytest.param(sim, w, id=f"{sim}-W{w}",
-                       marks=[] if (sim, w) == ("icarus", 4) else [pytest.mark.slow])
+                       marks=[] if (sim, w) == ("icarus", 4) else
+                       # W = 16 sweeps: sign-off runs (the suite keeps W = 4)
+                       [pytest.mark.slow] + ([pytest.mark.signoff] if w == 16 else []))
           for sim, w in (("icarus", 4), ("icarus", 1), ("icarus", 16), ("verilator", 1),
                          ("verilator", 4), ("verilator", 16))]
 
