@@ -36,5 +36,5 @@ def with_lanes(top: str, parameters, lanes: int | None) -> dict:
 
 
 def lane_tops() -> list[str]:
-    """Every module in hw/ with a W parameter."""
+    """The lane blocks of LANE_BLOCKS that are in hw/ with their W parameter."""
     return [t for t in LANE_BLOCKS if lane_parametric(t)]
