@@ -59,6 +59,7 @@ SLOW: dict[str, set[str]] = {
     "zrle_roundtrip": {"bmc", "reach"},
     "crc32_lanes": {"step_w8", "step_w16"},
     "block_norm_lanes": {"bmc", "bmc_l2", "model"},
+    "burst_walker": {"bmc_w4"},
 }
 
 _ABC_SHIM = """#!/bin/sh

@@ -203,6 +203,39 @@ def test_decoder_hang_bound_is_not_vacuous(tmp_path):
     assert [r.result for r in results] == ["FAIL"], [(r.result, r.detail) for r in results]
 
 
+# ------------------------------------------------------------------ burst_walker at W = 4 lanes
+def test_burst_walker_w4_proof_and_cover_pass():
+    """Issue 31: the walk in beats of four elements keeps the AXI4 burst rules (k-induction)
+    and reaches a full burst and a short one at a 4 KiB boundary."""
+    _need_tools()
+    results = formal.run(["burst_walker"], tasks=["prove_w4", "cover_w4"], log=lambda *_: None)
+    assert [r.result for r in results] == ["PASS", "PASS"], \
+        [(r.task, r.result, r.detail) for r in results]
+
+
+@pytest.mark.slow
+def test_burst_walker_w4_walk_is_exact():
+    """Every burst starts where the last ended, in beats; each range covers exactly its beats."""
+    _need_tools()
+    results = formal.run(["burst_walker"], tasks=["bmc_w4"], log=lambda *_: None)
+    assert [r.result for r in results] == ["PASS"], [(r.result, r.detail) for r in results]
+
+
+@pytest.mark.slow
+def test_burst_walker_w4_lane_bug_fails(tmp_path):
+    """A range's beat count without its partial last beat (end / W - start / W): the exact walk
+    at W = 4 must fail (W = 1 cannot see it)."""
+    _need_tools()
+    fdir = _copy_set(tmp_path, "burst_walker")
+    text = (tmp_path / "burst_walker.sv").read_text()
+    count = "else remaining <= ((end_r - 32'd1) >> L) + 32'd1 - (start_r >> L);"
+    assert count in text, "burst_walker.sv changed: update the planted bug"
+    (tmp_path / "burst_walker.sv").write_text(
+        text.replace(count, "else remaining <= (end_r >> L) - (start_r >> L) + 32'(end_r == start_r + 1);"))
+    results = formal.run(["burst_walker"], formal_dir=fdir, tasks=["bmc_w4"], log=lambda *_: None)
+    assert [r.result for r in results] == ["FAIL"], [(r.result, r.detail) for r in results]
+
+
 # ------------------------------------------------------------------ engines, round trip
 ENGINE_TASKS = [("compress_engine", "bmc"), ("compress_engine", "reach"),
                 ("aggregate_engine", "bmc"), ("aggregate_engine", "cover"),
