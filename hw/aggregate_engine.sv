@@ -35,6 +35,21 @@
 // the bad frame that went to memory before the error was known stay added: after an error
 // the layer's sums are invalid (the reference returns no sums at all) and the host re-runs the
 // layer with cfg_clear. The engine itself is clean: the next layer is exact.
+//
+// Lanes (issue 31; docs/hw.md "aggregate_engine", lanes): with W = 2, 4, 8 or 16 the frames
+// arrive as dense W-word beats (s_tdata[32W], word-level s_tkeep a run of ones from lane 0 on
+// the frame's last beat, every other beat full) and the sums sit behind a 64·W-bit bus: sum i
+// in beat i / W, lane i % W (AxSIZE = log2(8W), cfg_sum_base aligned to a beat, else
+// AGG_ERR_CONFIG). zrle_lane_decoder gives a zero run or up to W literals a cycle; a chunk of
+// k literals at element e lands in lanes e % W .. of at most two sum beats: `assemble` places it
+// in a 2W-lane window, merges its first part into the open beat (the beat a chunk before it
+// started), sends that beat on when the chunk reaches its last lane (a zero run leaving the
+// beat, or the frame's end, sends it too) and keeps the second part open. So a beat of sums is
+// read and written once per frame however many chunks touch it, and the bursts gather sum
+// beats with consecutive addresses as they gather literals at W = 1. A W beat adds the W lanes
+// in int64 and WSTRB keeps only the lanes holding literals (the clear: lanes < n). W = 1 is
+// zrle_decoder RUN_OUT = 1 and the design above, cycle for cycle (W-only logic is generated
+// away).
 `resetall
 `default_nettype none
 
@@ -44,7 +59,8 @@ module aggregate_engine #(
     parameter int RD_FIFO_AW = 6,       // read FIFO: 2^this sums in flight
     parameter int LIT_FIFO_AW = 6,      // literals waiting for their sums; 2^this > MAX_BURST
     parameter int DESC_AW = 3,          // bursts gathered and not yet read / written
-    parameter int QUEUE_AW = 4          // zrle_decoder's queue
+    parameter int QUEUE_AW = 4,         // the decoder's queue
+    parameter int W = 1                 // frame words a cycle and int64 sums a beat: 1, 2, 4, 8, 16
 ) (
     input  logic              clk,
     input  logic              rst,
@@ -55,12 +71,13 @@ module aggregate_engine #(
     input  logic       [31:0] cfg_workers,
     input  logic [ADDR_W-1:0] cfg_sum_base,
     input  logic              cfg_clear,
-    // frames, one per worker
-    input  logic       [31:0] s_tdata,
+    // frames, one per worker: W words a beat (lane 0 the earliest), s_tkeep a bit a word
+    input  logic   [32*W-1:0] s_tdata,
+    input  logic      [W-1:0] s_tkeep,
     input  logic              s_tvalid,
     output logic              s_tready,
     input  logic              s_tlast,
-    // AXI4 master, 64-bit data: the int64 sums
+    // AXI4 master, 64·W-bit data: the int64 sums, W a beat
     output logic              m_axi_arid,
     output logic [ADDR_W-1:0] m_axi_araddr,
     output logic        [7:0] m_axi_arlen,
@@ -69,7 +86,7 @@ module aggregate_engine #(
     output logic              m_axi_arvalid,
     input  logic              m_axi_arready,
     input  logic              m_axi_rid,
-    input  logic       [63:0] m_axi_rdata,
+    input  logic   [64*W-1:0] m_axi_rdata,
     input  logic        [1:0] m_axi_rresp,
     input  logic              m_axi_rlast,
     input  logic              m_axi_rvalid,
@@ -81,8 +98,8 @@ module aggregate_engine #(
     output logic        [1:0] m_axi_awburst,
     output logic              m_axi_awvalid,
     input  logic              m_axi_awready,
-    output logic       [63:0] m_axi_wdata,
-    output logic        [7:0] m_axi_wstrb,
+    output logic   [64*W-1:0] m_axi_wdata,
+    output logic    [8*W-1:0] m_axi_wstrb,
     output logic              m_axi_wlast,
     output logic              m_axi_wvalid,
     input  logic              m_axi_wready,
@@ -101,8 +118,8 @@ module aggregate_engine #(
     output logic       [31:0] hdr_layer_id,    // worker 0's header
     output logic       [31:0] hdr_range_bits,
     output logic       [31:0] lit_count,       // literals added
-    output logic       [31:0] rd_beats,        // R beats (one per literal)
-    output logic       [31:0] wr_beats         // W beats (one per literal, one per cleared sum)
+    output logic       [31:0] rd_beats,        // R beats (one per sum beat holding a literal)
+    output logic       [31:0] wr_beats         // W beats (those, and one per cleared sum beat)
 );
     // ---- parameter checks: an illegal combination stops elaboration (docs/hw.md) ------------
     // (Icarus 11 has no elaboration tasks: there a module named after the rule is missing)
@@ -150,7 +167,24 @@ module aggregate_engine #(
         $error("aggregate_engine: QUEUE_AW must be 1..16");
 `endif
     end
+    if (!(W == 1 || W == 2 || W == 4 || W == 8 || W == 16)) begin : g_bad_w
+`ifdef __ICARUS__
+        aggregate_engine__W_must_be_1_2_4_8_or_16 u_parameter_error ();
+`else
+        $error("aggregate_engine: W must be 1, 2, 4, 8 or 16");
+`endif
+    end
+    if (!(MAX_BURST * 8 * W <= 4096)) begin : g_bad_burst_bytes
+`ifdef __ICARUS__
+        aggregate_engine__MAX_BURST_beats_must_fit_4_KiB u_parameter_error ();
+`else
+        $error("aggregate_engine: MAX_BURST beats of 8W bytes must fit in 4 KiB");
+`endif
+    end
     localparam logic [8:0] MAX_B = 9'(MAX_BURST);
+    localparam int LB = $clog2(8 * W);                     // byte offset bits of a sum beat
+    localparam int BEAT = 8 * W;                            // bytes a beat
+    localparam int PB = 4096 / BEAT;                        // beats a 4 KiB page
     localparam int XW = (ADDR_W > 35) ? ADDR_W + 1 : 36;   // base + 8n without overflow
     localparam int DW = ADDR_W + 9;                         // burst: {addr, beats}
 
@@ -163,6 +197,7 @@ module aggregate_engine #(
     logic [ADDR_W-1:0] base_r;
     logic              clear_r;
     logic [XW-1:0]     sums_end;      // registered in CHECK, compared in CHECK2
+    logic [31:0]       n_beats;       // ceil(n / W): the sum beats of the layer (CHECK)
     logic              cfg_misaligned, cfg_no_workers, cfg_past_end;   // registered checks
     logic              bad_cfg;       // judged in CHECK3, from the registered checks
 
@@ -180,71 +215,196 @@ module aggregate_engine #(
     end
 
     // ---- frame input and decoder -----------------------------------------------------------
-    logic        feed, tlast_in, dec_s_ready;
-    logic [31:0] val, val_count;      // a beat: a literal (count 1) or a zero run of count
-    logic        val_valid, val_ready, val_last, val_fire;
-    logic        val_nz;              // val != 0: the beat is a literal
-    logic [31:0] dec_val, dec_count;  // the decoder's beat, before the value slice
-    logic        dec_valid, dec_ready, dec_last;
-    logic        hdr_valid;
-    logic [31:0] dec_layer_id, dec_n, dec_range_bits, dec_err_word, dec_tokens;
-    logic  [4:0] dec_lmax_log2;
-    logic  [3:0] dec_err_code;
-    logic        dec_done, dec_err;
+    logic            feed, tlast_in, dec_s_ready;
+    logic [32*W-1:0] val, dec_val;    // a beat: literals (lanes 0 .. count-1) or a zero run
+    logic [31:0]     val_count, dec_count;
+    logic    [W-1:0] val_keep, dec_keep;
+    logic            val_valid, val_ready, val_last, val_fire;
+    logic            val_nz;          // the beat holds literals (at W = 1: val != 0)
+    logic            dec_valid, dec_ready, dec_last;
+    logic            hdr_valid;
+    logic [31:0]     dec_layer_id, dec_n, dec_range_bits, dec_err_word, dec_tokens;
+    logic  [4:0]     dec_lmax_log2;
+    logic  [3:0]     dec_err_code;
+    logic            dec_done, dec_err;
+    logic            dec_nz;
 
     assign feed = in_frames && !tlast_in;
     assign s_tready = feed && dec_s_ready;
 
-    zrle_decoder #(.QUEUE_AW(QUEUE_AW), .RUN_OUT(1'b1)) u_decoder (
-        .clk, .rst, .cfg_check_n(1'b1), .cfg_expected_n(n_r),
-        .s_tdata, .s_tvalid(s_tvalid && feed), .s_tready(dec_s_ready), .s_tlast,
-        .m_tdata(dec_val), .m_tvalid(dec_valid), .m_tready(dec_ready), .m_tlast(dec_last),
-        .m_tcount(dec_count),
-        .hdr_valid, .hdr_layer_id(dec_layer_id), .hdr_n(dec_n), .hdr_range_bits(dec_range_bits),
-        .hdr_lmax_log2(dec_lmax_log2), .done(dec_done), .err_valid(dec_err),
-        .err_code(dec_err_code), .err_word(dec_err_word), .token_count(dec_tokens)
-    );
+    if (W == 1) begin : g_dec1
+        zrle_decoder #(.QUEUE_AW(QUEUE_AW), .RUN_OUT(1'b1)) u_decoder (
+            .clk, .rst, .cfg_check_n(1'b1), .cfg_expected_n(n_r),
+            .s_tdata, .s_tvalid(s_tvalid && feed), .s_tready(dec_s_ready), .s_tlast,
+            .m_tdata(dec_val), .m_tvalid(dec_valid), .m_tready(dec_ready), .m_tlast(dec_last),
+            .m_tcount(dec_count),
+            .hdr_valid, .hdr_layer_id(dec_layer_id), .hdr_n(dec_n),
+            .hdr_range_bits(dec_range_bits), .hdr_lmax_log2(dec_lmax_log2), .done(dec_done),
+            .err_valid(dec_err), .err_code(dec_err_code), .err_word(dec_err_word),
+            .token_count(dec_tokens)
+        );
+        // a literal is never 0 (spec §3.2): a nonzero value is a literal
+        assign dec_nz = dec_val != 32'd0;
+        assign dec_keep = dec_nz;
+    end else begin : g_decw
+        zrle_lane_decoder #(.W(W), .QUEUE_AW(QUEUE_AW)) u_decoder (
+            .clk, .rst, .cfg_check_n(1'b1), .cfg_expected_n(n_r),
+            .s_tdata, .s_tkeep, .s_tvalid(s_tvalid && feed), .s_tready(dec_s_ready), .s_tlast,
+            .m_tdata(dec_val), .m_tkeep(dec_keep), .m_tvalid(dec_valid), .m_tready(dec_ready),
+            .m_tlast(dec_last), .m_tcount(dec_count),
+            .hdr_valid, .hdr_layer_id(dec_layer_id), .hdr_n(dec_n),
+            .hdr_range_bits(dec_range_bits), .hdr_lmax_log2(dec_lmax_log2), .done(dec_done),
+            .err_valid(dec_err), .err_code(dec_err_code), .err_word(dec_err_word),
+            .token_count(dec_tokens)
+        );
+        assign dec_nz = dec_keep != '0;
+    end
 
     // a register slice between the decoder and the burst gathering: the decoder's output stage
     // sees a registered ready, and the 32-bit `!= 0` of a beat is done on its way in
-    axis_skid_buffer #(.W(66)) u_val_slice (
+    axis_skid_buffer #(.W(2 + W + 32 + 32 * W)) u_val_slice (
         .clk, .rst,
-        .s_tdata({dec_last, dec_val != 32'd0, dec_count, dec_val}), .s_tvalid(dec_valid),
+        .s_tdata({dec_last, dec_nz, dec_keep, dec_count, dec_val}), .s_tvalid(dec_valid),
         .s_tready(dec_ready),
-        .m_tdata({val_last, val_nz, val_count, val}), .m_tvalid(val_valid), .m_tready(val_ready)
+        .m_tdata({val_last, val_nz, val_keep, val_count, val}), .m_tvalid(val_valid),
+        .m_tready(val_ready)
     );
 
     logic unused_dec;
     assign unused_dec = ^{dec_n, dec_lmax_log2, dec_tokens, m_axi_rid, m_axi_bid, m_axi_rlast,
-                          m_axi_rresp[0], m_axi_bresp[0]};
+                          m_axi_rresp[0], m_axi_bresp[0], s_tkeep[0]};
 
-    // ---- gathering literals into bursts ----------------------------------------------------
-    logic              frame_bad, layer_bad, discard, is_lit;
+    // ---- sum beats: what each taken value adds where ---------------------------------------
+    // o_*: a beat of sums to read, add to and write back (o_keep its lanes holding literals),
+    // at most one a cycle. W = 1: a literal is such a beat; W > 1: `assemble` (the header).
+    logic              frame_bad, layer_bad, discard, lit_in, push_ok;
+    logic              o_push, o_consec, o_gap, o_page_last, o_last;
+    logic [ADDR_W-1:0] o_addr;
+    logic   [32*W-1:0] o_data;
+    logic      [W-1:0] o_keep;
+    logic              ob_valid;      // W > 1: a beat that a following chunk may continue
+    logic              dec_quiet;     // no decoder beat offered (nor, at W > 1, a cycle ago)
+    logic [ADDR_W-1:0] v_addr;        // address of the next value's sum: base + 8 * index
+    logic              v_page_last;   // ... and it is the last sum of a 4 KiB page (W = 1)
+    logic              ending;
+    logic              dec_done_seen, dec_err_seen;
     logic              lit_push, lit_pop, lit_full, lit_empty;
-    logic       [31:0] lit_head;
+    logic   [32*W-1:0] lit_head;
+    logic      [W-1:0] lit_head_keep;
     logic              desc_push, desc_pop, desc_full, desc_empty;
     logic     [DW-1:0] desc_head;
-    logic              bf_open, bf_full, bf_want, ending;
-    logic [ADDR_W-1:0] bf_addr, lit_addr;
+    logic              bf_open, bf_full, bf_want, bf_take;
+    logic [ADDR_W-1:0] bf_addr, bf_next;
     logic        [8:0] bf_len, new_len;
-    logic [ADDR_W-1:0] v_addr;        // address of the next beat's first sum: base + 8 * index
-    logic              v_page_last;   // ... and it is the last sum of a 4 KiB page
 
     assign discard = frame_bad || layer_bad;
-    assign val_ready = in_frames && !lit_full && !desc_full;
+    assign push_ok = !lit_full && !desc_full;
+    assign val_ready = in_frames && push_ok;
     assign val_fire = val_valid && val_ready;
-    assign is_lit = val_fire && !discard && val_nz;
-    assign lit_push = is_lit;
-    // a burst leaves when it can grow no more, when a zero (or a dropped value) follows it,
-    // or when the frame has ended
-    assign bf_want = bf_open && (bf_full || (val_fire && !is_lit) || ending);
-    assign desc_push = bf_want && !desc_full;
-    assign lit_addr = v_addr;
-    assign new_len = (bf_open && !bf_full) ? bf_len + 9'd1 : 9'd1;
+    assign lit_in = val_fire && !discard && val_nz;
 
-    sync_fifo #(.W(32), .AW(LIT_FIFO_AW)) u_lit_fifo (
-        .clk, .rst, .clear(1'b0), .push(lit_push), .wr_data(val), .pop(lit_pop),
-        .rd_data(lit_head), .full(lit_full), .empty(lit_empty)
+    if (W == 1) begin : g_beat1
+        assign o_push = lit_in;
+        assign o_addr = v_addr;
+        assign o_data = val;
+        assign o_keep = 1'b1;
+        assign o_page_last = v_page_last;
+        assign o_last = val_last;
+        assign o_consec = 1'b1;
+        // a burst is closed by a zero (or a dropped value) after it
+        assign o_gap = val_fire && !lit_in;
+        assign ob_valid = 1'b0;
+        assign dec_quiet = !dec_valid;
+        logic unused_beat;
+        assign unused_beat = ^{val_keep, bf_next};
+    end else begin : g_assemble
+        localparam int OW = LB - 3;                 // lane index bits
+        logic   [OW-1:0] off;                       // the chunk's first lane: index % W
+        logic [32*W-1:0] val_m;                     // the chunk's kept lanes (others 0)
+        logic [64*W-1:0] wide;                      // the chunk in the 2W-lane window
+        logic [2*W-1:0]  wkeep;
+        logic [32*W-1:0] m_data, ob_data;           // the open beat with the chunk's first part
+        logic    [W-1:0] m_keep, ob_keep;
+        logic [ADDR_W-1:0] cur_beat, ob_addr, next_addr;
+        logic            ob_v, leaves, flush, dec_valid_q;
+
+        for (genvar l = 0; l < W; l++) begin : g_mask
+            assign val_m[32 * l +: 32] = val[32 * l +: 32] & {32{val_keep[l]}};
+        end
+        assign off = v_addr[LB-1:3];
+        assign wide = {{(32 * W){1'b0}}, val_m} << {off, 5'b00000};
+        assign wkeep = {{W{1'b0}}, val_keep} << off;
+        assign m_data = (ob_v ? ob_data : '0) | wide[32*W-1:0];
+        assign m_keep = (ob_v ? ob_keep : '0) | wkeep[W-1:0];
+        assign cur_beat = {v_addr[ADDR_W-1:LB], {LB{1'b0}}};
+        assign next_addr = v_addr + ADDR_W'({val_count, 3'b000});
+        // a run (or a dropped chunk) that leaves the open beat's index behind
+        assign leaves = next_addr[ADDR_W-1:LB] != v_addr[ADDR_W-1:LB];
+        // the frame's values are all in: the open beat goes
+        assign flush = ob_v && in_frames && tlast_in && (dec_done_seen || dec_err_seen)
+                       && dec_quiet && !val_valid && push_ok;
+        assign dec_quiet = !dec_valid && !dec_valid_q;
+        assign ob_valid = ob_v;
+
+        // a beat leaves when a chunk reaches its last lane, when a value leaves it behind,
+        // or at the frame's end; a chunk's beat is the open one merged with it
+        assign o_push = (lit_in && wkeep[W-1]) || (val_fire && !lit_in && ob_v && leaves) || flush;
+        assign o_addr = lit_in ? cur_beat : ob_addr;
+        assign o_data = lit_in ? m_data : ob_data;
+        assign o_keep = lit_in ? m_keep : ob_keep;
+        assign o_page_last = &o_addr[11:LB];
+        assign o_last = flush;
+        assign o_consec = o_addr == bf_next;
+        // a beat that does not follow the open burst's last one closes it
+        assign o_gap = o_push && !o_consec;
+
+        always_ff @(posedge clk) begin
+            dec_valid_q <= dec_valid;
+            if (rst) begin
+                ob_v <= 1'b0;
+            end else if (lit_in) begin
+                if (wkeep[W-1]) begin           // this beat is complete: the rest opens the next
+                    ob_v <= wkeep[2*W-1:W] != '0;
+                    ob_data <= wide[64*W-1:32*W];
+                    ob_keep <= wkeep[2*W-1:W];
+                    ob_addr <= cur_beat + ADDR_W'(BEAT);
+                end else begin
+                    ob_v <= 1'b1;
+                    ob_data <= m_data;
+                    ob_keep <= m_keep;
+                    ob_addr <= cur_beat;
+                end
+            end else if (o_push) begin
+                ob_v <= 1'b0;
+            end
+        end
+        logic unused_beat;
+        assign unused_beat = ^{v_page_last, val_last, next_addr[LB-1:0]};
+
+`ifndef SYNTHESIS
+        // the open beat is the one the next value's index is in; a beat carries a literal
+        always @(posedge clk) begin
+            if (!rst && ob_v) assert (ob_addr == cur_beat && ob_keep != '0);
+            if (!rst && o_push) assert (o_keep != '0 && o_addr[LB-1:0] == '0);
+            if (!rst && val_valid && val_nz) assert (val_count != 32'd0
+                                                     && val_count <= 32'(W));
+        end
+`endif
+    end
+
+    // ---- gathering sum beats into bursts ----------------------------------------------------
+
+    assign lit_push = o_push;
+    // a burst leaves when it can grow no more, when a beat that does not follow it (at W = 1:
+    // a zero or a dropped value) comes, or when the frame has ended
+    assign bf_want = bf_open && (bf_full || o_gap || ending);
+    assign desc_push = bf_want && !desc_full;
+    assign bf_take = bf_open && !bf_full && o_consec;
+    assign new_len = bf_take ? bf_len + 9'd1 : 9'd1;
+
+    sync_fifo #(.W(33 * W), .AW(LIT_FIFO_AW)) u_lit_fifo (
+        .clk, .rst, .clear(1'b0), .push(lit_push), .wr_data({o_keep, o_data}), .pop(lit_pop),
+        .rd_data({lit_head_keep, lit_head}), .full(lit_full), .empty(lit_empty)
     );
 
     sync_fifo #(.W(DW), .AW(DESC_AW)) u_desc_fifo (
@@ -258,20 +418,21 @@ module aggregate_engine #(
             bf_full <= 1'b0;
         end else begin
             if (desc_push) bf_open <= 1'b0;
-            if (is_lit) begin
-                // a new burst starts unless the open one takes this literal
-                if (!(bf_open && !bf_full)) bf_addr <= lit_addr;
+            if (o_push) begin
+                // a new burst starts unless the open one takes this beat
+                if (!bf_take) bf_addr <= o_addr;
+                bf_next <= o_addr + ADDR_W'(BEAT);
                 bf_open <= 1'b1;
                 bf_len <= new_len;
-                // literals in a row have consecutive addresses: the burst ends at the page end
-                bf_full <= new_len == MAX_B || v_page_last || val_last;
+                // beats in a row have consecutive addresses: the burst ends at the page end
+                bf_full <= new_len == MAX_B || o_page_last || o_last;
             end
         end
     end
 
     // ---- reads: bursts -> AR, R -> FIFO (axi_read_path) -----------------------------------
     logic              ar_fire, rd_push, rd_pop, rd_valid, rd_home;
-    logic       [63:0] rd_head;
+    logic   [64*W-1:0] rd_head;
     logic              awd_full, awd_empty, awd_pop;
     logic     [DW-1:0] awd_head;
     logic        [8:0] ar_len;
@@ -296,7 +457,7 @@ module aggregate_engine #(
     // a burst goes out when the read FIFO has room for all of it (so rready never stalls) and
     // the write-address queue has room for it; the FIFO's head feeds the W pipeline's first
     // register directly (a credit is back the cycle after its pop)
-    axi_read_path #(.ADDR_W(ADDR_W), .DATA_W(64), .MAX_BURST(MAX_BURST), .FIFO_AW(RD_FIFO_AW),
+    axi_read_path #(.ADDR_W(ADDR_W), .DATA_W(64 * W), .MAX_BURST(MAX_BURST), .FIFO_AW(RD_FIFO_AW),
                     .DISTRIBUTED(1'b0), .REGISTERED(1'b0), .OUT_SKID(1'b0)) u_rd (
         .clk, .rst,
         .req_valid(ar_slot_valid && !awd_full), .req_addr(ar_slot[DW-1:9]), .req_len(ar_len),
@@ -313,7 +474,7 @@ module aggregate_engine #(
         .rd_data(awd_head), .full(awd_full), .empty(awd_empty)
     );
 
-    // ---- clear: write bursts of zeros over [0, n) -------------------------------------------
+    // ---- clear: write bursts of zeros over [0, n) (beats; the last one's lanes < n) --------
     // a burst length takes two registered steps (min with MAX_BURST, then with the page end)
     // and the next burst starts after the AW: 3 cycles a burst, under the W beats it carries
     logic [31:0]       clr_left;
@@ -340,7 +501,7 @@ module aggregate_engine #(
     assign m_axi_awid = 1'b0;
     assign m_axi_awaddr = aw_from_clr ? clr_addr : awd_head[DW-1:9];
     assign m_axi_awlen = 8'(aw_len - 9'd1);
-    assign m_axi_awsize = 3'd3;
+    assign m_axi_awsize = 3'(LB);
     assign m_axi_awburst = 2'b01;
     assign m_axi_awvalid = !lenq_full && (in_clear ? clr_step == 2'd2
                                           : (in_frames && !awd_empty));
@@ -363,8 +524,9 @@ module aggregate_engine #(
     // wlast and the burst queue's pop come from registers, not from a compare with its head.
     logic        wb_take;           // a beat moves from the FIFO heads into stage A
     logic        wa_valid, wa_last, wa_zero, wc_ready, wc_valid, wc_last, wc_zero, wb_ready;
-    logic [63:0] wa_sum, wc_sum;
-    logic [31:0] wa_lit, wc_lit;
+    logic [64*W-1:0] wa_sum, wc_sum, wc_new;
+    logic [32*W-1:0] wa_lit, wc_lit;
+    logic    [W-1:0] wa_keep, wc_keep, take_keep, w_keep;
     assign wb_take = w_active && (in_clear || rd_valid) && (!wa_valid || wc_ready);
     assign w_load = !lenq_empty && (!w_active || (wb_take && w_last_r));
 
@@ -377,6 +539,7 @@ module aggregate_engine #(
             wa_zero <= in_clear;
             wa_sum <= rd_head;
             wa_lit <= lit_head;
+            wa_keep <= take_keep;
         end
     end
 
@@ -387,9 +550,11 @@ module aggregate_engine #(
         if (rst) begin
             wc_last <= 1'b0;            // the W slice takes {0, zeros} from reset: no X on W
             wc_zero <= 1'b1;
+            wc_keep <= '0;
         end else if (wc_ready && wa_valid) begin
             wc_last <= wa_last;
             wc_zero <= wa_zero;
+            wc_keep <= wa_keep;
         end
         if (wc_ready && wa_valid) begin
             wc_sum <= wa_sum;
@@ -397,13 +562,42 @@ module aggregate_engine #(
         end
     end
 
-    axis_skid_buffer #(.W(65)) u_w_slice (
+    // each lane: its int64 sum + its sign-extended literal (0 in a lane without one)
+    for (genvar l = 0; l < W; l++) begin : g_add
+        assign wc_new[64 * l +: 64] = wc_sum[64 * l +: 64]
+                                      + {{32{wc_lit[32 * l + 31]}}, wc_lit[32 * l +: 32]};
+    end
+
+    axis_skid_buffer #(.W(1 + W + 64 * W)) u_w_slice (
         .clk, .rst,
-        .s_tdata({wc_last, wc_zero ? 64'd0 : wc_sum + {{32{wc_lit[31]}}, wc_lit}}),
+        .s_tdata({wc_last, wc_keep, wc_zero ? '0 : wc_new}),
         .s_tvalid(wc_valid), .s_tready(wb_ready),
-        .m_tdata({m_axi_wlast, m_axi_wdata}), .m_tvalid(m_axi_wvalid), .m_tready(m_axi_wready)
+        .m_tdata({m_axi_wlast, w_keep, m_axi_wdata}), .m_tvalid(m_axi_wvalid),
+        .m_tready(m_axi_wready)
     );
-    assign m_axi_wstrb = 8'hFF;
+
+    if (W == 1) begin : g_strb1
+        assign m_axi_wstrb = 8'hFF;
+        assign take_keep = 1'b1;
+        logic unused_keep;
+        assign unused_keep = ^{w_keep, lit_head_keep, n_beats};
+    end else begin : g_strbw
+        // WSTRB: the bytes of the lanes the beat updates (the clear: the lanes below n)
+        for (genvar l = 0; l < W; l++) begin : g_lane
+            assign m_axi_wstrb[8 * l +: 8] = {8{w_keep[l]}};
+        end
+        logic [31:0]  clr_wleft;        // clear beats not yet taken into stage A
+        logic [W-1:0] clr_tail;         // the last clear beat's lanes: 0 .. (n - 1) % W
+        assign take_keep = in_clear ? (clr_wleft == 32'd1 ? clr_tail : '1) : lit_head_keep;
+        always_ff @(posedge clk) begin
+            if (state == CHECK3) begin
+                clr_wleft <= n_beats;
+                clr_tail <= (n_r[LB-4:0] == '0) ? '1 : ~({W{1'b1}} << n_r[LB-4:0]);
+            end else if (wb_take && in_clear) begin
+                clr_wleft <= clr_wleft - 32'd1;
+            end
+        end
+    end
     assign w_fire = m_axi_wvalid && m_axi_wready;
     assign rd_pop = wb_take && in_frames;
     assign lit_pop = rd_pop;
@@ -411,12 +605,11 @@ module aggregate_engine #(
     assign b_fire = m_axi_bvalid;
 
     logic mem_idle;
-    assign mem_idle = !bf_open && desc_empty && !ar_slot_valid && awd_empty && lenq_empty && !w_active
+    assign mem_idle = !bf_open && !ob_valid && desc_empty && !ar_slot_valid && awd_empty && lenq_empty && !w_active
                     && !wa_valid && !wc_valid && !m_axi_wvalid && lit_empty && !rd_valid
                     && rd_home && b_none;
 
     // ---- frame end and the checks across workers --------------------------------------------
-    logic dec_done_seen, dec_err_seen;
     logic [31:0] frames_left;       // frames of the layer not yet finished
     logic        frames_one;        // frames_left == 1, as a register
     logic        frame_end;         // registered `ending && mem_idle`: the frame is finished.
@@ -427,13 +620,21 @@ module aggregate_engine #(
 
     // every value of the frame has been taken: it checked out (done, all values out) or it
     // failed (err, read to s_tlast, the values already offered delivered)
-    assign ending = in_frames && tlast_in && (dec_done_seen || dec_err_seen) && !dec_valid
-                    && !val_valid;
-    // compared every cycle and registered: the decoder's hdr_* are set two cycles before its
-    // hdr_valid, and frames_done and worker 0's fields do not move while a frame's header is read
-    always_ff @(posedge clk) begin
-        range_bad <= frames_done != 32'd0 && dec_range_bits != hdr_range_bits;
-        id_bad <= frames_done != 32'd0 && dec_layer_id != hdr_layer_id;
+    assign ending = in_frames && tlast_in && (dec_done_seen || dec_err_seen) && dec_quiet
+                    && !val_valid && !ob_valid;
+    if (W == 1) begin : g_hdr1
+        // compared every cycle and registered: zrle_decoder's hdr_* are set two cycles before
+        // its hdr_valid, and frames_done and worker 0's fields do not move while a frame's
+        // header is read
+        always_ff @(posedge clk) begin
+            range_bad <= frames_done != 32'd0 && dec_range_bits != hdr_range_bits;
+            id_bad <= frames_done != 32'd0 && dec_layer_id != hdr_layer_id;
+        end
+    end else begin : g_hdrw
+        // zrle_lane_decoder's hdr_* are documented as held while hdr_valid is high (not how
+        // many cycles before it they are set): compared in hdr_valid's cycle
+        assign range_bad = frames_done != 32'd0 && dec_range_bits != hdr_range_bits;
+        assign id_bad = frames_done != 32'd0 && dec_layer_id != hdr_layer_id;
     end
 
     logic       mem_err;            // SLVERR / DECERR on R or B
@@ -506,7 +707,8 @@ module aggregate_engine #(
                 end
                 CHECK: begin
                     sums_end <= XW'(base_r) + XW'({n_r, 3'b000});
-                    cfg_misaligned <= base_r[2:0] != 3'd0;
+                    n_beats <= 32'((33'(n_r) + 33'(W - 1)) >> (LB - 3));
+                    cfg_misaligned <= base_r[LB-1:0] != '0;
                     cfg_no_workers <= workers_r == 32'd0;
                     state <= CHECK2;
                 end
@@ -522,7 +724,7 @@ module aggregate_engine #(
                     v_addr <= base_r;
                     v_page_last <= base_r[11:3] == 9'h1FF;
                     clr_addr <= base_r;
-                    clr_left <= clear_r ? n_r : 32'd0;
+                    clr_left <= clear_r ? n_beats : 32'd0;
                     clr_step <= 2'd0;
                     frames_left <= workers_r;
                     frames_one <= workers_r == 32'd1;
@@ -547,7 +749,8 @@ module aggregate_engine #(
                     end else if (clr_left != 32'd0) begin
                         if (clr_step == 2'd0) begin
                             clr_len_a <= (clr_left < 32'(MAX_BURST)) ? clr_left[8:0] : MAX_B;
-                            clr_to_4k <= 9'd0 - clr_addr[11:3];   // 512 - beat; 0 means 512
+                            // PB - beat in the page; at W = 1 9'(512) = 0: 0 means 512
+                            clr_to_4k <= 9'(PB) - 9'(clr_addr[11:LB]);
                             clr_step <= 2'd1;
                         end else if (clr_step == 2'd1) begin
                             clr_len <= (clr_to_4k != 9'd0 && clr_to_4k < clr_len_a) ? clr_to_4k
@@ -555,7 +758,7 @@ module aggregate_engine #(
                             clr_step <= 2'd2;
                         end else if (aw_fire) begin
                             clr_left <= clr_left - {23'd0, clr_len};
-                            clr_addr <= clr_addr + ADDR_W'({clr_len, 3'b000});
+                            clr_addr <= clr_addr + ADDR_W'({clr_len, {LB{1'b0}}});
                             clr_step <= 2'd0;
                         end
                     end
@@ -610,7 +813,7 @@ module aggregate_engine #(
                 v_addr <= v_addr + ADDR_W'({val_count, 3'b000});
                 v_page_last <= 9'(v_addr[11:3] + val_count[8:0]) == 9'h1FF;
             end
-            if (is_lit) lit_count <= lit_count + 32'd1;
+            if (lit_in) lit_count <= lit_count + val_count;
 
             b_pending <= b_pending + {31'd0, aw_fire} - {31'd0, b_fire};
             frame_end <= ending && mem_idle && !frame_end;
@@ -635,7 +838,7 @@ module aggregate_engine #(
     // AXI4 master port rules (axi4_master_checker.sv: handshakes held until taken, INCR
     // bursts of 1..MAX_BURST beats inside one 4 KiB page, WLAST/RLAST on each burst's last
     // beat, no W beat, R beat or B response that no burst announced)
-    axi4_master_checker #(.ADDR_W(ADDR_W), .DATA_W(64), .MAX_BURST(MAX_BURST)) u_chk_axi (
+    axi4_master_checker #(.ADDR_W(ADDR_W), .DATA_W(64 * W), .MAX_BURST(MAX_BURST)) u_chk_axi (
         .clk           (clk),
         .rst           (rst),
         .m_axi_araddr  (m_axi_araddr),

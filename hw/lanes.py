@@ -13,9 +13,8 @@ from gradblock.codec.errors import UsageError
 from gradblock.hw.deps import HW_DIR, hdl_defaults
 
 LANES = (1, 2, 4, 8, 16)
-# aggregate_engine is not here yet: its W lanes are issue 31's open part
 LANE_BLOCKS = ("compress_engine", "crc32_lanes", "zrle_lane_encoder", "zrle_lane_decoder",
-               "block_norm_lanes")
+               "block_norm_lanes", "aggregate_engine")
 
 
 def lane_parametric(top: str) -> bool:

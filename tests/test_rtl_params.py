@@ -34,6 +34,7 @@ ILLEGAL = [
      "LMAX_LOG2_MAX_must_be_1_to_24"),
     ("aggregate_engine", {"LIT_FIFO_AW": 4}, "2^LIT_FIFO_AW > MAX_BURST",
      "LIT_FIFO_AW_must_exceed_MAX_BURST"),
+    ("aggregate_engine", {"W": 3}, "W must be 1, 2, 4, 8 or 16", "W_must_be_1_2_4_8_or_16"),
     ("compress_engine", {"RES_FIFO_AW": 0}, "RES_FIFO_AW must be 1..16",
      "RES_FIFO_AW_must_be_1_to_16"),
 ]
@@ -46,6 +47,7 @@ LEGAL = [
     ("axi_write_queue", {"DATA_W": 128, "MAX_BURST": 256}),
     ("zrle_run_encoder", {"LMAX_LOG2_MAX": 24}),
     ("aggregate_engine", {"LIT_FIFO_AW": 5, "MAX_BURST": 16}),
+    ("aggregate_engine", {"RD_FIFO_AW": 8, "LIT_FIFO_AW": 8, "MAX_BURST": 128, "W": 4}),
 ]
 
 

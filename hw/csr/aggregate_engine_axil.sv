@@ -117,7 +117,7 @@ module aggregate_engine_axil #(
         .cfg_workers(hwif_out.CFG_WORKERS.value.value),
         .cfg_sum_base(sum_base64[ADDR_W-1:0]),
         .cfg_clear(hwif_out.CFG_FLAGS.clear.value),
-        .s_tdata, .s_tvalid, .s_tready, .s_tlast,
+        .s_tdata, .s_tkeep(1'b1), .s_tvalid, .s_tready, .s_tlast,   // W = 1: a word a beat
         .m_axi_arid, .m_axi_araddr, .m_axi_arlen, .m_axi_arsize, .m_axi_arburst,
         .m_axi_arvalid, .m_axi_arready, .m_axi_rid, .m_axi_rdata, .m_axi_rresp, .m_axi_rlast,
         .m_axi_rvalid, .m_axi_rready, .m_axi_awid, .m_axi_awaddr, .m_axi_awlen, .m_axi_awsize,

@@ -62,7 +62,7 @@ module fv_aggregate_engine (
     ) dut (
         .clk, .rst,
         .cfg_valid, .cfg_ready, .cfg_n, .cfg_workers, .cfg_sum_base, .cfg_clear,
-        .s_tdata, .s_tvalid, .s_tready, .s_tlast,
+        .s_tdata, .s_tkeep(1'b1), .s_tvalid, .s_tready, .s_tlast,       // W = 1: a word a beat
         .m_axi_arid, .m_axi_araddr, .m_axi_arlen, .m_axi_arsize, .m_axi_arburst, .m_axi_arvalid,
         .m_axi_arready, .m_axi_rid, .m_axi_rdata, .m_axi_rresp, .m_axi_rlast, .m_axi_rvalid,
         .m_axi_rready, .m_axi_awid, .m_axi_awaddr, .m_axi_awlen, .m_axi_awsize, .m_axi_awburst,

@@ -6,6 +6,11 @@ layer id / range, truncated frame, size mismatch) each followed by a clean layer
 configuration; resets mid-layer with bursts in flight; cycles and memory beats per layer;
 rready never low while rvalid is high (the read FIFO has room for every burst it asks for).
 
+Lanes (issue 31): W is the frame stream's width over 32 (s_tdata[32W], word-level s_tkeep): the
+frames go in as dense W-word beats, the sums sit in an AxiRam of 64·W bits (sum i in beat i / W,
+lane i % W), the bases are aligned to a beat; a sum beat holding a literal is read and written
+once per frame, so the memory beats are counted per touched beat (one per literal at W = 1).
+
 Cases: the "exchange" list of every golden directory in TB_GOLDEN_DIR / TB_GOLDEN_DIRS
 (gradblock.golden.format.load_exchange), narrowed by TB_CASES and TB_MAX_N.
 Layers alternate between cfg_clear = 1 (the memory holds garbage first) and adding onto
@@ -17,7 +22,7 @@ import numpy as np
 
 import cocotb
 from cocotb.triggers import ClockCycles, RisingEdge
-from cocotbext.axi import AxiStreamFrame
+from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
 from gradblock.codec import zrle
 from gradblock.hw.sv_constants import codes
@@ -28,9 +33,19 @@ from gradblock.sim import functional_bins
 from gradblock.sim.functional_bins import record as record_bins
 
 MODULE = "aggregate_engine"
+
+
+def _lanes() -> int:
+    """W, the build's lanes: the frame stream's width over 32."""
+    sig = getattr(getattr(cocotb, "top", None), "s_tdata", None)
+    return len(sig) // 32 if sig is not None else 1
+
+
+W = _lanes()
+BEAT = 8 * W                       # bytes a sum beat: the bases' alignment
 GUARD_WORDS = 16
 GUARD = 0xA5C3_5A3C_0F1E_2D3B
-BASE = 0x1000 * 3 - 8 * 5          # not 4 KiB aligned: bursts split at the page boundary
+BASE = 0x1000 * 3 - BEAT * 5       # not 4 KiB aligned: bursts split at the page boundary
 FRAME_CODES = codes("FRAME_ERR_")
 AGG_CODES = codes("AGG_ERR_")
 
@@ -59,17 +74,34 @@ def worker_frames(case) -> list[list[int]]:
     return [f[e - w:e].tolist() for e, w in zip(ends, case.meta["frame_words"])]
 
 
+def decoded(case):
+    return [zrle.decode_frame(np.asarray(f, np.uint32), case.meta["n"])
+            for f in worker_frames(case)]
+
+
 def literals(case) -> int:
-    """Literals of a valid exchange: what the engine reads and writes, one beat each."""
-    return sum(int(np.count_nonzero(zrle.decode_frame(np.asarray(f, np.uint32),
-                                                      case.meta["n"]).values))
-               for f in worker_frames(case))
+    """Literals of a valid exchange."""
+    return sum(int(np.count_nonzero(fr.values)) for fr in decoded(case))
+
+
+def touched_beats(case) -> int:
+    """Sum beats holding a literal, per frame: what the engine reads and writes, one R and one
+    W beat each (one per literal at W = 1)."""
+    return sum(len(np.unique(np.flatnonzero(fr.values) // W)) for fr in decoded(case))
+
+
+def tokens(case) -> int:
+    return sum(fr.n_tokens for fr in decoded(case))
 
 
 class Engine(tb_util.AxiEngineBench):
     def __init__(self, dut, mem_bytes: int):
         super().__init__(dut, mem_bytes)
-        self.src = tb_util.source(dut, "s")
+        if hasattr(dut, "s_tkeep"):     # word-level: cocotbext-axi sizes a "byte" 32 bits from it
+            self.src = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s"), dut.clk, dut.rst)
+            tb_util.quiet(self.src)
+        else:
+            self.src = tb_util.source(dut, "s")
         self.inputs.insert(0, self.src)
         self.rng = np.random.default_rng(5)
         self.r_stalls = 0           # cycles with rvalid high and rready low: must stay 0
@@ -136,11 +168,12 @@ class Engine(tb_util.AxiEngineBench):
             tb_util.check_value(name, "err_code", 0, status["err_code"])
             tb_util.check_words(name, "sums", (start_vals + case.arrays["sums"]).view(np.uint64),
                                 self.sums(base, n).view(np.uint64), width=64)
-            lit = literals(case)
+            lit, beats = literals(case), touched_beats(case)
             tb_util.check_value(name, "lit_count", lit, status["lit_count"])
-            tb_util.check_value(name, "rd_beats (one per literal)", lit, status["rd_beats"])
-            tb_util.check_value(name, "wr_beats (one per literal, one per cleared sum)",
-                                lit + (n if clear else 0), status["wr_beats"])
+            tb_util.check_value(name, "rd_beats (one per sum beat holding a literal)", beats,
+                                status["rd_beats"])
+            tb_util.check_value(name, "wr_beats (those, and one per cleared sum beat)",
+                                beats + (-(-n // W) if clear else 0), status["wr_beats"])
             if case.meta["n_workers"]:
                 tb_util.check_value(name, "hdr_layer_id", case.meta["layer_id"],
                                     status["hdr_layer_id"])
@@ -190,16 +223,20 @@ async def golden_cases(dut, traffic):
 
 @cocotb.test()
 async def config_errors(dut):
-    """A base not 8-aligned, sums past the address space, 0 workers: AGG_ERR_CONFIG, no frame
-    word taken, memory untouched; then an exact layer."""
+    """A base not 8-aligned (at W > 1 also one 8-aligned but not on a beat), sums past the
+    address space, 0 workers: AGG_ERR_CONFIG, no frame word taken, memory untouched; then an
+    exact layer."""
     cases = good_cases(load_exchange_cases())
     tb = Engine(dut, mem_bytes_for(cases))
     await tb_util.start_streams(dut)
     case = tb_util.medium_case(cases, 256)
     n, workers = case.meta["n"], case.meta["n_workers"]
-    for what, base, w in (("base not 8-aligned", BASE + 4, workers),
-                          ("sums past the address space", 2 ** param("ADDR_W") - 8, workers),
-                          ("0 workers", BASE, 0)):
+    bad = [("base not 8-aligned", BASE + 4, workers),
+           ("sums past the address space", 2 ** param("ADDR_W") - BEAT, workers),
+           ("0 workers", BASE, 0)]
+    if W > 1:
+        bad.insert(1, ("base 8-aligned, not on a beat", BASE + BEAT - 8, workers))
+    for what, base, w in bad:
         start_vals = tb.load(BASE, n, False)
         before = tb.done_seen
         await tb.configure(n, w, base, True)
@@ -313,9 +350,12 @@ async def reset_in_every_state(dut):
 async def throughput(dut):
     """Unthrottled, memory one beat per cycle: cycles from the config handshake to done and the
     AXI beats per layer, for every valid case (TB_METRICS), without and with clear.
-    Asserted: one R and one W beat per literal, none per zero, the clear one W beat per sum,
-    and cycles <= sum over workers of (frame words + 40) + 40 (+ n + 2 n / MAX_BURST + 40 for
-    the clear): the decoder gives a zero run as one beat, so a frame costs its words, not n."""
+    Asserted: one R and one W beat per sum beat holding a literal (per literal at W = 1), none
+    per zero, the clear one W beat per W sums, and cycles <= sum over workers of (frame words
+    + 40) + 40 at W = 1; at W > 1 of (ceil(frame words / W) + tokens + 40) + 40, the lane
+    decoder's step count (a token's z and L take a step, its literals ceil(L / W)); the clear
+    adds ceil(n / W) + 2 ceil(n / W / MAX_BURST) + 40. The decoder gives a zero run as one beat,
+    so a frame costs its words, not n."""
     cases = good_cases(load_exchange_cases())
     tb = Engine(dut, mem_bytes_for(cases))
     await tb_util.start_streams(dut)
@@ -323,25 +363,30 @@ async def throughput(dut):
     for case in cases:
         n, workers = case.meta["n"], case.meta["n_workers"]
         words = sum(case.meta["frame_words"])
-        lit = literals(case)
+        lit, touched, toks = literals(case), touched_beats(case), tokens(case)
+        n_beats = -(-n // W)
         for clear in (False, True):
             tb.beats = dict.fromkeys(tb.beats, 0)
             start_vals, status, cycles = await tb.run_layer(case, clear)
             tb.check(case, start_vals, status, clear)
             b = dict(tb.beats)
-            budget = sum(w + 40 for w in case.meta["frame_words"]) + 40
+            if W == 1:
+                budget = sum(w + 40 for w in case.meta["frame_words"]) + 40
+            else:
+                budget = sum(-(-w // W) + 40 for w in case.meta["frame_words"]) + toks + 40
             if clear:
-                budget += n + 2 * (-(-n // param("MAX_BURST"))) + 40
+                budget += n_beats + 2 * (-(-n_beats // param("MAX_BURST"))) + 40
             tb_util.write_metrics({
                 "module": MODULE, "case": case.name, "sim": cocotb.SIM_NAME, "clear": clear,
-                "n": n, "workers": workers, "frame_words": words, "literals": lit,
-                "cycles": cycles, "budget": budget, "axi_beats": b,
+                "lanes": W, "n": n, "workers": workers, "frame_words": words, "literals": lit,
+                "sum_beats": touched, "cycles": cycles, "budget": budget, "axi_beats": b,
                 "cycles_per_frame_word": round(cycles / words, 4),
+                "frame_words_per_cycle": round(words / cycles, 4),
                 "cycles_per_element_per_worker": round(cycles / (n * workers), 4) if n else None,
-                "mem_beats_per_literal": round((b["r"] + b["w"] - (n if clear else 0)) / lit, 4)
-                if lit else None})
+                "mem_beats_per_literal":
+                round((b["r"] + b["w"] - (n_beats if clear else 0)) / lit, 4) if lit else None})
             dut._log.info(f"{case.name} clear={clear}: n {n} x {workers} workers, {words} frame "
                           f"words, {lit} literals: {cycles} cycles (budget {budget}), beats {b}")
-            tb_util.check_value(case.name, "R beats", lit, b["r"])
-            tb_util.check_value(case.name, "W beats", lit + (n if clear else 0), b["w"])
+            tb_util.check_value(case.name, "R beats", touched, b["r"])
+            tb_util.check_value(case.name, "W beats", touched + (n_beats if clear else 0), b["w"])
             assert cycles <= budget, f"case {case.name}: {cycles} cycles, budget {budget}"
