@@ -57,7 +57,7 @@ SLOW: dict[str, set[str]] = {
     "compress_engine": {"bmc", "reach"},
     "aggregate_engine": {"bmc", "cover", "reach"},
     "zrle_roundtrip": {"bmc", "reach"},
-    "crc32_lanes": {"step_w8", "step_w16"},
+    "crc32_lanes": {"step_w8", "step_w16", "step_reg_w16"},
     "block_norm_lanes": {"bmc", "bmc_l2", "model"},
     "burst_walker": {"bmc_w4"},
 }

@@ -3,7 +3,8 @@ behind crc32_lanes' proof, and the mutation checks of the lane entries.
 
 crc32_lanes (hw/formal/crc32_lanes.sby): one cycle of the unit equals the CRC's bit-serial
 definition from any state, at W = 2, 4, 8, 16 (8 and 16 slow), on the unit vectors of the
-map (state, data) -> next state. That is every input because the map is GF(2)-affine for each
+map (state, data) -> next state; with DATA_REG = 1 (the registered data term), the cycle after
+a cycle's inputs, at W = 4 and 16. That is every input because the map is GF(2)-affine for each
 fixed (init, en, count): checked here on the synthesised netlist, every gate whose output
 depends on state or data is an XOR/XNOR, a mux whose select does not, or a gate with one such
 input (a function of one bit: affine in it). A planted off-by-one lane fails the proof (slow).
@@ -54,16 +55,28 @@ def _netlist(top: str, params: dict, tmp: Path) -> dict:
     return json.loads((tmp / "net.json").read_text())["modules"][top]
 
 
-def non_affine_cells(module: dict, tainted_ports: list[str]) -> list[str]:
+def flop_bits(module: dict, net: str | None = None) -> set[int]:
+    """The Q bits of the flip-flops; with `net`, those of the registers whose net name ends
+    in `net` (a generate block's register is `g_reg.term_q`)."""
+    bits = {b for c in module["cells"].values() if c["type"].startswith(FLOPS_PREFIX)
+            for b in c["connections"]["Q"] if isinstance(b, int)}
+    if net is None:
+        return bits
+    named = {b for name, n in module["netnames"].items()
+             if name == net or name.endswith("." + net) for b in n["bits"] if isinstance(b, int)}
+    return bits & named
+
+
+def non_affine_cells(module: dict, tainted_ports: list[str],
+                     tainted_flops: set[int] | None = None) -> list[str]:
     """Cells that may make the next state a non-affine function of the tainted ports' bits and
-    the flip-flops' outputs (for fixed values of every other input): empty means affine."""
+    the flip-flops' outputs (`tainted_flops`: those Q bits only, the other flops being control
+    like the inputs) for fixed values of every other input: empty means affine."""
     tainted: set[int] = set()
     for name in tainted_ports:
         tainted.update(b for b in module["ports"][name]["bits"] if isinstance(b, int))
     cells = module["cells"]
-    for c in cells.values():
-        if c["type"].startswith(FLOPS_PREFIX):
-            tainted.update(b for b in c["connections"]["Q"] if isinstance(b, int))
+    tainted.update(flop_bits(module) if tainted_flops is None else tainted_flops)
     bad: dict[str, str] = {}
     changed = True
     while changed:                          # to a fixed point (the netlist is small)
@@ -99,6 +112,19 @@ def test_crc32_lanes_next_state_is_affine(tmp_path, w):
     assert non_affine_cells(mod, ["data"]) == []
 
 
+@pytest.mark.parametrize("w", [4, pytest.param(16, marks=[pytest.mark.slow, pytest.mark.signoff])])
+def test_crc32_lanes_registered_term_is_affine(tmp_path, w):
+    """DATA_REG = 1: the state and the stage's term registers (64 bits) are affine in the data
+    and in themselves; the stage's one-hot of the count (W + 1 flops) is control, like init."""
+    mod = _netlist("crc32_lanes", {"W": w, "DATA_REG": 1}, tmp_path)
+    state, term = flop_bits(mod, "state"), flop_bits(mod, "term_q")
+    assert len(state) == 32 and len(term) == 32
+    assert len(flop_bits(mod)) == 64 + w + 1
+    assert non_affine_cells(mod, ["data"], state | term) == []
+    # not vacuous: with the one-hot tainted too, its AND with the state trees is seen
+    assert non_affine_cells(mod, ["data"]) != []
+
+
 def test_affine_check_sees_a_product(tmp_path):
     """Not vacuous: an AND of two data bits (a product) is reported."""
     (tmp_path / "prod.sv").write_text(
@@ -119,19 +145,27 @@ def test_affine_check_sees_a_product(tmp_path):
 def test_crc32_lanes_set_is_declared():
     sby = formal.property_sets()["crc32_lanes"]
     tasks = {t["task"]: t for t in formal.tasks_of(sby)}
-    assert {"step", "step_w2", "step_w8", "step_w16", "cover"} <= set(tasks)
+    assert {"step", "step_w2", "step_w8", "step_w16", "cover", "step_reg", "step_reg_w16",
+            "cover_reg"} <= set(tasks)
     for t in ("step", "step_w2", "step_w8", "step_w16"):
         assert tasks[t]["mode"] == "bmc" and tasks[t]["depth"] == 1, tasks[t]
+    for t in ("step_reg", "step_reg_w16"):      # DATA_REG = 1: two cycles
+        assert tasks[t]["mode"] == "bmc" and tasks[t]["depth"] == 2, tasks[t]
     text = formal.sby_text(sby)
     for w in (2, 8, 16):
         assert f"step_w{w}: chparam -set W {w} fv_crc32_lanes" in text
+    assert "step_reg: chparam -set DATA_REG 1 fv_crc32_lanes" in text
+    assert "step_reg_w16: chparam -set W 16 -set DATA_REG 1 fv_crc32_lanes" in text
     assert formal.is_slow("crc32_lanes", "step_w16")
+    assert formal.is_slow("crc32_lanes", "step_reg_w16")
 
 
 @pytest.mark.slow
 # step_w16: 8 minutes of z3 on 2 cores, a sign-off run
 @pytest.mark.parametrize("task", ["step", "step_w2", "step_w8",
-                                  pytest.param("step_w16", marks=pytest.mark.signoff), "cover"])
+                                  pytest.param("step_w16", marks=pytest.mark.signoff), "cover",
+                                  "step_reg", "cover_reg",
+                                  pytest.param("step_reg_w16", marks=pytest.mark.signoff)])
 def test_crc32_lanes_proof_passes(task):
     _need_formal_tools()
     results = formal.run(["crc32_lanes"], tasks=[task], log=lambda *_: None)
@@ -161,6 +195,20 @@ def test_crc32_lanes_lane_bug_fails_the_proof(tmp_path):
     (tmp_path / "crc32_lanes.sv").write_text(text.replace(
         align, "assign aligned = data << (32 * (32'(W) - 32'(count) + 32'(count == 2)));"))
     results = formal.run(["crc32_lanes"], formal_dir=fdir, tasks=["step"], log=lambda *_: None)
+    assert [r.result for r in results] == ["FAIL"], [(r.result, r.detail) for r in results]
+
+
+@pytest.mark.slow
+def test_crc32_lanes_registered_stage_bug_fails_the_proof(tmp_path):
+    """DATA_REG = 1 with the stage's constant (M^c·SEED ^ SEED, the register holding ~s) left
+    out: the two-cycle proof must fail."""
+    _need_formal_tools()
+    fdir = _copy_set(tmp_path, "crc32_lanes")
+    text = (tmp_path / "crc32_lanes.sv").read_text()
+    fold = "term_d   = term_d ^ m_seed[32*p +: 32] ^ SEED;"
+    assert fold in text, "crc32_lanes.sv changed: update the planted bug"
+    (tmp_path / "crc32_lanes.sv").write_text(text.replace(fold, "term_d = term_d ^ m_seed[32*p +: 32];"))
+    results = formal.run(["crc32_lanes"], formal_dir=fdir, tasks=["step_reg"], log=lambda *_: None)
     assert [r.result for r in results] == ["FAIL"], [(r.result, r.detail) for r in results]
 
 

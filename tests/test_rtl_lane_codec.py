@@ -42,20 +42,22 @@ def base_names(result) -> set[str]:
     return {t.name.split("/")[0] for t in result.tests}
 
 
-def builds(quick):
+def builds(quick, names=LANE_BUILDS):
     """(sim, build) pairs: Icarus at the quick widths, the rest slow."""
     out = []
     for sim in ("icarus", "verilator"):
-        for b in LANE_BUILDS:
+        for b in names:
             marks = [] if (sim == "icarus" and b in quick) else [pytest.mark.slow]
-            if b.endswith("16"):      # W = 16 sweeps: sign-off runs (the suite keeps W = 4)
+            if b.rstrip("r").endswith("16"):   # W = 16 sweeps: sign-off runs (the suite keeps W = 4)
                 marks = [pytest.mark.slow, pytest.mark.signoff]
             out.append(pytest.param(sim, b, id=f"{sim}-{b}", marks=marks))
     return out
 
 
 # ------------------------------------------------------------------ CRC-32, W words a cycle
-@pytest.mark.parametrize("sim,build", builds(quick=("w1", "w4", "w16")))
+# w*r: DATA_REG = 1 (the registered data term, one cycle later)
+@pytest.mark.parametrize("sim,build", builds(quick=("w1", "w4", "w16", "w4r"),
+                                             names=(*LANE_BUILDS, "w1r", "w4r", "w16r")))
 def test_crc32_lanes_matches_zlib(sim, build):
     need(sim)
     res = CRC.run(sim, parameters=CRC.build(build), run_name=f"crc32_lanes-{build}")

@@ -17,8 +17,17 @@
 // proof fast; tests/test_lane_verification.py checks that the unit's next-state cone holds no
 // cell outside that affine set, so the two together cover every input.
 // `cover`: a full beat, a beat with init, a beat of no words.
+//
+// DATA_REG = 1 (the registered data term): a bmc of depth 2. Cycle 0's inputs (init, en,
+// count, data, rst) are remembered here; in cycle 1 crc_next must be the definition applied
+// to them from the unit's state in cycle 1 (whatever cycle 0 left there: the stage and state
+// start free), and a reset in cycle 0 must have dropped them. By induction the register after
+// each cycle holds the CRC of every word offered up to the cycle before. The same argument on
+// the unit vectors: for fixed control, crc_next in cycle 1 is affine in (state in cycle 1,
+// cycle 0's data) (the netlist check taints the state and the stage's term registers).
 module fv_crc32_lanes #(
-    parameter int W = 4
+    parameter int W = 4,
+    parameter int DATA_REG = 0
 ) (
     input logic                   clk,
     input logic                   rst,
@@ -33,7 +42,31 @@ module fv_crc32_lanes #(
     localparam logic [31:0] SEED = 32'hFFFFFFFF;
 
     logic [31:0] crc, crc_next;
-    crc32_lanes #(.W(W)) dut (.clk, .rst, .init, .en, .data, .count, .crc, .crc_next);
+    crc32_lanes #(.W(W), .DATA_REG(DATA_REG)) dut (.clk, .rst, .init, .en, .data, .count, .crc,
+                                                   .crc_next);
+
+    // the inputs crc_next answers for: this cycle's, or (DATA_REG = 1) the last cycle's
+    logic                   past_valid = 1'b0;
+    logic                   p_rst, p_init, p_en;
+    logic [32*W-1:0]        p_data;
+    logic [$clog2(W+1)-1:0] p_count;
+    always @(posedge clk) begin
+        past_valid <= 1'b1;
+        {p_rst, p_init, p_en, p_data, p_count} <= {rst, init, en, data, count};
+    end
+    logic                   a_init, a_en, checked;
+    logic [32*W-1:0]        a_data;
+    logic [$clog2(W+1)-1:0] a_count;
+    always @(*) begin
+        if (DATA_REG == 0) begin
+            {a_init, a_en, a_data, a_count} = {init, en, data, count};
+            checked = 1'b1;
+        end else begin
+            // a reset drops what was in the stage: nothing absorbed, no restart
+            {a_init, a_en, a_data, a_count} = {p_init && !p_rst, p_en && !p_rst, p_data, p_count};
+            checked = past_valid;
+        end
+    end
 
     // the definition: from the current state (~crc), word by word, bit by bit
     logic [31:0]     s_ref;
@@ -44,12 +77,12 @@ module fv_crc32_lanes #(
         assign unit[i] = !hot_none && int'(hot_j) == i;
     end
     always @(*) begin
-        s_ref = init ? SEED : ~crc;
+        s_ref = a_init ? SEED : ~crc;
         absorbed = '0;
         for (int k = 0; k < W; k++) begin
-            if (en && k < int'(count)) begin
-                absorbed[32*k +: 32] = data[32*k +: 32];
-                s_ref = s_ref ^ data[32*k +: 32];
+            if (a_en && k < int'(a_count)) begin
+                absorbed[32*k +: 32] = a_data[32*k +: 32];
+                s_ref = s_ref ^ a_data[32*k +: 32];
                 for (int b = 0; b < 32; b++) s_ref = s_ref[0] ? ((s_ref >> 1) ^ POLY) : (s_ref >> 1);
             end
         end
@@ -58,11 +91,11 @@ module fv_crc32_lanes #(
     always @(*) begin
         if (en) assume (int'(count) <= W);
 `ifndef FULL
-        assume ({~crc, absorbed} == unit);
+        if (checked) assume ({~crc, absorbed} == unit);
 `endif
-        assert (crc_next == ~s_ref);
-        cover (en && int'(count) == W && !init && crc != '0);
-        cover (en && init && int'(count) == W - 1);
-        cover (en && count == '0 && !init);
+        if (checked) assert (crc_next == ~s_ref);
+        cover (checked && a_en && int'(a_count) == W && !a_init && crc != '0);
+        cover (checked && a_en && a_init && int'(a_count) == W - 1);
+        cover (checked && a_en && a_count == '0 && !a_init);
     end
 endmodule
