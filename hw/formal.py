@@ -54,8 +54,8 @@ DEFAULT_TIMEOUT_S = 900
 # tasks over ~30 s on a 2-core AMD EPYC shared with other jobs (docs/hw.md "Formal")
 SLOW: dict[str, set[str]] = {
     "zrle_decoder": {"prove", "cover", "nohang", "nohang_runs"},
-    "compress_engine": {"bmc", "reach"},
-    "aggregate_engine": {"bmc", "cover", "reach"},
+    "compress_engine": {"bmc", "reach", "bmc_w4", "reach_w4"},
+    "aggregate_engine": {"bmc", "cover", "reach", "bmc_w4", "reach_w4"},
     "zrle_roundtrip": {"bmc", "reach"},
     "crc32_lanes": {"step_w8", "step_w16", "step_reg_w16"},
     "block_norm_lanes": {"bmc", "bmc_l2", "model"},

@@ -239,7 +239,8 @@ def test_burst_walker_w4_lane_bug_fails(tmp_path):
 # ------------------------------------------------------------------ engines, round trip
 ENGINE_TASKS = [("compress_engine", "bmc"), ("compress_engine", "reach"),
                 ("aggregate_engine", "bmc"), ("aggregate_engine", "cover"),
-                ("aggregate_engine", "reach"), ("zrle_roundtrip", "bmc"),
+                ("aggregate_engine", "reach"), ("aggregate_engine", "bmc_w4"),
+                ("aggregate_engine", "reach_w4"), ("zrle_roundtrip", "bmc"),
                 ("zrle_roundtrip", "reach")]
 
 
@@ -254,6 +255,30 @@ def test_engine_and_roundtrip_tasks_are_declared():
 @pytest.mark.slow
 @pytest.mark.parametrize("name,task", ENGINE_TASKS)
 def test_engine_and_roundtrip_tasks_pass(name, task):
+    _need_tools()
+    results = formal.run([name], tasks=[task], log=lambda *_: None)
+    assert [r.result for r in results] == ["PASS"], [(r.result, r.detail) for r in results]
+
+
+# compress_engine at W = 4 lanes (issue 31 item 4): about 13 minutes each on 2 shared cores,
+# so sign-off runs (GRADBLOCK_SIGNOFF=1), declared and slow like the W = 1 tasks
+ENGINE_LANE_TASKS = [("compress_engine", "bmc_w4"), ("compress_engine", "reach_w4")]
+
+
+def test_engine_lane_tasks_are_declared():
+    sets = formal.property_sets()
+    for name, task in ENGINE_LANE_TASKS:
+        info = {t["task"]: t for t in formal.tasks_of(sets[name])}[task]
+        w1 = {t["task"]: t for t in formal.tasks_of(sets[name])}[task.removesuffix("_w4")]
+        assert info["depth"] == w1["depth"] and info["engine"] == w1["engine"], (task, info)
+        assert formal.is_slow(name, task)
+    assert "chparam -set W 4 fv_compress_engine" in sets["compress_engine"].read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.signoff
+@pytest.mark.parametrize("name,task", ENGINE_LANE_TASKS)
+def test_engine_lane_tasks_pass(name, task):
     _need_tools()
     results = formal.run([name], tasks=[task], log=lambda *_: None)
     assert [r.result for r in results] == ["PASS"], [(r.result, r.detail) for r in results]

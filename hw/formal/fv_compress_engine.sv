@@ -20,7 +20,9 @@
 // Non-vacuity: the reach task (-DREACH, abc bmc3) finds one trace in which both ports carry a
 // whole read burst (RLAST taken) and a write address (z3's `cover` does not reach a burst of
 // this engine within minutes: it is not a task).
-module fv_compress_engine (
+module fv_compress_engine #(
+    parameter int W = 1                // lanes (issue 31): the bmc_w4 / reach_w4 tasks set 4
+) (
     input logic        clk,
     input logic        rst,
     input logic        cfg_valid,
@@ -39,14 +41,14 @@ module fv_compress_engine (
     input logic [15:0] cfg_m_fix,
     input logic        cfg_momentum_mask,
     input logic [15:0] cfg_vel_base,
-    input logic [31:0] s_grad_tdata,
+    input logic [32*W-1:0] s_grad_tdata,
     input logic        s_grad_tvalid,
     input logic        s_grad_tlast,
     input logic        m_frame_tready,
     // residual memory (slave side)
     input logic        m_axi_arready,
     input logic        m_axi_rid,
-    input logic [31:0] m_axi_rdata,
+    input logic [32*W-1:0] m_axi_rdata,
     input logic  [1:0] m_axi_rresp,
     input logic        m_axi_rlast,
     input logic        m_axi_rvalid,
@@ -58,7 +60,7 @@ module fv_compress_engine (
     // velocity memory (slave side)
     input logic        m_axi_vel_arready,
     input logic        m_axi_vel_rid,
-    input logic [31:0] m_axi_vel_rdata,
+    input logic [32*W-1:0] m_axi_vel_rdata,
     input logic  [1:0] m_axi_vel_rresp,
     input logic        m_axi_vel_rlast,
     input logic        m_axi_vel_rvalid,
@@ -72,8 +74,8 @@ module fv_compress_engine (
     localparam int MAX_BURST = 4;
 
     logic        cfg_ready, s_grad_tready, m_frame_tvalid, m_frame_tlast;
-    logic [31:0] m_frame_tdata;
-    logic        m_frame_tkeep;          // W = 1: always 1
+    logic [32*W-1:0] m_frame_tdata;
+    logic    [W-1:0] m_frame_tkeep;      // W = 1: always 1
     logic        busy, done;
     logic  [3:0] err_code;
     logic [31:0] sat_quant_count, sat_feedback_count, nan_count, sat_momentum_count;
@@ -84,8 +86,8 @@ module fv_compress_engine (
     logic        [2:0] m_axi_arsize, m_axi_awsize;
     logic        [1:0] m_axi_arburst, m_axi_awburst;
     logic              m_axi_awid, m_axi_awvalid, m_axi_wlast, m_axi_wvalid, m_axi_bready;
-    logic       [31:0] m_axi_wdata;
-    logic        [3:0] m_axi_wstrb;
+    logic [32*W-1:0] m_axi_wdata;
+    logic  [4*W-1:0] m_axi_wstrb;
     // velocity port, master side
     logic              m_axi_vel_arid, m_axi_vel_arvalid, m_axi_vel_rready;
     logic [ADDR_W-1:0] m_axi_vel_araddr, m_axi_vel_awaddr;
@@ -94,11 +96,12 @@ module fv_compress_engine (
     logic        [1:0] m_axi_vel_arburst, m_axi_vel_awburst;
     logic              m_axi_vel_awid, m_axi_vel_awvalid, m_axi_vel_wlast, m_axi_vel_wvalid;
     logic              m_axi_vel_bready;
-    logic       [31:0] m_axi_vel_wdata;
-    logic        [3:0] m_axi_vel_wstrb;
+    logic [32*W-1:0] m_axi_vel_wdata;
+    logic  [4*W-1:0] m_axi_vel_wstrb;
 
     compress_engine #(
-        .ADDR_W(ADDR_W), .K_MAX(2), .LMAX_LOG2_MAX(2), .MAX_BURST(MAX_BURST), .RES_FIFO_AW(2)
+        .ADDR_W(ADDR_W), .K_MAX(2), .LMAX_LOG2_MAX(2), .MAX_BURST(MAX_BURST), .RES_FIFO_AW(2),
+        .W(W)
     ) dut (
         .clk, .rst,
         .cfg_valid, .cfg_ready, .cfg_n, .cfg_block_size, .cfg_n_blocks, .cfg_k, .cfg_m,
@@ -125,7 +128,7 @@ module fv_compress_engine (
 
     // ---- the memories: any AXI4 slave on each port (RLAST is the model's: legal)
     logic [7:0] res_reads, res_writes, vel_reads, vel_writes;
-    fv_axi4_slave #(.DATA_W(32)) u_res_mem (
+    fv_axi4_slave #(.DATA_W(32 * W)) u_res_mem (
         .clk, .rst, .arlen(m_axi_arlen), .arvalid(m_axi_arvalid), .arready(m_axi_arready),
         .rdata(m_axi_rdata), .rresp(m_axi_rresp), .rlast(m_axi_rlast), .rvalid(m_axi_rvalid),
         .rready(m_axi_rready), .awvalid(m_axi_awvalid), .awready(m_axi_awready),
@@ -133,7 +136,7 @@ module fv_compress_engine (
         .bresp(m_axi_bresp), .bvalid(m_axi_bvalid), .bready(m_axi_bready),
         .reads_out(res_reads), .writes_due(res_writes)
     );
-    fv_axi4_slave #(.DATA_W(32)) u_vel_mem (
+    fv_axi4_slave #(.DATA_W(32 * W)) u_vel_mem (
         .clk, .rst, .arlen(m_axi_vel_arlen), .arvalid(m_axi_vel_arvalid),
         .arready(m_axi_vel_arready), .rdata(m_axi_vel_rdata), .rresp(m_axi_vel_rresp),
         .rlast(m_axi_vel_rlast), .rvalid(m_axi_vel_rvalid), .rready(m_axi_vel_rready),
@@ -146,7 +149,7 @@ module fv_compress_engine (
     // ---- the stream rules for the inputs: valid held, payload unchanged, until taken
     logic         past_live, cfg_stall, grad_stall;
     logic [311:0] cfg_word, cfg_now;
-    logic  [32:0] grad_word;
+    logic [32*W:0] grad_word;
     assign cfg_now = {cfg_n, cfg_block_size, cfg_n_blocks, cfg_k, cfg_m, cfg_k_shift,
                       cfg_range_bits, cfg_layer_id, cfg_lmax_log2, cfg_norm, cfg_res_base,
                       cfg_momentum_en, cfg_m_fix, cfg_momentum_mask, cfg_vel_base};
