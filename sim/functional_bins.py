@@ -176,6 +176,7 @@ BIN_SOURCES: dict[str, tuple[str, tuple[str, ...]]] = {
     "reset.compress_engine.": ("compress_engine", ("reset_in_every_state",)),
     "reset.aggregate_engine.": ("aggregate_engine", ("reset_in_every_state",)),
     "lanes.norm.": ("block_norm_lanes", ("boundary_cases",)),
+    "lanes.enc.": ("zrle_lane_encoder", ("lane_sweep",)),
 }
 
 
@@ -308,18 +309,77 @@ def lane_norm_observed(n: int, block_size: int, w: int) -> set[str]:
     return out
 
 
+def encoder_lanes() -> int:
+    """W of zrle_lane_encoder's reference build (sim/duts.py)."""
+    from .duts import DUTS
+    return int(DUTS["zrle_lane_encoder"].parameters["W"])
+
+
+def lane_run_bins(w: int) -> list[str]:
+    """zrle_lane_encoder's lane-position bins at W = w: a token's zero run starting and ending
+    in each lane, its literals starting and ending in each lane, literals crossing a beat
+    boundary, and a zero run made of kept zero words and a zero-run beat together."""
+    return ([f"lanes.enc.{what}_lane{lane}" for what in ("zero_start", "zero_end",
+                                                          "lit_start", "lit_end")
+             for lane in range(w)]
+            + ["lanes.enc.lit_cross_beat", "lanes.enc.zero_mixed"])
+
+
+def lane_run_observed(beats, lmax: int, w: int) -> set[str]:
+    """The lane_run_bins an encoder input (beats as the bench plans them: ("zero", count) or
+    ("data", start_lane, [words])) puts through zrle_lane_encoder at W = w, with the frame's
+    tokens (codec.zrle.tokens at this LMAX): a word's lane is its lane in its beat; the words of
+    a zero-run beat have none. The bench records them only after the frame matched."""
+    from gradblock.codec.zrle import tokens
+    lane_of, beat_of, words = [], [], []
+    for b, beat in enumerate(beats):
+        if beat[0] == "zero":
+            lane_of += [-1] * beat[1]
+            words += [0] * beat[1]
+            beat_of += [b] * beat[1]
+        else:
+            lane_of += [beat[1] + i for i in range(len(beat[2]))]
+            words += list(beat[2])
+            beat_of += [b] * len(beat[2])
+    if not words:
+        return set()
+    payload = np.array(words, dtype=np.uint32).view(np.int32)
+    out: set[str] = set()
+
+    def at(what: str, i: int) -> None:
+        if lane_of[i] >= 0:
+            out.add(f"lanes.enc.{what}_lane{lane_of[i] % w}")
+
+    for z, L, s in zip(*tokens(payload, lmax)):
+        z, L, s = int(z), int(L), int(s)
+        if z:
+            at("zero_start", s - z)
+            at("zero_end", s - 1)
+            kinds = {lane_of[i] >= 0 for i in range(s - z, s)}
+            if len(kinds) == 2:
+                out.add("lanes.enc.zero_mixed")
+        if L:
+            at("lit_start", s)
+            at("lit_end", s + L - 1)
+            if beat_of[s] != beat_of[s + L - 1]:
+                out.add("lanes.enc.lit_cross_beat")
+    return out
+
+
 def dedicated_bins(recorded: set[str], hw_dir: Path = HW_DIR) -> dict[str, bool]:
     """The bins only dedicated cocotb tests reach, each hit when a testbench recorded it:
     every frame error on the decoder (decode_errors), every compress_engine and compress_top
     error code (config_errors, misplaced_tlast, memory_errors), aggregate_engine's
-    configuration and memory errors, a reset in every state of each RESET_FSMS block, and
-    block_norm_lanes' lane positions (boundary_cases, its reference build's W)."""
+    configuration and memory errors, a reset in every state of each RESET_FSMS block,
+    block_norm_lanes' lane positions (boundary_cases) and zrle_lane_encoder's (lane_sweep),
+    each at its reference build's W."""
     names = [f"decoder.err.{e}" for e in FRAME_ERRORS]
     names += [f"engine.err.{e}" for e in _codes("ENGINE_ERR_")]
     names += [f"top.err.{e}" for e in _codes("TOP_ERR_")]
     names += [f"aggregate.err.{e}" for e in _codes("AGG_ERR_") if e not in EXCHANGE_ERRORS]
     names += [f"reset.{b}.{s}" for b in RESET_FSMS for s in fsm_states(b, hw_dir)]
     names += lane_norm_bins(norm_lanes())
+    names += lane_run_bins(encoder_lanes())
     return {n: n in recorded for n in names}
 
 

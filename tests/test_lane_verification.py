@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from gradblock.hw import deps, formal
+from gradblock.sim import functional_bins as fb
 from gradblock.sim import mutation
 from gradblock.sim.duts import DUTS
 
@@ -242,6 +243,40 @@ def test_lane_norm_bins_from_a_layer():
     names = fb.dedicated_bins(set())
     assert set(fb.lane_norm_bins(fb.norm_lanes())) <= set(names)
     assert fb.source_of("lanes.norm.close_lane3") == ("block_norm_lanes", ("boundary_cases",))
+
+
+def test_lane_run_bins_from_beats():
+    """zrle_lane_encoder's lane positions at W = 4: a beat (lane 1.. 3) = [5, 0, 0], a zero-run
+    beat of 2, then (lanes 0..2) [0, 7, 8]: literal 5 starts and ends in lane 1, the zero run
+    (lanes 2, 3, the count beat, lane 0) is mixed, starts in lane 2 and ends in lane 0; the
+    literals 7, 8 start in lane 1 and end in lane 2. With LMAX 1 they are two tokens."""
+    beats = [("data", 1, [5, 0, 0]), ("zero", 2), ("data", 0, [0, 7, 8])]
+    assert fb.lane_run_observed(beats, 256, 4) == {
+        "lanes.enc.lit_start_lane1", "lanes.enc.lit_end_lane1", "lanes.enc.zero_start_lane2",
+        "lanes.enc.zero_end_lane0", "lanes.enc.zero_mixed", "lanes.enc.lit_end_lane2"}
+    assert fb.lane_run_observed(beats, 1, 4) == {
+        "lanes.enc.lit_start_lane1", "lanes.enc.lit_end_lane1", "lanes.enc.zero_start_lane2",
+        "lanes.enc.zero_end_lane0", "lanes.enc.zero_mixed", "lanes.enc.lit_start_lane2",
+        "lanes.enc.lit_end_lane2"}
+    # literals crossing a beat; a trailing zero run that only a count beat carries
+    assert "lanes.enc.lit_cross_beat" in fb.lane_run_observed(
+        [("data", 3, [1]), ("data", 0, [2])], 256, 4)
+    assert fb.lane_run_observed([("zero", 5)], 256, 4) == set()
+    assert fb.lane_run_observed([], 256, 4) == set()
+
+
+@pytest.mark.parametrize("w", [4, 16])
+def test_lane_sweep_reaches_every_run_bin(w):
+    """The encoder bench's lane_sweep plans (recorded once its frames matched) reach every
+    lane-position bin at W 4 and 16, and verify --coverage counts them (dedicated bins)."""
+    from gradblock.sim.benches.tb_zrle_lane_encoder import sweep_plans
+    cases, plans = sweep_plans(w, 8)
+    got = set()
+    for case, beats in zip(cases, plans):
+        got |= fb.lane_run_observed(beats, 1 << case.lmax_log2, w)
+    assert got == set(fb.lane_run_bins(w))
+    assert set(fb.lane_run_bins(fb.encoder_lanes())) <= set(fb.dedicated_bins(set()))
+    assert fb.source_of("lanes.enc.zero_mixed") == ("zrle_lane_encoder", ("lane_sweep",))
 
 
 def test_boundary_cases_reach_every_lane_bin():

@@ -31,6 +31,8 @@ from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge, Time
 
 from gradblock.codec import zrle
 from gradblock.sim.benches import tb_util as tb
+from gradblock.sim.functional_bins import lane_run_observed
+from gradblock.sim.functional_bins import record as record_bins
 # the one-word encoder's bench: the build's LMAX_LOG2_MAX, and the cases it can encode
 from gradblock.sim.benches.tb_zrle_encoder import lmax_log2_max, runnable
 
@@ -261,18 +263,11 @@ async def encode_cases(dut, traffic):
     dut._log.info("%d cases exact under traffic %s:%s (W %d)", len(cases), p_in, p_out, env.w)
 
 
-@cocotb.test()
-async def lane_sweep(dut):
-    """A keep run from every start lane to every end lane (each (start, end) pair), literal
-    runs crossing beats and closing in every lane, zero runs as counts between, LMAX small and
-    large; backpressure and gaps."""
-    w = tb.hdl_parameter("W")
-    limit = lmax_log2_max()
+def sweep_plans(w: int, limit: int) -> tuple[list, list]:
+    """lane_sweep's cases and beat plans (a function of W and LMAX_LOG2_MAX alone, so the
+    lane-position bins it reaches are checked without a simulator: tests/test_lane_verification.py)."""
     rng = random.Random(5)
     nrng = np.random.default_rng(5)
-    await tb.start(dut)
-    env = LaneEncoderEnv(dut)
-    env.traffic(0.2, 0.3, rng)
     cases, plans = [], []
     for lg in sorted({min(x, limit) for x in (1, 2, 3, 8)}):
         for density in (0.3, 0.8, 1.0):
@@ -289,8 +284,26 @@ async def lane_sweep(dut):
             cases.append(tb.make_case(f"sweep_lg{lg}_d{density}", payload, lg,
                                       rng.getrandbits(32)))
             plans.append(beats)
+    return cases, plans
+
+
+@cocotb.test()
+async def lane_sweep(dut):
+    """A keep run from every start lane to every end lane (each (start, end) pair), literal
+    runs crossing beats and closing in every lane, zero runs as counts between, LMAX small and
+    large; backpressure and gaps. Once every frame matched, the lane-position bins its beats
+    reach are recorded (functional_bins.lane_run_observed, TB_BINS)."""
+    w = tb.hdl_parameter("W")
+    await tb.start(dut)
+    env = LaneEncoderEnv(dut)
+    env.traffic(0.2, 0.3, random.Random(5))
+    cases, plans = sweep_plans(w, lmax_log2_max())
     got = await run_frames(env, cases, plans, 20.0)
     assert not got, "\n".join(got.values())
+    seen: set[str] = set()
+    for case, beats in zip(cases, plans):
+        seen |= lane_run_observed(beats, 1 << case.lmax_log2, w)
+    record_bins(*sorted(seen))
 
 
 @cocotb.test()
