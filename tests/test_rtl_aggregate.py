@@ -24,7 +24,8 @@ import numpy as np
 import pytest
 
 from gradblock.golden.check import check_golden
-from gradblock.golden.exchange import compute_exchange, exchange_specs
+from gradblock.golden.exchange import (ExchangeSpec, _worker_frame, compute_exchange,
+                                       exchange_specs)
 from gradblock.hw import deps, synth
 from gradblock.golden.format import (GoldenError, load_exchange, read_manifest,
                                               write_golden)
@@ -278,3 +279,33 @@ def test_aggregate_lane_throughput(lanes, full_set, tmp_path):
     print(f"W = {lanes}: " + ", ".join(
         f"{r['case']} {r['frame_words_per_cycle']:.3f} frame words/cycle"
         for r in (dense, sparse)))
+
+
+def conv256_exchange(out):
+    """4 workers' frames of a 256x256x3x3 layer (589,824 elements), each k = 5 blocks of 2304
+    (one filter; 1.95 % of n): LMAX 256 literal runs, the issue's large layer."""
+    rng = np.random.default_rng(256)
+    n = 589824
+    spec = ExchangeSpec("ex_conv256", "4 workers, 256x256x3x3 (589,824 elements), k = 5 blocks "
+                        "of 2304 each", [_worker_frame(rng, n, 5, 2304, 11) for _ in range(4)], n)
+    write_golden(out, FIELDS, [], [compute_exchange(spec)])
+    return out
+
+
+@pytest.mark.sim
+@pytest.mark.slow
+@pytest.mark.signoff
+@pytest.mark.parametrize("lanes", [1, 4, 16])
+def test_aggregate_589824_layer_lanes(lanes, tmp_path_factory, tmp_path):
+    """The 589,824-element layer, 4 workers, at W = 1, 4, 16 on Verilator, memory one beat per
+    cycle: the sums exact (with and without clear), within the budget, and >= 0.9 W frame words
+    per cycle without clear (issue 31's target for the aggregate engine)."""
+    need("verilator")
+    out = conv256_exchange(tmp_path_factory.mktemp("agg") / "conv256")
+    res, _, recs = run_agg("verilator", [out], tmp_path, params=lane_params(lanes),
+                           testcase="throughput", env={"TB_TRAFFIC": "0:0"})
+    expect(res, {}, [], tests=["throughput"])
+    rec = next(r for r in recs if r["case"] == "ex_conv256" and not r["clear"])
+    assert rec["lanes"] == lanes and rec["frame_words_per_cycle"] >= 0.9 * lanes, rec
+    print(f"W = {lanes}: {rec['cycles']} cycles, {rec['frame_words_per_cycle']:.3f} frame "
+          f"words/cycle")
