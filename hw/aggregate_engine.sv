@@ -1,7 +1,8 @@
 // Receive side of the exchange (docs/spec.md §5): N workers' ZRLE frames of one layer arrive on
 // AXI4-Stream (one frame per worker, s_tlast on each frame's last word); their payloads are
 // summed exactly, as int64, into n sums in external memory behind an AXI4 master with a 64-bit
-// data bus (sum i at cfg_sum_base + 8i, little endian). The layer is never buffered on chip.
+// data bus (sum i at cfg_sum_base + 8i, little endian; 64W bits at W lanes, below). The
+// layer is never buffered on chip.
 //
 //   decode     zrle_decoder (RUN_OUT = 1) checks each frame (spec §3.5, size checked against
 //              cfg_n) and gives its values in order, one beat per cycle: a literal, or a whole
@@ -28,10 +29,11 @@
 // worker err_worker (err_word = the word index codec.zrle names); AGG_ERR_RANGE_MISMATCH /
 // AGG_ERR_LAYER_ID_MISMATCH when a worker's header differs from worker 0's (err_word 4 / 2,
 // checked in that order, like refmodel.exchange); AGG_ERR_MEMORY on SLVERR/DECERR;
-// AGG_ERR_CONFIG: base not 8-aligned, the sums past the address space, or 0 workers (nothing
-// is read or written, no frame is taken, done pulses). The first error of a layer is kept,
-// err_valid pulses when it is found. The bad frame is read to s_tlast, and the remaining frames
-// of the layer are still read (so the host's stream stays in step) but add nothing. Values of
+// AGG_ERR_CONFIG: base not 8-aligned (W > 1: not on an 8W-byte beat), the sums past the
+// address space, or 0 workers (nothing is read or written, no frame is taken, done pulses).
+// The first error of a layer is kept, err_valid pulses when it is found. The bad frame is read
+// to s_tlast, and the remaining frames of the layer are still read (so the host's stream stays
+// in step) but add nothing. Values of
 // the bad frame that went to memory before the error was known stay added: after an error
 // the layer's sums are invalid (the reference returns no sums at all) and the host re-runs the
 // layer with cfg_clear. The engine itself is clean: the next layer is exact.
@@ -605,7 +607,8 @@ module aggregate_engine #(
     assign b_fire = m_axi_bvalid;
 
     logic mem_idle;
-    assign mem_idle = !bf_open && !ob_valid && desc_empty && !ar_slot_valid && awd_empty && lenq_empty && !w_active
+    assign mem_idle = !bf_open && !ob_valid && desc_empty && !ar_slot_valid && awd_empty
+                    && lenq_empty && !w_active
                     && !wa_valid && !wc_valid && !m_axi_wvalid && lit_empty && !rd_valid
                     && rd_home && b_none;
 
