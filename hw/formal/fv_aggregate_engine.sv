@@ -17,7 +17,12 @@
 // `depth` cycles. Covers: a write burst and its last W beat, a B response, a clear burst
 // ending at a 4 KiB boundary (the read covers are slower in z3 than the reach task: -DREACH,
 // a read burst answered with RLAST, i.e. a frame decoded into a burst of literals).
-module fv_aggregate_engine (
+// W (issue 31): the engine's lanes; the *_w4 tasks set W = 4 (chparam): the frame words come
+// as W-word beats whose s_tkeep follows the lane convention (assumed: a run of ones from lane
+// 0, all ones but on s_tlast), the sums behind a 64W-bit port.
+module fv_aggregate_engine #(
+    parameter int W = 1
+) (
     input logic        clk,
     input logic        rst,
     input logic        cfg_valid,
@@ -25,13 +30,14 @@ module fv_aggregate_engine (
     input logic [31:0] cfg_workers,
     input logic [15:0] cfg_sum_base,
     input logic        cfg_clear,
-    input logic [31:0] s_tdata,
+    input logic [32*W-1:0] s_tdata,
+    input logic    [W-1:0] s_tkeep,
     input logic        s_tvalid,
     input logic        s_tlast,
     // memory (slave side)
     input logic        m_axi_arready,
     input logic        m_axi_rid,
-    input logic [63:0] m_axi_rdata,
+    input logic [64*W-1:0] m_axi_rdata,
     input logic  [1:0] m_axi_rresp,
     input logic        m_axi_rlast,
     input logic        m_axi_rvalid,
@@ -53,16 +59,16 @@ module fv_aggregate_engine (
     logic        [2:0] m_axi_arsize, m_axi_awsize;
     logic        [1:0] m_axi_arburst, m_axi_awburst;
     logic              m_axi_awid, m_axi_awvalid, m_axi_wlast, m_axi_wvalid, m_axi_bready;
-    logic       [63:0] m_axi_wdata;
-    logic        [7:0] m_axi_wstrb;
+    logic   [64*W-1:0] m_axi_wdata;
+    logic    [8*W-1:0] m_axi_wstrb;
 
     aggregate_engine #(
         .ADDR_W(ADDR_W), .MAX_BURST(4), .RD_FIFO_AW(2), .LIT_FIFO_AW(3), .DESC_AW(1),
-        .QUEUE_AW(2)
+        .QUEUE_AW(2), .W(W)
     ) dut (
         .clk, .rst,
         .cfg_valid, .cfg_ready, .cfg_n, .cfg_workers, .cfg_sum_base, .cfg_clear,
-        .s_tdata, .s_tkeep(1'b1), .s_tvalid, .s_tready, .s_tlast,       // W = 1: a word a beat
+        .s_tdata, .s_tkeep, .s_tvalid, .s_tready, .s_tlast,
         .m_axi_arid, .m_axi_araddr, .m_axi_arlen, .m_axi_arsize, .m_axi_arburst, .m_axi_arvalid,
         .m_axi_arready, .m_axi_rid, .m_axi_rdata, .m_axi_rresp, .m_axi_rlast, .m_axi_rvalid,
         .m_axi_rready, .m_axi_awid, .m_axi_awaddr, .m_axi_awlen, .m_axi_awsize, .m_axi_awburst,
@@ -74,7 +80,7 @@ module fv_aggregate_engine (
 
     // ---- the memory: any AXI4 slave (RLAST is the model's: legal)
     logic [7:0] reads_out, writes_due;
-    fv_axi4_slave #(.DATA_W(64)) u_mem (
+    fv_axi4_slave #(.DATA_W(64 * W)) u_mem (
         .clk, .rst, .arlen(m_axi_arlen), .arvalid(m_axi_arvalid), .arready(m_axi_arready),
         .rdata(m_axi_rdata), .rresp(m_axi_rresp), .rlast(m_axi_rlast), .rvalid(m_axi_rvalid),
         .rready(m_axi_rready), .awvalid(m_axi_awvalid), .awready(m_axi_awready),
@@ -86,7 +92,7 @@ module fv_aggregate_engine (
     // ---- the stream rules for the inputs: valid held, payload unchanged, until taken
     logic        past_live, cfg_stall, s_stall;
     logic [80:0] cfg_word, cfg_now;
-    logic [32:0] s_word;
+    logic [32*W+W:0] s_word;
     assign cfg_now = {cfg_n, cfg_workers, cfg_sum_base, cfg_clear};
 
     initial assume (rst);
@@ -96,12 +102,18 @@ module fv_aggregate_engine (
         cfg_stall <= cfg_valid && !cfg_ready;
         s_stall <= s_tvalid && !s_tready;
         cfg_word <= cfg_now;
-        s_word <= {s_tlast, s_tdata};
+        s_word <= {s_tlast, s_tkeep, s_tdata};
     end
     always @(*) begin
         if (past_live && !rst) begin
             if (cfg_stall) assume (cfg_valid && cfg_now == cfg_word);
-            if (s_stall) assume (s_tvalid && {s_tlast, s_tdata} == s_word);
+            if (s_stall) assume (s_tvalid && {s_tlast, s_tkeep, s_tdata} == s_word);
+        end
+        // the lane convention (W > 1): a beat's words are a run of ones from lane 0, all W but
+        // on a frame's last beat
+        if (W > 1 && s_tvalid) begin
+            assume (s_tkeep[0] && ((s_tkeep + 1'b1) & s_tkeep) == '0);
+            if (!s_tlast) assume (&s_tkeep);
         end
     end
 
