@@ -3,8 +3,9 @@ Verilog and Verilator, against codec.zrle: valid frames (exact beat sequence), e
 with its word index, truncations at every lane, fixed-seed corruptions, resets, the ready path,
 throughput (frame words per cycle), and the frames of a `gradblock golden --quick` directory.
 
-Quick subset: Icarus at W = 4 with two traffic profiles. W = 1 and 16, Verilator and the golden
-set are slow (a Verilator build costs about a minute, W = 16 on Icarus a few).
+Quick subset: Icarus at W = 4 with two traffic profiles. W = 1 and 16, Verilator, W = 2 and 8,
+the smallest queue and the golden set are slow (a Verilator build costs about a minute, W = 16
+on Icarus a few).
 """
 from __future__ import annotations
 
@@ -64,6 +65,22 @@ def test_lane_decoder(sim, w, tmp_path):
     assert rec["dense_lg8"]["words_per_cycle"] >= 0.9 * w, rec["dense_lg8"]
     # a run beat per token with zeros: an all-zero frame is one beat, read at the input's rate
     assert rec["all_zero"]["beats"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("w,queue_aw", [(2, 4), (8, 4), (4, 1)], ids=["W2", "W8", "W4-QUEUE_AW1"])
+def test_lane_decoder_other_builds(w, queue_aw, tmp_path):
+    """The widths the DUT table has no build for (W = 2, 8) and the smallest queue (QUEUE_AW = 1:
+    four entries inside, a step issued while three more fit), every bench test on Icarus."""
+    need("icarus")
+    metrics = tmp_path / "metrics.json"
+    res = DECODER.run("icarus", parameters={"W": w, "QUEUE_AW": queue_aw},
+                      run_name=f"lanes-W{w}-q{queue_aw}",
+                      env={"TB_TRAFFIC": FULL_TRAFFIC, "TB_FUZZ": 200, "TB_METRICS": metrics})
+    check(res)
+    assert base_names(res) == ALL_TESTS
+    rec = {r["pattern"]: r for r in json.loads(metrics.read_text())}
+    assert rec["dense_lg8"]["words_per_cycle"] >= 0.9 * w, rec["dense_lg8"]
 
 
 @pytest.mark.slow
