@@ -9,26 +9,36 @@
 // Output: m_tdata (lane l in bits [32l+31:32l]), m_tkeep (one bit a word), m_tlast on the beat
 // holding t1; every beat but the last is full, the last keeps lanes 0 .. k-1.
 //
-// Structure
+// Structure (pipelined for timing: every decision reads registers only)
 //   input       an axis_skid_buffer (s_tready from registers: no path from the fill side's
-//               decisions to the source), the words still to take counted as beats enter it.
-//   fill side   a one-beat input register. Each cycle it takes the beat's words up to and
-//               including the next token boundary (a zero after literals, the LMAX-th literal)
-//               or to the beat's end: in that span the zeros come first and the literals form
-//               one contiguous lane range, which is rotated into a W-bank literal ring at its
-//               write pointer; a token closed there enters the token queue. So a beat costs one
-//               cycle plus one per token that closes inside it before its last lane (a zero-run
-//               beat: one cycle). When the payload has ended, one more cycle queues the last
-//               token (the open literals, or the trailing zeros as (z, 0)).
-//   drain side  emits chunks of up to W words: the header (ceil(5/W) cycles), per token z, L and
-//               the first W-2 literals in one cycle (W = 1: z and L one cycle each), then W
-//               literals a cycle read from the ring at any alignment (the banks' rows are picked
-//               per bank and the words rotated down); a token's last literal cycle, when it has
-//               at most W-2 literals, also carries the next queued token's z, L and first
-//               literals (a token leaves the queue as it starts, so the queue's head is the
-//               next one); then t0 and t1, a cycle each.
-//   chunk reg   the chunk is registered; the CRC (crc32_lanes) absorbs each chunk as it leaves
-//               the register, so t1 (chunk after t0) is the CRC's crc_next in that cycle.
+//               decisions to the source), the words still to take counted as beats enter it;
+//               then the T stage (per start lane: first nonzero, first zero after a nonzero,
+//               run length) and a two-beat input buffer whose entries carry each start lane's
+//               complete span decision for "no token open, room LMAX".
+//   fill side   decide: each cycle the head beat's words up to and including the next token
+//               boundary (a zero after literals, the LMAX-th literal) or to the beat's end, by
+//               one table lookup at the position (an open token, only at a beat's first lane,
+//               from the beat's constants and the room left). In that span the zeros come
+//               first and the literals form one contiguous lane range. So a beat costs one
+//               cycle plus one per token that closes inside it before its last lane (a
+//               zero-run beat: one cycle); the payload's end one more cycle (the open
+//               literals, or the trailing zeros as (z, 0)).
+//               commit (a cycle later): the token's (z, L), the zero run, the literals rotated
+//               to the W banks of the literal ring at its write position.
+//               write (a cycle later): ring banks and token queue written in the same cycle.
+//               Ring and queue room are checked from registered counts of what was decided
+//               (conservative by W slots and one entry).
+//   drain side  decides chunks of up to W words: the header (ceil(5/W) cycles), per token z, L
+//               and the first W-2 literals in one cycle (W = 1: z and L one cycle each), then W
+//               literals a cycle; a token's last literal cycle, when it has at most W-2
+//               literals, also carries the next queued token's z, L and first literals (a token
+//               leaves the queue as it starts); then t0, and t1 once the CRC holds t0. The
+//               queue's head waits in a register with min(L, 3W) beside L, the drain keeps
+//               min(lit_rem, 2W+1) and lit_rem - W, and each bank's read row is a register.
+//   plan reg    the decision is registered with the banks' words read in its cycle; the next
+//               cycle rotates them into the chunk's literal lanes (chunk register).
+//   chunk reg   the CRC (crc32_lanes, data term registered: DATA_REG = 1) absorbs each chunk as
+//               it leaves the register; t1 is the CRC register two cycles after t0 left.
 //   packer      lane_packer turns the chunks into dense beats behind a skid buffer, so no path
 //               runs from m_tready to s_tready or cfg_ready.
 //
@@ -36,13 +46,14 @@
 // before the beat's last lane, at most one token closing a cycle (the bound when many tokens
 // close in one beat: short runs, small LMAX); out, W words a cycle while long tokens follow
 // each other (a short or first token's cycle carries z, L and at most W-2 literals): on a
-// dense payload with LMAX = 256, 0.99-1.0 W words a cycle at W = 4 and 16.
+// dense payload with LMAX = 256, 0.99-1.0 W words a cycle at W = 4 and 16. The pipeline adds
+// a few cycles per frame (latency), none per token.
 //
 // Buffering: L precedes the literals, so a token cannot leave before it closes. The ring holds
 // max(2 x 2^LMAX_LOG2_MAX, 64, 4W) literals (one token drains while the next fills; always
-// LMAX + W or more, so the open token can never block the input for good) and the queue
-// 2^TOKEN_QUEUE_AW tokens. The input waits while fewer than W ring slots are free or a token
-// must close into a full queue.
+// LMAX + 2W or more, so the open token can never block the input for good) and the queue
+// 2^TOKEN_QUEUE_AW tokens plus the head register. The input waits while fewer than 2W ring
+// slots were free a cycle ago or the queue may be full.
 //
 // cfg_lmax_log2 outside 1..LMAX_LOG2_MAX is clamped into that range and h1 carries the clamped
 // value (as zrle_run_encoder). cfg_ready is high only while the encoder is idle.
@@ -109,8 +120,12 @@ module zrle_lane_encoder #(
     localparam int RW   = (RW0 > LOGW + 2) ? RW0 : LOGW + 2;   // ring: 2^RW literals
     localparam int RING = 1 << RW;
     localparam int DW   = RW - LOGW;                    // row address bits of a bank
-    localparam int TW   = 32 + LW;                      // token queue entry {z, L}
+    localparam int SAT  = 3 * W;                        // queue entries carry min(L, SAT)
+    localparam int SW   = $clog2(SAT + 1);
+    localparam int TW   = 32 + LW + SW;                 // token queue entry {z, L, Ls}
     localparam int FIRST_MAX = (W > 2) ? W - 2 : 0;     // literals beside a token's z, L
+    localparam int RS   = 2 * W + 1;                    // the drain keeps min(lit_rem, RS)
+    localparam int CRC_LAT = 2;                         // cycles from en to the CRC register
 
     localparam logic [1:0] IN_IDLE = 2'd0;
     localparam logic [1:0] IN_RUN  = 2'd1;   // payload beats still to come or in the register
@@ -139,93 +154,99 @@ module zrle_lane_encoder #(
     assign cfg_take = cfg_valid && cfg_ready;
 
     // ---------------------------------------------------------------- literal ring, token queue
-    logic [RW:0]     wp, rp;                 // absolute write / read positions (one extra bit)
-    logic [RW:0]     ring_used;
-    logic            ring_low;               // fewer than W slots free: the input waits
-    logic [PW-1:0]   wr_n;                   // literals written this cycle
-    logic [PW-1:0]   wr_lane;                // input lane of the first of them
-    logic [32*W-1:0] wr_rot;                 // input words rotated to their banks
-    logic [W-1:0]    bank_we;
+    // The fill side runs in three registered steps (docs/hw.md "zrle_lane_encoder"):
+    //   decide  the span of the head beat taken this cycle, from per-position tables that were
+    //           computed as the beat entered the input buffer: next position, token closes,
+    //           first literal lane, literal count (the state in the loop: position, open
+    //           token, room left in it);
+    //   commit  a cycle later: the token's (z, L) (zero run and literal counts), the literals
+    //           rotated to their ring banks;
+    //   write   a cycle later again: the ring banks and the token queue are written together,
+    //           so the drain sees a token and its literals in the same cycle.
+    // The decide step's admission checks (ring room, queue room) are registered a cycle ahead
+    // and count what is still in flight, so they are conservative by at most W ring slots and
+    // one queue entry.
+    localparam int LB = (LOGW > 0) ? LOGW : 1;          // a lane index 0 .. W-1
+    localparam int QD = 1 << TOKEN_QUEUE_AW;
+
+    logic [RW:0]     rp;                     // drain: absolute read position (frees slots)
+    logic            dn2, dn3;               // IN_DONE a cycle / two cycles ago (the last
+                                             // token has then reached the queue)
+    logic [RW:0]     wp1;                    // decide: literals claimed so far
+    logic [RW:0]     wp2;                    // commit: ring position of the next literal
+    logic            ring_low;               // (registered) fewer than 2W slots were free
+    logic [RW:0]     ring_used1;             // literals decided and not yet read out
+    logic [W-1:0]    bank_we;                // the ring's writes, registered by the commit
+    logic [DW*W-1:0] bank_wrow;              // flat: bank b's row in bits [DW*b +: DW]
+    logic [32*W-1:0] bank_wdata;
     // flat vectors, bank b's row in bits [DW*b +: DW]: yosys 0.23 turns unpacked arrays into
     // registers with a warning and has no packed 2-D arrays
-    logic [DW*W-1:0] bank_wrow;
     logic [DW*W-1:0] bank_rrow;
     logic [32*W-1:0] rd_bank;                // each bank's word at its read row
-    logic [32*W-1:0] litv;                   // the ring's words at rp, rp+1, ..., rp+W-1
     logic [PW-1:0]   rd_n;                   // literals read out this cycle
-    logic            step;                   // the fill side takes a span this cycle
 
     logic            q_push, q_pop, q_full, q_empty;
-    logic [TW-1:0]   q_wdata, q_head;
+    logic [TW-1:0]   q_wdata, q_head;       // q_head: the head register
     logic [31:0]     head_z;
     logic [LW-1:0]   head_len;
+    logic [SW-1:0]   head_ls;                // min(head_len, SAT)
+    logic [TOKEN_QUEUE_AW:0] tq;             // tokens decided and not yet popped by the drain
+    logic            q_low;                  // (registered) the queue may lack room for one more
 
-    assign ring_used = wp - rp;
-    assign ring_low  = 32'(ring_used) > RING - W;
-    assign head_z    = q_head[TW-1:LW];
-    assign head_len  = q_head[LW-1:0];
+    assign ring_used1 = wp1 - rp;
+    assign head_z    = q_head[TW-1 -: 32];
+    assign head_len  = q_head[SW +: LW];
+    assign head_ls   = q_head[SW-1:0];
 
+    // the queue's head waits in a register (hv, q_head), so the drain decides from flops
+    logic            hv, f_pop, f_empty;
+    logic [TW-1:0]   f_head;
     sync_fifo #(.W(TW), .AW(TOKEN_QUEUE_AW)) u_tokens (
         .clk     (clk),
         .rst     (rst),
         .clear   (cfg_take),
         .push    (q_push),
         .wr_data (q_wdata),
-        .pop     (q_pop),
-        .rd_data (q_head),
+        .pop     (f_pop),
+        .rd_data (f_head),
         .full    (q_full),
-        .empty   (q_empty)
+        .empty   (f_empty)
     );
+    assign f_pop   = !f_empty && (!hv || q_pop);
+    assign q_empty = !hv;
+    always_ff @(posedge clk) begin
+        if (rst || cfg_take) hv <= 1'b0;
+        else if (f_pop)      hv <= 1'b1;
+        else if (q_pop)      hv <= 1'b0;
+        if (f_pop) q_head <= f_head;
+    end
 
-    // write: input lane wr_lane + o goes to ring position wp + o (o < wr_n)
-    logic [64*W-1:0] in_dbl, rd_dbl;
-    int rg_wlo, rg_wrow, rg_rlo, rg_rrow, rg_sh;
+    // read: ring position rp + l is in bank (rp + l) mod W
+    // bank b's read row is a register (the row of the first position >= rp in bank b): it
+    // steps when the drain takes that bank's word, so no adder sits before the banks' reads
+    logic [LB-1:0] rd_lo, rd_off;
+    logic [W-1:0]  rrow_step;                // bank b's word at rp leaves this cycle
     always_comb begin
-        rg_wlo  = 32'(wp) & (W - 1);
-        rg_wrow = 32'(wp) >> LOGW;
-        rg_rlo  = 32'(rp) & (W - 1);
-        rg_rrow = 32'(rp) >> LOGW;
-        rg_sh   = (32'(wr_lane) - rg_wlo) & (W - 1);
-        wr_rot = in_dbl[32*rg_sh +: 32*W];       // bank b gets input lane (b + rg_sh) mod W
+        rd_lo = LB'(32'(rp) & (W - 1));
         for (int b = 0; b < W; b++) begin
-            bank_we[b]   = step && (((b - rg_wlo) & (W - 1)) < 32'(wr_n));
-            bank_wrow[DW*b +: DW] = DW'(rg_wrow + ((b < rg_wlo) ? 1 : 0));
-            bank_rrow[DW*b +: DW] = DW'(rg_rrow + ((b < rg_rlo) ? 1 : 0));
+            rd_off = LB'(b) - rd_lo;                      // mod W (W = 1: 0)
+            rrow_step[b] = (PW'(rd_off) < rd_n);
         end
-        litv = rd_dbl[32*rg_rlo +: 32*W];        // lane l is bank (rg_rlo + l) mod W
     end
 
     for (genvar b = 0; b < W; b++) begin : g_bank
-        logic [31:0] mem [1 << DW];
+        (* ram_style = "distributed" *) logic [31:0] mem [1 << DW];
         always_ff @(posedge clk) begin
-            if (bank_we[b]) mem[bank_wrow[DW*b +: DW]] <= wr_rot[32*b +: 32];
+            if (bank_we[b]) mem[bank_wrow[DW*b +: DW]] <= bank_wdata[32*b +: 32];
         end
         assign rd_bank[32*b +: 32] = mem[bank_rrow[DW*b +: DW]];
     end
-    assign rd_dbl = {rd_bank, rd_bank};
 
-    // ---------------------------------------------------------------- fill side
+    // ---------------------------------------------------------------- fill side: input
     logic [1:0]      in_state;
-    logic [31:0]     in_left;                // payload words still to take
+    logic [31:0]     in_left;                // payload words still to accept
     logic            in_more;                // in_left != 0
-    logic            in_full, in_zero, in_last;
-    logic [32*W-1:0] in_data;
-    logic [W-1:0]    in_nz;                  // lane != 0, decided as the beat arrived
-    logic [31:0]     in_run;                 // zeros a zero-run beat stands for
-    logic [PW-1:0]   in_pos, in_hi;          // lanes in_pos .. in_hi-1 still to take
-    logic [31:0]     zrun;                   // zeros since the last literal
-    logic [31:0]     open_z;                 // z of the open token
-    logic [LW-1:0]   lit_cnt;                // literals of the open token (0: none open)
-    logic            lit_open;               // lit_cnt != 0
-
-    // this cycle's span of a payload beat
-    logic [PW-1:0]   f_a, f_next;            // first literal, next position
-    logic [LW-1:0]   f_room;                 // LMAX - lit_cnt
-    logic            f_lmax_close, f_zero_close, f_closes;
-    logic [31:0]     f_tok_z;
-    logic [LW-1:0]   f_tok_l;
-    logic            step_z, tail, beat_done, consumed;
-    logic            accept, take;           // a beat enters the skid; one leaves it
+    logic            accept;                 // a beat enters the skid
     logic [PW-1:0]   take_lo, take_hi;       // the arriving beat's kept lanes
     logic [31:0]     take_count;
     logic [W-1:0]    take_nz;
@@ -238,73 +259,10 @@ module zrle_lane_encoder #(
     logic [31:0]     sk_count;
     logic [PW-1:0]   sk_lo, sk_hi;
 
-    assign in_dbl = {in_data, in_data};
-
-    int fl_a, fl_e, fl_pos, fl_hi, fl_run, fl_room;
-    logic fl_found;
-    always_comb begin
-        fl_pos = 32'(in_pos);
-        fl_hi  = 32'(in_hi);
-        // first nonzero kept lane at or after the position
-        fl_a = fl_hi;
-        fl_found = 1'b0;
-        for (int l = 0; l < W; l++) begin
-            if (!fl_found && l >= fl_pos && l < fl_hi && in_nz[l]) begin
-                fl_a = l;
-                fl_found = 1'b1;
-            end
-        end
-        if (lit_open) fl_a = fl_pos;             // an open token takes literals from there on
-        // first zero at or after fl_a
-        fl_e = fl_hi;
-        fl_found = 1'b0;
-        for (int l = 0; l < W; l++) begin
-            if (!fl_found && l >= fl_a && l < fl_hi && !in_nz[l]) begin
-                fl_e = l;
-                fl_found = 1'b1;
-            end
-        end
-        fl_run  = fl_e - fl_a;
-        fl_room = 32'(f_room);
-        f_a = PW'(fl_a);
-        f_lmax_close = (fl_run >= fl_room);
-        f_zero_close = !f_lmax_close && (fl_e < fl_hi);
-        if (f_lmax_close)      f_next = PW'(fl_a + fl_room);
-        else if (f_zero_close) f_next = PW'(fl_e + 1);
-        else                   f_next = PW'(fl_hi);
-        wr_n    = f_lmax_close ? PW'(fl_room) : PW'(fl_run);
-        f_tok_l = lit_cnt + LW'(f_lmax_close ? fl_room : fl_run);
-        f_tok_z = lit_open ? open_z : zrun + 32'(fl_a - fl_pos);
-    end
-    assign f_room   = lmax - lit_cnt;
-    assign f_closes = f_lmax_close || f_zero_close;
-    assign wr_lane  = f_a;
-
-    assign step      = (in_state == IN_RUN) && in_full && !in_zero
-                       && !ring_low && !(f_closes && q_full);
-    assign step_z    = (in_state == IN_RUN) && in_full && in_zero && !(lit_open && q_full);
-    assign beat_done = (f_next == in_hi);
-    assign consumed  = (step && beat_done) || step_z;
-    assign tail      = (in_state == IN_TAIL) && !q_full;
-    // The input passes a skid buffer, so s_tready comes from registers (the fill side's long
-    // decision only pulls from the skid); the word count, the last flag and the lanes' != 0
-    // are settled as a beat enters it.
+    // The input passes a skid buffer, so s_tready comes from registers; the word count, the
+    // last flag and the lanes' != 0 are settled as a beat enters it.
     assign s_tready  = (in_state == IN_RUN) && in_more && sk_ready;
     assign accept    = s_tvalid && s_tready;
-    assign take      = sk_valid && (!in_full || consumed);
-
-    axis_skid_buffer #(.W(IW)) u_in (
-        .clk      (clk),
-        .rst      (rst),
-        .s_tdata  ({(take_count == in_left), take_hi, take_lo, s_tcount, s_tzero, take_nz,
-                    s_tdata}),
-        .s_tvalid (accept),
-        .s_tready (sk_ready),
-        .m_tdata  (sk_out),
-        .m_tvalid (sk_valid),
-        .m_tready (!in_full || consumed)
-    );
-    assign {sk_last, sk_hi, sk_lo, sk_count, sk_zero, sk_nz, sk_data} = sk_out;
 
     // the kept lanes of the beat being taken
     logic tk_seen;
@@ -323,29 +281,271 @@ module zrle_lane_encoder #(
         for (int l = 0; l < W; l++) take_nz[l] = (s_tdata[32*l +: 32] != 32'd0);
     end
 
-    assign q_push  = (step && f_closes) || (step_z && lit_open)
-                     || (tail && (lit_open || zrun != 32'd0));
-    assign q_wdata = step ? {f_tok_z, f_tok_l}
-                   : lit_open ? {open_z, lit_cnt}
-                   : {zrun, LW'(0)};
+    // Input buffer: two beats in flops with their span tables. It is written from the skid
+    // (whose m_tready is the buffer's registered room), read by the decide step at ib_rp and,
+    // a cycle later, by the commit step at the same slot (a slot freed by the decide step is
+    // rewritten at the earliest at the end of the next cycle, after the commit has read it).
+    // Per start position p (p below the beat's first lane acts as that lane), for a span that
+    // starts with no token open and room LMAX: TB bits, flat at [TB*(W*e + p) +: TB].
+    localparam int TB = LW + 1 + 4*PW + 4;   // {room after, its <= W, next, a, zb, nlit,
+                                             //  done, close, zclose, litend}
+    localparam int OB = 4*PW + 2;            // open token: {enext, orun, span, lo, zc, zdone}
+    logic            t_valid, t_ready, t_zero, t_last;
+    logic [32*W-1:0] t_data;
+    logic [31:0]     t_count;
+    logic [PW-1:0]   t_lo, t_hi, t_e0;
+    logic [PW*W-1:0] t_a, t_e;
+    logic            ib_push, ib_pop, ib_wp, ib_rp, ib_full, ib_empty;
+    logic [1:0]      ib_n;
+    logic [64*W-1:0] ib_data;
+    logic [63:0]     ib_run;
+    logic [1:0]      ib_zero, ib_last;
+    logic [2*PW-1:0] ib_hi;
+    logic [2*TB*W-1:0] ib_tab;
+    logic [2*OB-1:0] ib_open;
+    logic [TB*W-1:0] nt_tab;                 // tables of the beat at the skid's output
+    logic [OB-1:0]   nt_open;
+
+    assign ib_full  = ib_n[1];
+    assign ib_empty = (ib_n == 2'd0);
+    assign ib_push  = t_valid && !ib_full;
+    assign t_ready  = !t_valid || !ib_full;
+
+    axis_skid_buffer #(.W(IW)) u_in (
+        .clk      (clk),
+        .rst      (rst),
+        .s_tdata  ({(take_count == in_left), take_hi, take_lo, s_tcount, s_tzero, take_nz,
+                    s_tdata}),
+        .s_tvalid (accept),
+        .s_tready (sk_ready),
+        .m_tdata  (sk_out),
+        .m_tvalid (sk_valid),
+        .m_tready (t_ready)
+    );
+    assign {sk_last, sk_hi, sk_lo, sk_count, sk_zero, sk_nz, sk_data} = sk_out;
+
+    // Span tables, in two steps. T stage (a register between the skid and the buffer): per
+    // start position p (p below the beat's first lane acts as that lane) the first nonzero
+    // kept lane a[p] and the first zero after a nonzero from there, e[p]; and e0, the first
+    // zero from the beat's first lane. Buffer entry: from those, the decision of a span that
+    // starts at p with no token open and room LMAX (nt_tab), and the open token's constants.
+    logic [PW*W-1:0] ta_a, ta_e, ta_run, t_run;
+    logic [PW-1:0]   ta_e0;
+    logic [W-1:0]    ta_nzk, ta_zk;
+    logic            ta_seen;
+    always_comb begin
+        // kept lanes lo .. hi-1: compared against constants only
+        for (int l = 0; l < W; l++) begin
+            ta_nzk[l] = sk_nz[l] && (PW'(l) >= sk_lo) && (PW'(l) < sk_hi);
+            ta_zk[l]  = !sk_nz[l] && (PW'(l) >= sk_lo) && (PW'(l) < sk_hi);
+        end
+        for (int p = 0; p < W; p++) begin
+            ta_a[PW*p +: PW] = sk_hi;
+            ta_e[PW*p +: PW] = sk_hi;
+            for (int l = W - 1; l >= 0; l--) begin
+                if (l >= p && ta_nzk[l]) ta_a[PW*p +: PW] = PW'(l);
+            end
+            for (int l = W - 1; l >= 1; l--) begin
+                // lane l is a kept zero with a nonzero kept lane in [p, l) before it
+                ta_seen = 1'b0;
+                for (int j = 0; j < W - 1; j++) begin
+                    if (j >= p && j < l && ta_nzk[j]) ta_seen = 1'b1;
+                end
+                if (l > p && ta_zk[l] && ta_seen) ta_e[PW*p +: PW] = PW'(l);
+            end
+            ta_run[PW*p +: PW] = ta_e[PW*p +: PW] - ta_a[PW*p +: PW];
+        end
+        ta_e0 = sk_hi;
+        for (int l = W - 1; l >= 0; l--) begin
+            if (ta_zk[l]) ta_e0 = PW'(l);
+        end
+    end
+
+    logic [PW-1:0] tb_a, tb_e, tb_run, tb_st, tb_next, tb_nlit, tb_alm, lmax_lo;
+    logic          tb_lc, tb_zc, tb_done, lmax_small;
+    logic [LW-1:0] tb_room;
+    assign lmax_small = (lmax_log2 <= 5'(LOGW)); // LMAX <= W: it can close a token in a beat
+    assign lmax_lo    = PW'(lmax);               // LMAX when lmax_small
+    always_comb begin
+        nt_tab = '0;
+        for (int p = 0; p < W; p++) begin
+            tb_st  = (PW'(p) > t_lo) ? PW'(p) : t_lo;
+            tb_a   = t_a[PW*p +: PW];
+            tb_e   = t_e[PW*p +: PW];
+            tb_run = t_run[PW*p +: PW];
+            tb_alm = tb_a + lmax_lo;
+            tb_lc  = lmax_small && (tb_run >= lmax_lo);
+            tb_zc  = !tb_lc && (tb_e < t_hi);
+            if (tb_lc) begin
+                tb_next = tb_alm;
+                tb_done = (tb_alm == t_hi);
+                tb_nlit = lmax_lo;
+            end else if (tb_zc) begin
+                tb_next = tb_e + PW'(1);
+                tb_done = (tb_e + PW'(1) == t_hi);
+                tb_nlit = tb_run;
+            end else begin
+                tb_next = t_hi;
+                tb_done = 1'b1;
+                tb_nlit = tb_run;
+            end
+            // the room left if the literals run on (then nlit = run): LMAX - run <= W
+            // only if LMAX <= W or LMAX = 2W and run = W (LMAX and W are powers of two)
+            tb_room = lmax - LW'(tb_run);
+            nt_tab[TB*p +: TB] = {tb_room,
+                                  lmax_small || (lmax_log2 == 5'(LOGW + 1) && tb_run == PW'(W)),
+                                  tb_next, tb_a,
+                                  PW'(tb_a - tb_st), tb_nlit, tb_done, tb_lc || tb_zc, tb_zc,
+                                  !tb_lc && !tb_zc && (tb_a != t_hi)};
+        end
+        // a token open: its literals continue from the beat's first lane
+        nt_open = {t_e0 + PW'(1), PW'(t_e0 - t_lo), PW'(t_hi - t_lo), t_lo,
+                   (t_e0 < t_hi), (t_e0 + PW'(1) == t_hi)};
+    end
+
+    // ---------------------------------------------------------------- fill side: decide
+    logic [LB-1:0]   pos;                    // next lane of the head beat (0: its first)
+    logic            lit_open;               // a token is open (its literals run on)
+    logic [LW-1:0]   room;                   // LMAX - the open token's literals
+    logic            room_small;             // room <= W
+    logic [LW-1:0]   room_mo;                // room - the open case's literals
+    logic [LW-1:0]   f_room;                 // no token open: the room after the span
+    logic            f_rs;                   // f_room <= W
+    logic            zpend;                  // zeros since the last token boundary
+    logic            go, step, step_z, tail, consumed, issue;
+    logic            h_zero, h_last;
+    logic [PW-1:0]   h_hi;
+    logic [TB-1:0]   h_t;                    // the head beat's table entry at pos
+    logic [PW-1:0]   o_enext, o_run, o_span, o_lo;
+    logic            o_zc, o_zdone, o_lc;
+    // this cycle's span
+    logic [PW-1:0]   f_next, f_a, f_zb, f_nlit;
+    logic            f_done, f_close, f_zclose, f_litend;
+
+    assign h_zero = ib_zero[ib_rp];
+    assign h_last = ib_last[ib_rp];
+    assign h_hi   = ib_hi[PW*ib_rp +: PW];
+    assign h_t    = ib_tab[TB*(W*32'(ib_rp) + 32'(pos)) +: TB];
+    assign {o_enext, o_run, o_span, o_lo, o_zc, o_zdone} = ib_open[OB*ib_rp +: OB];
+    assign o_lc   = room_small && (PW'(room) <= o_run);
+    assign room_mo = room - LW'(o_run);
+
+    always_comb begin
+        f_room = room_mo;
+        f_rs   = 1'b0;
+        if (lit_open) begin                      // only at a beat's first lane
+            f_a      = o_lo;
+            f_zb     = '0;
+            f_close  = o_lc || o_zc;
+            f_zclose = !o_lc && o_zc;
+            f_litend = !o_lc && !o_zc;
+            if (o_lc) begin
+                f_next = o_lo + PW'(room);
+                f_done = (PW'(room) == o_span);
+                f_nlit = PW'(room);
+            end else if (o_zc) begin
+                f_next = o_enext;
+                f_done = o_zdone;
+                f_nlit = o_run;
+            end else begin
+                f_next = h_hi;
+                f_done = 1'b1;
+                f_nlit = o_run;
+            end
+        end else begin
+            {f_room, f_rs, f_next, f_a, f_zb, f_nlit, f_done, f_close, f_zclose, f_litend} = h_t;
+        end
+    end
+
+    assign go       = (in_state == IN_RUN) && !ib_empty && !ring_low && !q_low;
+    assign step     = go && !h_zero;
+    assign step_z   = go && h_zero;
+    assign consumed = step_z || (step && f_done);
+    assign ib_pop   = consumed;
+    assign tail     = (in_state == IN_TAIL) && !q_low;
+    assign issue    = (step && f_close) || (step_z && lit_open) || (tail && (lit_open || zpend));
+
+    // ---------------------------------------------------------------- fill side: commit
+    logic            r_span, r_zbeat, r_tail, r_open, r_zpend, r_idx;
+    logic            r_close, r_zclose, r_litend;
+    logic [PW-1:0]   r_a, r_zb, r_nlit;
+    logic [31:0]     zrun;                   // zeros since the last token boundary
+    logic [31:0]     open_z;                 // z of the open token
+    logic [LW-1:0]   lit_cnt;                // literals of the open token
+    logic [32*W-1:0] c_data;                 // the committed beat's words
+    logic [31:0]     c_run;
+    logic [31:0]     c_tok_z;
+    logic [LW-1:0]   c_tok_l;
+    logic            c_push;
+    logic [TW-1:0]   c_wdata;
+    logic [LB-1:0]   c_wlo, c_sh, c_off;
+    logic [DW-1:0]   c_wrow;
+    logic [64*W-1:0] c_dbl;
+    logic [W-1:0]    c_we;
+    logic [DW*W-1:0] c_row;
+    logic [32*W-1:0] c_rot;
+
+    assign c_data  = ib_data[32*W*r_idx +: 32*W];
+    assign c_run   = ib_run[32*r_idx +: 32];
+    assign c_tok_z = r_open ? open_z : zrun + 32'(r_zb);
+    assign c_tok_l = lit_cnt + LW'(r_nlit);
+    assign c_push  = (r_span && r_close) || (r_zbeat && r_open) || (r_tail && (r_open || r_zpend));
+    assign c_wdata = r_span ? {c_tok_z, c_tok_l, ls_of(c_tok_l)}
+                   : r_open ? {open_z, lit_cnt, ls_of(lit_cnt)} : {zrun, LW'(0), SW'(0)};
+
+    function automatic logic [SW-1:0] ls_of(input logic [LW-1:0] v);
+        ls_of = (v >= LW'(SAT)) ? SW'(SAT) : SW'(v);
+    endfunction
+
+    // literal o (o < r_nlit) of the span, input lane r_a + o, goes to ring position wp2 + o
+    assign c_dbl = {c_data, c_data};
+    assign c_wrow = wp2[RW-1 -: DW];
+    always_comb begin
+        c_wlo  = LB'(32'(wp2) & (W - 1));
+        c_sh   = LB'(32'(r_a) & (W - 1)) - c_wlo;
+        c_rot  = c_dbl[32*c_sh +: 32*W];         // bank b gets lane (b + c_sh) mod W
+        for (int b = 0; b < W; b++) begin
+            c_off = LB'(b) - c_wlo;                  // mod W (W = 1: always 0)
+            c_we[b] = r_span && (PW'(c_off) < r_nlit);
+            c_row[DW*b +: DW] = c_wrow + DW'((LB'(b) < c_wlo) ? 1 : 0);
+        end
+    end
 
     // ---------------------------------------------------------------- drain side
+    // Its decisions come from registers and small saturated counts: the queue entry carries
+    // Ls = min(L, 3W) beside L, the drain keeps lrs = min(lit_rem, 2W + 1) and lit_rem - W
+    // beside lit_rem, so no comparison or subtraction of a full count sits in a decision.
     logic [2:0]      d_state;
     logic [2:0]      hdr_idx;
-    logic [LW-1:0]   lit_rem;
+    logic [LW-1:0]   lit_rem, lit_rem_next;  // literals of the token being emitted, still to go
+    logic [LW-1:0]   lr_mw, lr_mw_next;      // lit_rem - W
+    logic [SW-1:0]   lrs, lrs_next;          // min(lit_rem, RS)
     logic [31:0]     tok_count;
-    logic [32*5-1:0] hdr_w;             // the header words, flat as above
-    logic            ck_valid, ck_last, ck_ready, pk_ready, pk_take;
+    logic [32*5-1:0] hdr_w;                  // the header words, flat as above
+    logic            ck_valid, ck_last, ck_t0, ck_ready, pk_ready, pk_take;
     logic [32*W-1:0] ck_data;
     logic [PW-1:0]   ck_cnt;
-    logic            produce, p_last;
-    logic [32*W-1:0] p_data;
+    logic            produce, p_last, p_t0;
+    logic [32*W-1:0] p_data;                 // the chunk's words that are not literals
+    logic [W-1:0]    p_lit, p_sh2;           // lane l: the literal at rp + l / rp + l - 2
+    // plan register: the decision's chunk, assembled a cycle later from the ring's words
+    // read in the decision's cycle (rd_q), so no read sits in the same cycle as a decision
+    logic            pl_valid, pl_ready, pl_last, pl_t0;
+    logic [32*W-1:0] pl_data, ck_next;
+    logic [W-1:0]    pl_lit;
+    logic [LB*W-1:0] pl_bsel;                // lane l's literal comes from bank pl_bsel[l]
+    logic [PW-1:0]   pl_cnt;
+    logic [32*W-1:0] rd_q;                   // the banks' words at the decision's rows
+    logic [LB*W-1:0] p_bsel;
     logic [PW-1:0]   p_cnt;
     logic [2:0]      d_next;
-    logic [LW-1:0]   lit_rem_next;
     logic            tok_start;              // a token's z goes out this cycle
     logic            trailer_now;
-    logic [31:0]     crc_next, crc_unused;
+    logic [31:0]     crc, crc_unused;
+    logic [1:0]      t0_in;                  // t0 left the chunk register 1, 2 cycles ago
+    logic            crc_done;               // the CRC register holds every word up to t0
+    logic [SW-1:0]   dr_d;                   // the new token's literals in this chunk
+    logic            r_le_fm, r_le_w;
 
     assign hdr_w[0 +: 32]   = gradblock_pkg::ZRLE_MAGIC;
     assign hdr_w[32 +: 32]  = {16'd0, 3'd0, lmax_log2, gradblock_pkg::ZRLE_VERSION};
@@ -355,59 +555,82 @@ module zrle_lane_encoder #(
 
     assign cfg_ready   = (d_state == D_IDLE);
     assign ck_ready    = !ck_valid || pk_ready;
-    assign pk_take     = ck_valid && pk_ready;
-    assign trailer_now = q_empty && (in_state == IN_DONE);
+    assign pl_ready    = !pl_valid || ck_ready;
 
-    int dr_first, dr_k, dr_r;
     always_comb begin
-        dr_first   = 0;
-        dr_k       = 0;
-        dr_r       = 0;
+        for (int l = 0; l < W; l++) begin
+            p_bsel[LB*l +: LB] = LB'((32'(rd_lo) + l + (p_sh2[l] ? W - 2 : 0)) & (W - 1));
+            ck_next[32*l +: 32] = pl_lit[l] ? rd_q[32*pl_bsel[LB*l +: LB] +: 32]
+                                            : pl_data[32*l +: 32];
+        end
+    end
+    assign pk_take     = ck_valid && pk_ready;
+    assign trailer_now = q_empty && f_empty && dn3;  // the last token has been queued
+    assign r_le_fm     = (lrs <= SW'(FIRST_MAX));
+    assign r_le_w      = (lrs <= SW'(W));
+    assign crc_done    = t0_in[CRC_LAT - 1];
+
+    function automatic logic [SW-1:0] sat_rs(input logic [LW-1:0] v);
+        sat_rs = (v >= LW'(RS)) ? SW'(RS) : SW'(v);
+    endfunction
+
+    always_comb begin
+        tok_start    = 1'b0;
+        produce      = 1'b0;
+        p_last       = 1'b0;
+        p_t0         = 1'b0;
+        p_data       = '0;
+        p_lit        = '0;
+        p_sh2        = '0;
+        p_cnt        = '0;
+        q_pop        = 1'b0;
+        rd_n         = '0;
+        d_next       = d_state;
+        dr_d         = '0;
         lit_rem_next = lit_rem;
-        tok_start  = 1'b0;
-        produce = 1'b0;
-        p_last  = 1'b0;
-        p_data  = '0;
-        p_cnt   = '0;
-        q_pop   = 1'b0;
-        rd_n    = '0;
-        d_next  = d_state;
-        if (ck_ready) begin
+        lr_mw_next   = lr_mw;
+        lrs_next     = lrs;
+        if (pl_ready) begin
             case (d_state)
                 D_HDR: begin
                     produce = 1'b1;
                     for (int l = 0; l < W; l++) begin
-                        if (32'(hdr_idx) + l < 5)
-                            p_data[32*l +: 32] = hdr_w[32*(32'(hdr_idx) + l) +: 32];
+                        if (5'(hdr_idx) + 5'(l) < 5'd5)
+                            p_data[32*l +: 32] = hdr_w[32*(5'(hdr_idx) + 5'(l)) +: 32];
                     end
-                    dr_k = 5 - 32'(hdr_idx);
-                    p_cnt = PW'((dr_k < W) ? dr_k : W);
-                    if (32'(hdr_idx) + W >= 5) d_next = D_TOK;
+                    p_cnt = (5'd5 - 5'(hdr_idx) < 5'(W)) ? PW'(5'd5 - 5'(hdr_idx)) : PW'(W);
+                    if (5'(hdr_idx) + 5'(W) >= 5'd5) d_next = D_TOK;
                 end
                 D_TOK: begin
                     if (!q_empty) begin
                         produce = 1'b1;
-                        dr_first = (32'(head_len) <= FIRST_MAX) ? 32'(head_len) : FIRST_MAX;
-                        for (int l = 0; l < W; l++) begin
-                            if (l == 0)              p_data[32*l +: 32] = head_z;
-                            else if (l == 1)         p_data[32*l +: 32] = 32'(head_len);
-                            else if (l - 2 < dr_first)  p_data[32*l +: 32] = litv[32*(l-2) +: 32];
-                        end
                         if (W == 1) begin
+                            p_data[31:0] = head_z;
                             p_cnt  = PW'(1);
                             d_next = D_L;
                         end else begin
                             // the token leaves the queue as it starts: its head is then the
                             // next token, which the last literal cycle may already start
+                            dr_d = (head_ls <= SW'(FIRST_MAX)) ? head_ls : SW'(FIRST_MAX);
+                            // lanes from p_cnt on are not taken (the packer and the CRC
+                            // read lanes 0 .. p_cnt-1), so they need no zeros
+                            for (int l = 0; l < W; l++) begin
+                                if (l == 0)      p_data[32*l +: 32] = head_z;
+                                else if (l == 1) p_data[32*l +: 32] = 32'(head_len);
+                                else {p_lit[l], p_sh2[l]} = 2'b11;
+                            end
                             tok_start    = 1'b1;
                             q_pop        = 1'b1;
-                            p_cnt        = PW'(2 + dr_first);
-                            rd_n         = PW'(dr_first);
-                            lit_rem_next = head_len - LW'(dr_first);
-                            if (32'(head_len) > FIRST_MAX) d_next = D_LIT;
+                            p_cnt        = PW'(dr_d) + PW'(2);
+                            rd_n         = PW'(dr_d);
+                            lit_rem_next = head_len - LW'(dr_d);
+                            lr_mw_next   = head_len - LW'(dr_d) - LW'(W);
+                            lrs_next     = (head_ls >= SW'(SAT)) ? SW'(RS) : sat_rs(LW'(head_ls - dr_d));
+                            if (head_ls > SW'(FIRST_MAX)) d_next = D_LIT;
                         end
                     end else if (trailer_now) begin
                         produce = 1'b1;
+                        p_t0    = 1'b1;
                         p_data[31:0] = tok_count;
                         p_cnt  = PW'(1);
                         d_next = D_T1;
@@ -420,45 +643,49 @@ module zrle_lane_encoder #(
                     p_data[31:0] = 32'(head_len);
                     p_cnt        = PW'(1);
                     lit_rem_next = head_len;
-                    d_next       = (head_len == '0) ? D_TOK : D_LIT;
+                    lr_mw_next   = head_len - LW'(W);
+                    lrs_next     = (head_ls >= SW'(SAT)) ? SW'(RS) : head_ls;
+                    d_next       = (head_ls == '0) ? D_TOK : D_LIT;
                 end
                 D_LIT: begin
                     produce = 1'b1;
-                    dr_r    = 32'(lit_rem);
-                    if (dr_r <= FIRST_MAX && !q_empty) begin
-                        // the token's last dr_r literals, then the next token's z, L and
-                        // as many of its literals as fill the chunk (they follow in the ring)
+                    if (r_le_fm && !q_empty && W > 2) begin
+                        // the token's last dr_r literals, then the next token's z, L and as
+                        // many of its literals as fill the chunk (they follow in the ring)
                         tok_start = 1'b1;
                         q_pop     = 1'b1;
-                        dr_first  = (32'(head_len) <= FIRST_MAX - dr_r) ? 32'(head_len)
-                                                                        : FIRST_MAX - dr_r;
+                        dr_d      = (head_ls <= SW'(FIRST_MAX) - lrs) ? head_ls
+                                                                      : SW'(FIRST_MAX) - lrs;
                         for (int l = 0; l < W; l++) begin
-                            if (l < dr_r)           p_data[32*l +: 32] = litv[32*l +: 32];
-                            else if (l == dr_r)     p_data[32*l +: 32] = head_z;
-                            else if (l == dr_r + 1) p_data[32*l +: 32] = 32'(head_len);
-                            else if (l < dr_r + 2 + dr_first)   // l >= 2 here; the clamp
-                                // keeps lanes 0, 1's never-taken select in range for yosys
-                                p_data[32*l +: 32] = litv[32*((l >= 2) ? l - 2 : 0) +: 32];
+                            if (SW'(l) < lrs)           p_lit[l] = 1'b1;
+                            else if (SW'(l) == lrs)     p_data[32*l +: 32] = head_z;
+                            else if (SW'(l) == lrs + 1) p_data[32*l +: 32] = 32'(head_len);
+                            else {p_lit[l], p_sh2[l]} = 2'b11;     // l >= 2 here
                         end
-                        p_cnt        = PW'(dr_r + 2 + dr_first);
-                        rd_n         = PW'(dr_r + dr_first);
-                        lit_rem_next = head_len - LW'(dr_first);
-                        d_next       = (32'(head_len) > dr_first) ? D_LIT : D_TOK;
+                        p_cnt        = PW'(lrs) + PW'(dr_d) + PW'(2);
+                        rd_n         = PW'(lrs) + PW'(dr_d);
+                        lit_rem_next = head_len - LW'(dr_d);
+                        lr_mw_next   = head_len - LW'(dr_d) - LW'(W);
+                        lrs_next     = (head_ls >= SW'(SAT)) ? SW'(RS) : sat_rs(LW'(head_ls - dr_d));
+                        d_next       = (head_ls > dr_d) ? D_LIT : D_TOK;
                     end else begin
-                        p_data = litv;
-                        dr_k = (dr_r < W) ? dr_r : W;
-                        p_cnt = PW'(dr_k);
-                        rd_n  = PW'(dr_k);
-                        lit_rem_next = lit_rem - LW'(dr_k);
-                        if (dr_r <= W) d_next = D_TOK;
+                        p_lit  = '1;
+                        p_cnt  = r_le_w ? PW'(lrs) : PW'(W);
+                        rd_n   = p_cnt;
+                        lit_rem_next = lr_mw;
+                        lr_mw_next   = lr_mw - LW'(W);
+                        lrs_next     = sat_rs(lr_mw);
+                        if (r_le_w) d_next = D_TOK;
                     end
                 end
                 D_T1: begin
-                    produce = 1'b1;
-                    p_data[31:0] = crc_next;             // t0 leaves the chunk register now
-                    p_cnt  = PW'(1);
-                    p_last = 1'b1;
-                    d_next = D_IDLE;
+                    if (crc_done) begin
+                        produce = 1'b1;
+                        p_data[31:0] = crc;
+                        p_cnt  = PW'(1);
+                        p_last = 1'b1;
+                        d_next = D_IDLE;
+                    end
                 end
                 default: ;
             endcase
@@ -466,15 +693,15 @@ module zrle_lane_encoder #(
     end
 
     // CRC over every frame word up to t0, as the chunks leave the chunk register
-    crc32_lanes #(.W(W)) u_crc (
+    crc32_lanes #(.W(W), .DATA_REG(1)) u_crc (
         .clk      (clk),
         .rst      (rst),
         .init     (cfg_take),
         .en       (pk_take && !ck_last),
         .data     (ck_data),
         .count    (ck_cnt),
-        .crc      (crc_unused),
-        .crc_next (crc_next)
+        .crc      (crc),
+        .crc_next (crc_unused)
     );
 
     lane_packer #(.W(W)) u_pack (
@@ -498,29 +725,134 @@ module zrle_lane_encoder #(
             in_state  <= IN_IDLE;
             in_left   <= 32'd0;
             in_more   <= 1'b0;
-            in_full   <= 1'b0;
-            in_zero   <= 1'b0;
-            in_last   <= 1'b0;
-            in_pos    <= '0;
-            in_hi     <= '0;
+            ib_n      <= 2'd0;
+            t_valid   <= 1'b0;
+            ib_wp     <= 1'b0;
+            ib_rp     <= 1'b0;
+            pos       <= '0;
+            lit_open  <= 1'b0;
+            room      <= LW'(2);
+            room_small <= (W >= 2);
+            zpend     <= 1'b0;
+            wp1       <= '0;
+            ring_low  <= 1'b0;
+            tq        <= '0;
+            q_low     <= 1'b0;
+            r_span    <= 1'b0;
+            r_zbeat   <= 1'b0;
+            r_tail    <= 1'b0;
             zrun      <= 32'd0;
             open_z    <= 32'd0;
             lit_cnt   <= '0;
-            lit_open  <= 1'b0;
-            wp        <= '0;
+            wp2       <= '0;
+            q_push    <= 1'b0;
+            bank_we   <= '0;
+            dn2       <= 1'b0;
+            dn3       <= 1'b0;
             rp        <= '0;
             d_state   <= D_IDLE;
             hdr_idx   <= 3'd0;
             lit_rem   <= '0;
+            lr_mw     <= '0;
+            lrs       <= '0;
+            bank_rrow <= '0;
+            t0_in     <= '0;
             tok_count <= 32'd0;
             ck_valid  <= 1'b0;
             ck_last   <= 1'b0;
+            ck_t0     <= 1'b0;
+            pl_valid  <= 1'b0;
+            pl_last   <= 1'b0;
+            pl_t0     <= 1'b0;
+            pl_cnt    <= '0;
             ck_cnt    <= '0;
             layer_id  <= 32'd0;
             n_words   <= 32'd0;
             range_bits <= 32'd0;
             lmax_log2 <= 5'd1;
         end else begin
+            // ---- words still to accept
+            if (accept) begin
+                in_more <= (take_count != in_left);
+                in_left <= in_left - take_count;
+            end
+
+            // ---- input buffer (and the T stage before it)
+            if (t_ready) t_valid <= sk_valid;
+            if (ib_push) ib_wp <= !ib_wp;
+            if (ib_pop)  ib_rp <= !ib_rp;
+            ib_n <= ib_n + 2'(ib_push) - 2'(ib_pop);
+
+            // ---- decide
+            if (step) pos <= f_done ? '0 : LB'(f_next);
+            if (step_z) pos <= '0;
+            if (step) begin
+                wp1 <= wp1 + (RW+1)'(f_nlit);
+                if (f_close) begin
+                    lit_open   <= 1'b0;
+                    room       <= lmax;
+                    room_small <= lmax_small;
+                    zpend      <= f_zclose;
+                end else if (f_litend) begin
+                    lit_open   <= 1'b1;
+                    room       <= lit_open ? room_mo : f_room;
+                    room_small <= lit_open ? (room_mo <= LW'(W)) : f_rs;
+                    zpend      <= 1'b0;
+                end else begin
+                    zpend    <= 1'b1;                // zeros only
+                end
+            end
+            if (step_z) begin
+                lit_open   <= 1'b0;
+                room       <= lmax;
+                room_small <= lmax_small;
+                zpend      <= 1'b1;
+            end
+            if (consumed && h_last) in_state <= IN_TAIL;
+            if (tail) begin
+                lit_open   <= 1'b0;
+                room       <= lmax;
+                room_small <= lmax_small;
+                zpend      <= 1'b0;
+                in_state <= IN_DONE;
+            end
+            // admission for the next cycle, from this cycle's counts: at most W more literals
+            // and one more token can be decided before these see them
+            ring_low <= (32'(ring_used1) > RING - 2*W);
+            q_low    <= (32'(tq) >= QD - 1);
+            tq       <= tq + (TOKEN_QUEUE_AW+1)'(issue) - (TOKEN_QUEUE_AW+1)'(q_pop);
+
+            // ---- commit (the span decided last cycle)
+            r_span   <= step;
+            r_zbeat  <= step_z;
+            r_tail   <= tail;
+            if (r_span) begin
+                wp2 <= wp2 + (RW+1)'(r_nlit);
+                if (r_close) begin
+                    lit_cnt <= '0;
+                    zrun    <= r_zclose ? 32'd1 : 32'd0;
+                end else if (r_litend) begin
+                    lit_cnt <= c_tok_l;
+                    open_z  <= c_tok_z;
+                    zrun    <= 32'd0;
+                end else begin
+                    zrun    <= zrun + 32'(r_zb);
+                end
+            end
+            if (r_zbeat) begin
+                lit_cnt <= '0;
+                zrun    <= r_open ? c_run : zrun + c_run;
+            end
+            if (r_tail) begin
+                lit_cnt <= '0;
+                zrun    <= 32'd0;
+            end
+            // ---- write: the ring and the token queue in the same cycle
+            q_push  <= c_push;
+            bank_we <= c_we;
+            dn2     <= (in_state == IN_DONE);
+            dn3     <= dn2;
+
             if (cfg_take) begin
                 layer_id   <= cfg_layer_id;
                 n_words    <= cfg_n;
@@ -529,74 +861,40 @@ module zrle_lane_encoder #(
                 in_state   <= (cfg_n == 32'd0) ? IN_DONE : IN_RUN;
                 in_left    <= cfg_n;
                 in_more    <= (cfg_n != 32'd0);
-                in_full    <= 1'b0;
+                ib_n       <= 2'd0;
+                ib_wp      <= 1'b0;
+                ib_rp      <= 1'b0;
+                pos        <= '0;
+                lit_open   <= 1'b0;
+                room       <= LW'(1) << cfg_lmax_clamped;
+                room_small <= (cfg_lmax_clamped <= 5'(LOGW));  // LMAX <= W
+                t_valid    <= 1'b0;
+                zpend      <= 1'b0;
+                wp1        <= '0;
+                ring_low   <= 1'b0;
+                tq         <= '0;
+                q_low      <= 1'b0;
                 zrun       <= 32'd0;
                 lit_cnt    <= '0;
-                lit_open   <= 1'b0;
-                wp         <= '0;
-                rp         <= '0;
+                wp2        <= '0;
+                dn2        <= 1'b0;
+                dn3        <= 1'b0;
                 tok_count  <= 32'd0;
                 d_state    <= D_HDR;
                 hdr_idx    <= 3'd0;
             end
 
-            // ---- words still to accept, and the input register
-            if (accept) begin
-                in_more <= (take_count != in_left);
-                in_left <= in_left - take_count;
-            end
-            if (take) begin
-                in_data <= sk_data;
-                in_nz   <= sk_nz;
-                in_zero <= sk_zero;
-                in_run  <= sk_count;
-                in_pos  <= sk_lo;
-                in_hi   <= sk_hi;
-                in_last <= sk_last;
-                in_full <= 1'b1;
-            end else if (consumed) begin
-                in_full <= 1'b0;
-            end
-
-            // ---- fill
-            if (step) begin
-                in_pos <= take ? sk_lo : f_next;
-                wp     <= wp + (RW+1)'(wr_n);
-                if (f_closes) begin
-                    lit_cnt  <= '0;
-                    lit_open <= 1'b0;
-                    zrun     <= f_zero_close ? 32'd1 : 32'd0;
-                end else if (f_a != in_hi) begin         // literals run to the beat's end
-                    lit_cnt  <= f_tok_l;
-                    lit_open <= 1'b1;
-                    open_z   <= f_tok_z;
-                    zrun     <= 32'd0;
-                end else begin                           // zeros only
-                    zrun <= zrun + 32'(in_hi - in_pos);
-                end
-            end
-            if (step_z) begin
-                if (lit_open) begin
-                    lit_cnt  <= '0;
-                    lit_open <= 1'b0;
-                    zrun     <= in_run;
-                end else begin
-                    zrun <= zrun + in_run;
-                end
-            end
-            if (consumed && in_last) in_state <= IN_TAIL;
-            if (tail) begin
-                lit_cnt  <= '0;
-                lit_open <= 1'b0;
-                zrun     <= 32'd0;
-                in_state <= IN_DONE;
-            end
-
             // ---- drain
             rp <= (cfg_take ? '0 : rp) + (RW+1)'(rd_n);
+            for (int b = 0; b < W; b++) begin
+                if (cfg_take) bank_rrow[DW*b +: DW] <= '0;
+                else if (rrow_step[b]) bank_rrow[DW*b +: DW] <= bank_rrow[DW*b +: DW] + DW'(1);
+            end
             if (produce) begin
                 d_state <= d_next;
                 lit_rem <= lit_rem_next;
+                lr_mw   <= lr_mw_next;
+                lrs     <= lrs_next;
                 if (tok_start) tok_count <= tok_count + 32'd1;
                 case (d_state)
                     D_HDR: hdr_idx <= hdr_idx + 3'(W);
@@ -604,17 +902,66 @@ module zrle_lane_encoder #(
                     default: ;
                 endcase
             end
+            // t0 has left the chunk register (the CRC absorbs it that cycle)
+            if (cfg_take || (produce && d_state == D_T1)) t0_in <= '0;
+            else t0_in <= {t0_in[0], t0_in[0] || (pk_take && ck_t0)};
 
             // ---- chunk register
+            if (pl_ready) begin
+                pl_valid <= produce;
+                pl_last  <= p_last;
+                pl_t0    <= p_t0;
+                pl_cnt   <= p_cnt;
+            end
             if (ck_ready) begin
-                ck_valid <= produce;
-                ck_last  <= p_last;
-                ck_cnt   <= p_cnt;
+                ck_valid <= pl_valid;
+                ck_last  <= pl_last;
+                ck_t0    <= pl_t0;
+                ck_cnt   <= pl_cnt;
             end
         end
-        if (ck_ready && produce) ck_data <= p_data;
+        if (pl_ready) begin
+            pl_data <= p_data;
+            pl_lit  <= p_lit;
+            pl_bsel <= p_bsel;
+            rd_q    <= rd_bank;
+        end
+        if (ck_ready) ck_data <= ck_next;
+        // data registers without reset
+        if (t_ready) begin
+            t_data  <= sk_data;
+            t_count <= sk_count;
+            t_zero  <= sk_zero;
+            t_last  <= sk_last;
+            t_lo    <= sk_lo;
+            t_hi    <= sk_hi;
+            t_a     <= ta_a;
+            t_e     <= ta_e;
+            t_run   <= ta_run;
+            t_e0    <= ta_e0;
+        end
+        if (ib_push) begin
+            ib_data[32*W*ib_wp +: 32*W] <= t_data;
+            ib_run[32*ib_wp +: 32]      <= t_count;
+            ib_zero[ib_wp]              <= t_zero;
+            ib_last[ib_wp]              <= t_last;
+            ib_hi[PW*ib_wp +: PW]       <= t_hi;
+            ib_tab[TB*W*ib_wp +: TB*W]  <= nt_tab;
+            ib_open[OB*ib_wp +: OB]     <= nt_open;
+        end
+        r_idx    <= ib_rp;
+        r_open   <= lit_open;
+        r_zpend  <= zpend;
+        r_a      <= f_a;
+        r_zb     <= f_zb;
+        r_nlit   <= f_nlit;
+        r_close  <= f_close;
+        r_zclose <= f_zclose;
+        r_litend <= f_litend;
+        q_wdata   <= c_wdata;
+        bank_wrow <= c_row;
+        bank_wdata <= c_rot;
     end
-
 `ifndef SYNTHESIS
     // ---- assertions (simulation; docs/hw.md "Verification")
     logic            chk_m_stall;
@@ -637,11 +984,16 @@ module zrle_lane_encoder #(
             end
             if (s_tvalid && s_tready && s_tzero) assert (s_tcount != 32'd0);
             if (accept) assert (take_count <= in_left);
-            // t1 follows t0 out of the chunk register in the same cycle (crc_next has it)
-            if (d_state == D_T1) assert (ck_valid && !ck_last);
-            assert (int'(ring_used) <= RING);
-            if (step) assert (int'(ring_used) + int'(wr_n) <= RING);
-            if (in_full && !in_zero) assert (in_pos < in_hi);
+            // t1 waits for the CRC register to hold t0
+            if (d_state == D_T1 && produce) assert (!ck_valid || ck_t0 == 1'b0);
+            // the admission checks are conservative: the ring and the queue never overflow
+            assert (int'(ring_used1) <= RING);
+            if (q_push) assert (!q_full);
+            assert (int'(tq) <= QD);
+            // an open token's literals continue at a beat's first lane
+            if (lit_open) assert (pos == '0);
+            if (in_state != IN_IDLE) assert (room_small == (room <= LW'(W)));
+            if (step) assert (int'(f_next) > int'(pos) && int'(f_next) <= int'(h_hi));
         end
     end
 `endif
