@@ -71,7 +71,7 @@ class Model:
         self.stage = [(False, [])] * self.stages
 
 
-async def start(dut) -> None:
+async def start_crc(dut) -> None:
     """tb.start with init, en and count driven low first: the edge after the reset's release
     takes them (at DATA_REG = 1 into the stage)."""
     dut.init.value = 0
@@ -80,7 +80,7 @@ async def start(dut) -> None:
     await tb.start(dut)
 
 
-async def drain(dut, want: int | None = None) -> None:
+async def settle(dut, want: int | None = None) -> None:
     """Call in the cycle of the last words: idle edges until they are in crc (1 + DATA_REG of
     them), returning after a falling edge. With `want` and DATA_REG = 1, crc_next must show it
     in the cycle after the words, one cycle before crc."""
@@ -101,7 +101,7 @@ async def known_values(dut):
     """The spec's worked example (12 frame words, t1 = 0x455EB0ED) absorbed in chunks of every
     size 1..W; nothing absorbed gives 0."""
     w = tb.hdl_parameter("W")
-    await start(dut)
+    await start_crc(dut)
     dut.init.value = 0
     dut.en.value = 0
     dut.count.value = 0
@@ -117,7 +117,7 @@ async def known_values(dut):
             dut.en.value = 1
             dut.count.value = len(chunk)
             dut.data.value = pack(chunk, w, junk)
-        await drain(dut, 0x455EB0ED)
+        await settle(dut, 0x455EB0ED)
         got = int(dut.crc.value)
         assert got == 0x455EB0ED, f"chunks of {step}: spec example CRC 0x{got:08X} != 0x455EB0ED"
 
@@ -128,7 +128,7 @@ async def random_streams(dut):
     init with words), junk in the lanes above count and resets in the middle (two, two cycles
     apart: at DATA_REG = 1 the second finds words in the stage)."""
     w = tb.hdl_parameter("W")
-    await start(dut)
+    await start_crc(dut)
     rng = random.Random(tb.env_int("TB_SEED", 7) + w)
     model = Model(data_reg())
     dut.init.value = 0
@@ -176,7 +176,7 @@ async def long_streams(dut):
     """Whole frames' worth of words (a few thousand) in random chunk sizes, one init each: the
     CRC after the last chunk equals zlib's over the concatenation."""
     w = tb.hdl_parameter("W")
-    await start(dut)
+    await start_crc(dut)
     rng = random.Random(11 + w)
     dut.en.value = 0
     dut.init.value = 0
@@ -192,6 +192,6 @@ async def long_streams(dut):
             dut.data.value = pack(words[at:at + step], w, rng)
             at += step
             first = False
-        await drain(dut, zlib_crc(words))
+        await settle(dut, zlib_crc(words))
         got, want = int(dut.crc.value), zlib_crc(words)
         assert got == want, f"frame {frame} ({len(words)} words): crc 0x{got:08X}, zlib 0x{want:08X}"
