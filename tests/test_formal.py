@@ -31,14 +31,9 @@ import pytest
 from gradblock import cli
 from gradblock.hw import deps, formal
 
+from formal_helpers import copy_set, need_formal_tools, plant
+
 pytestmark = pytest.mark.formal
-
-
-def _need_tools():
-    try:
-        formal.tools()
-    except formal.FormalToolError as e:
-        pytest.skip(str(e))
 
 
 # property sets that are not one module's: the tops whose sources they read
@@ -98,7 +93,7 @@ def test_modes_and_depths_are_read():
 
 @pytest.mark.parametrize("name", ["axis_skid_buffer", "pipe_reg", "arrival_count"])
 def test_small_block_proofs_pass(name):
-    _need_tools()
+    need_formal_tools()
     results = formal.run([name], log=lambda *_: None)
     assert results and all(r.result == "PASS" for r in results), \
         [(r.task, r.result, r.detail) for r in results]
@@ -106,7 +101,7 @@ def test_small_block_proofs_pass(name):
 
 def test_planted_bug_fails_the_proof(tmp_path):
     """The skid buffer's output register reloaded while stalled: the proof must fail."""
-    _need_tools()
+    need_formal_tools()
     fdir = tmp_path / "formal"
     fdir.mkdir()
     for f in ("axis_skid_buffer.sby", "fv_axis_skid_buffer.sv"):
@@ -139,7 +134,7 @@ def test_gradblock_formal_all(tmp_path):
     """`gradblock formal --quick`: every set's tasks but the slow ones (each slow task has its
     own test below, so the suite runs none twice); the JSON lists each with mode, depth,
     result and seconds."""
-    _need_tools()
+    need_formal_tools()
     out = tmp_path / "formal.json"
     rc = cli.main(["formal", "--quick", "--json", str(out)])
     doc = json.loads(out.read_text())
@@ -179,7 +174,7 @@ def test_decoder_covers_every_error_code():
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["prove", "cover", "nohang", "nohang_runs"])
 def test_decoder_property_set_passes(task):
-    _need_tools()
+    need_formal_tools()
     results = formal.run(["zrle_decoder"], tasks=[task], log=lambda *_: None)
     assert [r.result for r in results] == ["PASS"], [(r.result, r.detail) for r in results]
 
@@ -187,7 +182,7 @@ def test_decoder_property_set_passes(task):
 def test_decoder_hang_bound_is_not_vacuous(tmp_path):
     """HANG_BOUND 2 (RUN_OUT = 1): a frame cannot always be reported that soon, so the bmc
     finds a trace; the committed bound passes (test above)."""
-    _need_tools()
+    need_formal_tools()
     fdir = tmp_path / "formal"
     fdir.mkdir()
     shutil.copy(formal.FORMAL_DIR / "zrle_decoder.sby", fdir)
@@ -207,7 +202,7 @@ def test_decoder_hang_bound_is_not_vacuous(tmp_path):
 def test_burst_walker_w4_proof_and_cover_pass():
     """Issue 31: the walk in beats of four elements keeps the AXI4 burst rules (k-induction)
     and reaches a full burst and a short one at a 4 KiB boundary."""
-    _need_tools()
+    need_formal_tools()
     results = formal.run(["burst_walker"], tasks=["prove_w4", "cover_w4"], log=lambda *_: None)
     assert [r.result for r in results] == ["PASS", "PASS"], \
         [(r.task, r.result, r.detail) for r in results]
@@ -216,7 +211,7 @@ def test_burst_walker_w4_proof_and_cover_pass():
 @pytest.mark.slow
 def test_burst_walker_w4_walk_is_exact():
     """Every burst starts where the last ended, in beats; each range covers exactly its beats."""
-    _need_tools()
+    need_formal_tools()
     results = formal.run(["burst_walker"], tasks=["bmc_w4"], log=lambda *_: None)
     assert [r.result for r in results] == ["PASS"], [(r.result, r.detail) for r in results]
 
@@ -225,13 +220,11 @@ def test_burst_walker_w4_walk_is_exact():
 def test_burst_walker_w4_lane_bug_fails(tmp_path):
     """A range's beat count without its partial last beat (end / W - start / W): the exact walk
     at W = 4 must fail (W = 1 cannot see it)."""
-    _need_tools()
-    fdir = _copy_set(tmp_path, "burst_walker")
-    text = (tmp_path / "burst_walker.sv").read_text()
-    count = "else remaining <= ((end_r - 32'd1) >> L) + 32'd1 - (start_r >> L);"
-    assert count in text, "burst_walker.sv changed: update the planted bug"
-    (tmp_path / "burst_walker.sv").write_text(
-        text.replace(count, "else remaining <= (end_r >> L) - (start_r >> L) + 32'(end_r == start_r + 1);"))
+    need_formal_tools()
+    fdir = copy_set(tmp_path, "burst_walker")
+    plant(tmp_path / "burst_walker.sv",
+          "else remaining <= ((end_r - 32'd1) >> L) + 32'd1 - (start_r >> L);",
+          "else remaining <= (end_r >> L) - (start_r >> L) + 32'(end_r == start_r + 1);")
     results = formal.run(["burst_walker"], formal_dir=fdir, tasks=["bmc_w4"], log=lambda *_: None)
     assert [r.result for r in results] == ["FAIL"], [(r.result, r.detail) for r in results]
 
@@ -254,7 +247,7 @@ def test_engine_and_roundtrip_tasks_are_declared():
 @pytest.mark.slow
 @pytest.mark.parametrize("name,task", ENGINE_TASKS)
 def test_engine_and_roundtrip_tasks_pass(name, task):
-    _need_tools()
+    need_formal_tools()
     results = formal.run([name], tasks=[task], log=lambda *_: None)
     assert [r.result for r in results] == ["PASS"], [(r.result, r.detail) for r in results]
 
@@ -280,34 +273,18 @@ def test_engine_lane_tasks_are_declared():
 @pytest.mark.signoff
 @pytest.mark.parametrize("name,task", ENGINE_LANE_TASKS)
 def test_engine_lane_tasks_pass(name, task):
-    _need_tools()
+    need_formal_tools()
     results = formal.run([name], tasks=[task], log=lambda *_: None)
     assert [r.result for r in results] == ["PASS"], [(r.result, r.detail) for r in results]
-
-
-def _copy_set(tmp_path, name: str):
-    """hw/*.sv and the set's formal files into tmp_path (the layout the runner expects)."""
-    fdir = tmp_path / "formal"
-    fdir.mkdir()
-    for p in deps.HW_DIR.glob("*.sv"):
-        shutil.copy(p, tmp_path / p.name)
-    for f in formal.files_of(formal.property_sets()[name]):
-        if not f.startswith("../"):
-            shutil.copy(formal.FORMAL_DIR / f, fdir / f)
-    shutil.copy(formal.property_sets()[name], fdir)
-    return fdir
 
 
 @pytest.mark.slow
 def test_aggregate_port_check_is_not_vacuous(tmp_path):
     """A checker allowing one beat less than MAX_BURST: the bmc finds the 4-beat burst."""
-    _need_tools()
-    fdir = _copy_set(tmp_path, "aggregate_engine")
-    chk = (tmp_path / "axi4_master_checker.sv").read_text()
-    rule = "assert ({1'b0, m_axi_awlen} < 9'(MAX_BURST)"
-    assert rule in chk, "axi4_master_checker.sv changed: update the planted rule"
-    (tmp_path / "axi4_master_checker.sv").write_text(
-        chk.replace(rule, "assert ({1'b0, m_axi_awlen} < 9'(MAX_BURST - 1)", 1))
+    need_formal_tools()
+    fdir = copy_set(tmp_path, "aggregate_engine")
+    plant(tmp_path / "axi4_master_checker.sv", "assert ({1'b0, m_axi_awlen} < 9'(MAX_BURST)",
+          "assert ({1'b0, m_axi_awlen} < 9'(MAX_BURST - 1)", 1)
     sby = fdir / "aggregate_engine.sby"
     sby.write_text(re.sub(r"bmc: depth \d+", "bmc: depth 16", sby.read_text()))
     results = formal.run(["aggregate_engine"], formal_dir=fdir, tasks=["bmc"],
@@ -318,13 +295,10 @@ def test_aggregate_port_check_is_not_vacuous(tmp_path):
 @pytest.mark.slow
 def test_roundtrip_is_not_vacuous(tmp_path):
     """A harness expecting the next input instead of this one: the bmc finds a frame."""
-    _need_tools()
-    fdir = _copy_set(tmp_path, "zrle_roundtrip")
-    harness = (fdir / "fv_zrle_roundtrip.sv").read_text()
-    check = "assert (m_tdata == vals[out_cnt[1:0]]);"
-    assert check in harness, "fv_zrle_roundtrip.sv changed: update the planted check"
-    (fdir / "fv_zrle_roundtrip.sv").write_text(
-        harness.replace(check, "assert (m_tdata == vals[2'(out_cnt[1:0] + 2'd1)]);", 1))
+    need_formal_tools()
+    fdir = copy_set(tmp_path, "zrle_roundtrip")
+    plant(fdir / "fv_zrle_roundtrip.sv", "assert (m_tdata == vals[out_cnt[1:0]]);",
+          "assert (m_tdata == vals[2'(out_cnt[1:0] + 2'd1)]);", 1)
     results = formal.run(["zrle_roundtrip"], formal_dir=fdir, tasks=["bmc"],
                          log=lambda *_: None)
     assert [r.result for r in results] == ["FAIL"], [(r.result, r.detail) for r in results]

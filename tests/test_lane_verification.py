@@ -24,14 +24,9 @@ from gradblock.sim import functional_bins as fb
 from gradblock.sim import mutation
 from gradblock.sim.duts import DUTS
 
+from formal_helpers import copy_set, need_formal_tools, plant
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _need_formal_tools():
-    try:
-        formal.tools()
-    except formal.FormalToolError as e:
-        pytest.skip(str(e))
 
 
 # ------------------------------------------------------------------ affine next state
@@ -168,33 +163,18 @@ def test_crc32_lanes_set_is_declared():
                                   "step_reg",
                                   pytest.param("step_reg_w16", marks=pytest.mark.signoff)])
 def test_crc32_lanes_proof_passes(task):
-    _need_formal_tools()
+    need_formal_tools()
     results = formal.run(["crc32_lanes"], tasks=[task], log=lambda *_: None)
     assert [r.result for r in results] == ["PASS"], [(r.result, r.detail) for r in results]
-
-
-def _copy_set(tmp_path: Path, name: str) -> Path:
-    fdir = tmp_path / "formal"
-    fdir.mkdir()
-    for p in deps.HW_DIR.glob("*.sv"):
-        shutil.copy(p, tmp_path / p.name)
-    for f in formal.files_of(formal.property_sets()[name]):
-        if not f.startswith("../"):
-            shutil.copy(formal.FORMAL_DIR / f, fdir / f)
-    shutil.copy(formal.property_sets()[name], fdir)
-    return fdir
 
 
 @pytest.mark.slow
 def test_crc32_lanes_lane_bug_fails_the_proof(tmp_path):
     """The lanes aligned one lane too far when two words come: the proof must fail."""
-    _need_formal_tools()
-    fdir = _copy_set(tmp_path, "crc32_lanes")
-    text = (tmp_path / "crc32_lanes.sv").read_text()
-    align = "assign aligned = data << (32 * (32'(W) - 32'(count)));"
-    assert align in text, "crc32_lanes.sv changed: update the planted bug"
-    (tmp_path / "crc32_lanes.sv").write_text(text.replace(
-        align, "assign aligned = data << (32 * (32'(W) - 32'(count) + 32'(count == 2)));"))
+    need_formal_tools()
+    fdir = copy_set(tmp_path, "crc32_lanes")
+    plant(tmp_path / "crc32_lanes.sv", "assign aligned = data << (32 * (32'(W) - 32'(count)));",
+          "assign aligned = data << (32 * (32'(W) - 32'(count) + 32'(count == 2)));")
     results = formal.run(["crc32_lanes"], formal_dir=fdir, tasks=["step"], log=lambda *_: None)
     assert [r.result for r in results] == ["FAIL"], [(r.result, r.detail) for r in results]
 
@@ -203,12 +183,10 @@ def test_crc32_lanes_lane_bug_fails_the_proof(tmp_path):
 def test_crc32_lanes_registered_stage_bug_fails_the_proof(tmp_path):
     """DATA_REG = 1 with the stage's constant wrong (SEED, of the constant M^c·SEED ^ SEED that
     the register holding ~s needs, left out): the two-cycle proof must fail."""
-    _need_formal_tools()
-    fdir = _copy_set(tmp_path, "crc32_lanes")
-    text = (tmp_path / "crc32_lanes.sv").read_text()
-    fold = "term_d   = term_d ^ m_seed[32*p +: 32] ^ SEED;"
-    assert fold in text, "crc32_lanes.sv changed: update the planted bug"
-    (tmp_path / "crc32_lanes.sv").write_text(text.replace(fold, "term_d = term_d ^ m_seed[32*p +: 32];"))
+    need_formal_tools()
+    fdir = copy_set(tmp_path, "crc32_lanes")
+    plant(tmp_path / "crc32_lanes.sv", "term_d   = term_d ^ m_seed[32*p +: 32] ^ SEED;",
+          "term_d = term_d ^ m_seed[32*p +: 32];")
     results = formal.run(["crc32_lanes"], formal_dir=fdir, tasks=["step_reg"], log=lambda *_: None)
     assert [r.result for r in results] == ["FAIL"], [(r.result, r.detail) for r in results]
 
@@ -312,7 +290,7 @@ def test_block_norm_lanes_set_is_declared():
 @pytest.mark.slow
 @pytest.mark.parametrize("task", [*BNL_TASKS, "reach"])
 def test_block_norm_lanes_tasks_pass(task):
-    _need_formal_tools()
+    need_formal_tools()
     results = formal.run(["block_norm_lanes"], tasks=[task], log=lambda *_: None)
     assert [r.result for r in results] == ["PASS"], [(r.result, r.detail) for r in results]
 
@@ -321,13 +299,10 @@ def test_block_norm_lanes_tasks_pass(task):
 def test_block_norm_lanes_lane_bug_fails(tmp_path):
     """The closing lane summed into the next block (head mask one lane short): the model
     comparison must fail."""
-    _need_formal_tools()
-    fdir = _copy_set(tmp_path, "block_norm_lanes")
-    text = (tmp_path / "block_norm_lanes.sv").read_text()
-    head = "assign head1 = win1 & upto1;"
-    assert head in text, "block_norm_lanes.sv changed: update the planted bug"
-    (tmp_path / "block_norm_lanes.sv").write_text(
-        text.replace(head, "assign head1 = win1 & (upto1 >> 1);"))
+    need_formal_tools()
+    fdir = copy_set(tmp_path, "block_norm_lanes")
+    plant(tmp_path / "block_norm_lanes.sv", "assign head1 = win1 & upto1;",
+          "assign head1 = win1 & (upto1 >> 1);")
     results = formal.run(["block_norm_lanes"], formal_dir=fdir, tasks=["model"],
                          log=lambda *_: None)
     assert [r.result for r in results] == ["FAIL"], [(r.result, r.detail) for r in results]
