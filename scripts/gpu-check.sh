@@ -117,9 +117,9 @@ row() {          # row PHASE DEVICE TIMEOUT COMMAND...: run, keep the RESULT lin
     local phase=$1 dev=$2 limit=$3; shift 3
     local t0=$SECONDS st detail rc
     say "== $phase ($dev)"
-    timeout --kill-after=10 "$limit" "$@" >"$work/row.txt" 2>&1
-    rc=$?
-    cat "$work/row.txt" >>"$log"
+    # into the log as it runs: a run cut short from outside still leaves what each row printed
+    timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$work/row.txt" >>"$log"
+    rc=${PIPESTATUS[0]}
     detail=$(grep -a '^RESULT ' "$work/row.txt" | cut -c8- | sed 's/^pass //' | sort -u | paste -sd ';' - | sed 's/;/; /g; s/;  /; /g')
     if [ $rc = 124 ] || [ $rc = 137 ]; then st=TIMEOUT; detail="over ${limit} s"
     elif [ $rc = 0 ]; then st=pass
