@@ -82,7 +82,8 @@ def _counts(prof, device: torch.device) -> dict:
 
 
 def time_method(model_name: str, method: str, device: torch.device, shape, batch: int,
-                warmup: int, steps: int, bf16: bool, channels_last: bool, base) -> dict:
+                warmup: int, steps: int, bf16: bool, channels_last: bool, base,
+                top: int = 0, log=print) -> dict:
     model = copy.deepcopy(base).to(device)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
@@ -125,6 +126,10 @@ def time_method(model_name: str, method: str, device: torch.device, shape, batch
         step()
         if cuda:
             torch.cuda.synchronize(device)
+    if top:     # where the profiled step's time goes: device kernels, then host operators
+        for key in (("self_cuda_time_total",) if cuda else ()) + ("self_cpu_time_total",):
+            log(f"-- {model_name} {method}: top {top} by {key}")
+            log(prof.key_averages().table(sort_by=key, row_limit=top, max_name_column_width=60))
     row = {"model": model_name, "method": method, "median_ms": statistics.median(times),
            "min_ms": min(times), "max_ms": max(times), "steps": len(times)}
     row |= _counts(prof, device)
@@ -134,7 +139,7 @@ def time_method(model_name: str, method: str, device: torch.device, shape, batch
 
 
 def run(device: torch.device, models, methods, warmup: int, steps: int, tiny: bool,
-        bf16: bool, channels_last: bool, log=print) -> dict:
+        bf16: bool, channels_last: bool, log=print, top: int = 0) -> dict:
     from gradblock.shim.setup.models import build_model
     shapes = TINY if tiny else FULL
     own_group = not dist.is_initialized()
@@ -148,7 +153,7 @@ def run(device: torch.device, models, methods, warmup: int, steps: int, tiny: bo
             base = build_model(name, num_classes=10, in_shape=shape, seed=0)
             for method in methods:
                 row = time_method(name, method, device, shape, batch, warmup, steps, bf16,
-                                  channels_last, base)
+                                  channels_last, base, top=top, log=log)
                 rows.append(row)
                 log(f"  {name:9s} {method:10s} {row['median_ms']:9.2f} ms", flush=True)
     finally:
@@ -191,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-bf16", dest="bf16", action="store_false")
     p.add_argument("--no-channels-last", dest="channels_last", action="store_false")
     p.add_argument("--json", default=None)
+    p.add_argument("--top", type=int, default=0,
+                   help="print the profiled step's N costliest operators per method")
     a = p.parse_args(argv)
     if a.warmup < 0 or a.steps < 1:
         p.error("--warmup must be >= 0 and --steps >= 1")
@@ -203,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.set_device(device)
     else:
         torch.set_num_threads(1)
-    rep = run(device, a.models, a.methods, a.warmup, a.steps, a.tiny, a.bf16, a.channels_last)
+    rep = run(device, a.models, a.methods, a.warmup, a.steps, a.tiny, a.bf16, a.channels_last,
+              top=a.top)
     table = format_table(rep)
     print(table)
     if a.json:

@@ -11,6 +11,8 @@ from functools import lru_cache
 
 import torch
 
+from .scan_torch import running_max
+
 __all__ = ["crc32_words", "crc32_words_tensor", "crc32_segments", "crc32_spans"]
 
 _MASK32 = 0xFFFFFFFF
@@ -206,7 +208,7 @@ def crc32_spans(u: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor) -> to
     # each word's span end: ends scattered at their starts, carried forward (disjoint spans
     # in position order have rising ends)
     end_at = torch.zeros(rows, W + 1, dtype=torch.int64, device=dev).scatter_(1, s_c, e_c)
-    e_of = torch.cummax(end_at[:, :W], 1).values
+    e_of = running_max(end_at[:, :W])
     d = (e_of - torch.arange(W, dtype=torch.int64, device=dev)).clamp(min=0)
     c = _apply_power(v, d, max(1, (W + 1).bit_length()))
     P = torch.cat([torch.zeros(rows, 1, dtype=torch.int64, device=dev), _prefix_xor(c)], dim=1)

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch", reason="the torch codec needs torch")
 
 from gradblock.codec import errors as E  # noqa: E402
 from gradblock import torchstep as tc  # noqa: E402
-from gradblock.codec import crc32_torch, zrle_torch  # noqa: E402
+from gradblock.codec import crc32_torch, scan_torch, zrle_torch  # noqa: E402
 from gradblock.codec import zrle  # noqa: E402
 from gradblock.refmodel.compress import compress_layer as ref_compress  # noqa: E402
 from gradblock.refmodel.quantiser import QMAX, NonFiniteError, QuantConfig  # noqa: E402
@@ -285,6 +285,24 @@ def test_torch_crc_equals_zlib(device, n):
     got = crc32_torch.crc32_words_tensor(t(w.view(np.int32), device))
     assert got == zlib.crc32(w.astype("<u4").tobytes())
     assert crc32_torch.crc32_words(t(w.view(np.int32), device), method="zlib") == got
+
+
+@given(rows=st.integers(1, 3), n=st.integers(0, 300), block=st.integers(2, 40),
+       seed=st.integers(0, 2**32 - 1), dtype=st.sampled_from([torch.int64, torch.int32]),
+       span=st.sampled_from(["small", "full"]))
+def test_running_max_min_equal_cummax_cummin(device, rows, n, block, seed, dtype, span):
+    # the blocked scans the codec uses instead of cummax / cummin (slow on CUDA): every block
+    # count and remainder, rows, the type's extremes
+    info = torch.iinfo(dtype)
+    lo, hi = (-5, 5) if span == "small" else (info.min, info.max)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(lo, hi, (rows, n), generator=g, dtype=torch.int64).to(dtype).to(device)
+    if n:
+        x[0, 0] = info.max
+        x[-1, -1] = info.min
+    assert torch.equal(scan_torch.running_max(x, block), torch.cummax(x, -1).values)
+    assert torch.equal(scan_torch.running_min(x, block), torch.cummin(x, -1).values)
+    assert torch.equal(scan_torch.running_max(x[0], block), torch.cummax(x[0], 0).values)
 
 
 def _decode_outcome(fn):

@@ -40,6 +40,7 @@ import torch
 
 from gradblock.codec import zrle
 from gradblock.codec.crc32_torch import crc32_spans
+from gradblock.codec.scan_torch import running_max, running_min
 from gradblock.refmodel.quantiser import QMAX, QuantConfig
 
 __all__ = ["BucketLayout", "bucket_layout", "decode_slots", "decode_frame_walk", "slot_messages",
@@ -291,12 +292,12 @@ def decode_slots(layout: BucketLayout, slots: torch.Tensor, sums: bool = False,
         bad = bad | (crc != t1).any()
         if T["dense_total"]:
             gap_start[:, 1:] = qpos[:, :F] + 2
-        # literals: the token covering each word position (ids rise along a row: cummax)
+        # literals: the token covering each word position (ids rise along a row: running max)
         mark = torch.full((world, NP + _PAD + 1), -1, dtype=i64, device=dev)
         lit_tok = is_t & (L > 0) & keep
         mark.scatter_(1, torch.where(lit_tok, (P + 2).clamp(max=dummy), torch.full_like(P, dummy)),
                       torch.where(lit_tok, node, torch.full_like(node, -1)))
-        tk = torch.cummax(mark[:, :NP], 1).values
+        tk = running_max(mark[:, :NP])
         tkc = tk.clamp(min=0)
         ls = (P + 2).gather(1, tkc)
         is_lit = (tk >= 0) & (pos < ls + L.gather(1, tkc)) & (pos < E)
@@ -360,16 +361,15 @@ def encode_slot(layout: BucketLayout, plan, payload: torch.Tensor, dense_words: 
         start = plan.is_layer_start
         false1 = torch.zeros(1, dtype=torch.bool, device=dev)
         prev_nz = torch.cat([false1, nz[:-1]]) & ~start
-        run_s = torch.cummax(torch.where(nz & ~prev_nz, i, torch.full_like(i, -1)), 0).values \
-            if n else i
+        run_s = running_max(torch.where(nz & ~prev_nz, i, torch.full_like(i, -1))) if n else i
         idx_in_run = i - run_s
         tok = nz & (idx_in_run % lmax == 0)
         brk = ~nz | start
-        nb = torch.flip(torch.cummin(torch.flip(torch.where(brk, i, torch.full_like(i, n)), [0]),
-                                     0).values, [0]) if n else i
+        nb = torch.flip(running_min(torch.flip(torch.where(brk, i, torch.full_like(i, n)), [0])),
+                        [0]) if n else i
         run_end = torch.cat([nb[1:], torch.full((1,), n, dtype=i64, device=dev)]) if n else i
         L_tok = torch.clamp(run_end - i, max=lmax)
-        last_nz = torch.cummax(torch.where(nz, i, torch.full_like(i, -1)), 0).values if n else i
+        last_nz = running_max(torch.where(nz, i, torch.full_like(i, -1))) if n else i
         prev_nz_pos = torch.cat([torch.full((1,), -1, dtype=i64, device=dev), last_nz[:-1]]) \
             if n else i
         lay = plan.layer_of_elem
