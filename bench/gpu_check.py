@@ -33,6 +33,7 @@ Every subcommand prints one line `RESULT pass|FAIL <detail>` and exits 0 only on
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -316,7 +317,7 @@ class _GradientReplay(torch.nn.Module):
         return sum((p * g).sum() for p, g in zip(self.ps, grads))
 
 
-def _hook_run(compressors, hook, model, grads, cfg, codec, device) -> dict:
+def _hook_run(compressors, hook, model, grads, cfg, codec, device, graphs=False) -> dict:
     """Every step of one configuration through the DDP hook at world size 1 -> digests of the
     averages the hook wrote into the gradients and of the compressor state it kept."""
     ex, k, norm, m, R = cfg
@@ -328,6 +329,7 @@ def _hook_run(compressors, hook, model, grads, cfg, codec, device) -> dict:
                                         exchange=ex, R=R)
     if codec:
         comp.codec = codec
+    comp.graphs = graphs
     state = hook.register(ddp, comp)
     out = {}
     for s, g in enumerate(grads):
@@ -341,12 +343,13 @@ def _hook_run(compressors, hook, model, grads, cfg, codec, device) -> dict:
 
 
 def check_hook(device: torch.device, model_name: str, steps: int, batch: int, codec: str | None,
-               configs=CONFIGS, log=print, jobs: int | None = None) -> dict:
+               configs=CONFIGS, log=print, jobs: int | None = None, graphs: str = "off") -> dict:
     """The DDP hook's own codec (on CUDA the device codec: encode into the all_gather slot,
     decode and average on the device) against the numpy reference, at world size 1 (a
     one-process group: NCCL on a GPU, gloo on the CPU), on a real model's gradients replayed
     exactly, several steps with the state carried. `codec` forces the compressor's codec
-    ("device" runs the GPU's code on CPU tensors)."""
+    ("device" runs the GPU's code on CPU tensors); `graphs` "on" / "both" runs the device
+    codec as CUDA graphs (shim/exchange/bucket_graphs.py), "both" each configuration twice."""
     import concurrent.futures as cf
     import multiprocessing as mp
     import torch.distributed as dist
@@ -370,7 +373,8 @@ def check_hook(device: torch.device, model_name: str, steps: int, batch: int, co
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
                                 store=dist.HashStore(), rank=0, world_size=1)
     report = {"device": str(device), "model": model_name, "layers": len(layers), "steps": steps,
-              "codec": codec or "auto", "configs": []}
+              "codec": codec or "auto", "graphs": graphs, "configs": []}
+    modes = {"off": (False,), "on": (True,), "both": (False, True)}[graphs]
     cfgs = [(ex, k, norm, m, _range_for(m)) for ex, k, norm, m in configs]
     jobs = min(len(cfgs), os.cpu_count() or 1) if jobs is None else jobs
     t0 = time.perf_counter()
@@ -379,11 +383,12 @@ def check_hook(device: torch.device, model_name: str, steps: int, batch: int, co
     try:
         with pool:
             pending = [pool.submit(_reference_run, cfg) for cfg in cfgs]
-            for cfg, fut in zip(cfgs, pending):
+            for (cfg, fut), graphed in itertools.product(zip(cfgs, pending), modes):
                 ex, k, norm, m, R = cfg
-                entry = {"config": f"{ex} k={k} {norm} m={m} R={R:g}", "ok": False}
+                entry = {"config": f"{ex} k={k} {norm} m={m} R={R:g}"
+                         + (" graphs" if graphed else ""), "ok": False}
                 try:
-                    dev = _hook_run(compressors, hook, model, grads, cfg, codec, device)
+                    dev = _hook_run(compressors, hook, model, grads, cfg, codec, device, graphed)
                     ref = {key: v for key, v in fut.result().items() if key[1] != "message"}
                     diff = _first_difference(dev, ref, layers)
                     entry["compared"] = len(ref)
@@ -553,6 +558,8 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--batch", type=int, default=4)
     h.add_argument("--codec", default=None, choices=["auto", "device", "host"],
                    help="the compressor's codec (None: auto, the device codec on a GPU)")
+    h.add_argument("--graphs", default="off", choices=["off", "on", "both"],
+                   help="the device codec as CUDA graphs (both: every configuration twice)")
     h.add_argument("--json", default=None)
     d = sub.add_parser("ddp")
     d.add_argument("--device", default="cuda")
@@ -586,12 +593,12 @@ def main(argv: list[str] | None = None) -> int:
                                   f"{rep['workers']} workers, {dev})")
     if a.cmd == "hook":
         dev = _device(a.device, deterministic=False)     # the replayed gradients are fixed
-        rep = check_hook(dev, a.model, a.steps, a.batch, a.codec)
+        rep = check_hook(dev, a.model, a.steps, a.batch, a.codec, graphs=a.graphs)
         _write_json(a.json, rep)
         n_ok = sum(c["ok"] for c in rep["configs"])
         return _result(rep["ok"], f"hook: {n_ok}/{len(rep['configs'])} configurations bit-exact "
                                   f"({rep['model']}, {rep['layers']} layers, {rep['steps']} steps, "
-                                  f"codec {rep['codec']}, {dev})")
+                                  f"codec {rep['codec']}, graphs {rep['graphs']}, {dev})")
     if a.cmd == "warm":
         # the simulation of every DDP configuration on the CPU runs every host kernel (the
         # codec, momentum correction, global selection): numba's cache is filled here once,

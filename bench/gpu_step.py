@@ -9,7 +9,8 @@ syncs (CUDA: the runtime's launch and synchronize calls, `aten::_local_scalar_de
 to host copies; CPU: aten operators, `.item()` reads and `nonzero`). Methods: `allreduce`
 (DDP's own, no hook), `fp16` (torch's fp16_compress_hook), `powersgd1` / `powersgd4`
 (torch's PowerSGD, error feedback and warm start), `coarse1` (gradblock k = 1, all_gather
-exchange), `global1` (gradblock k = 1, global block selection over allreduce). Each row's
+exchange; `coarse1g` the same with each bucket's encode and decode captured as one CUDA graph),
+`global1` (gradblock k = 1, global block selection over allreduce). Each row's
 `overhead_pct` is its step's excess over `allreduce`'s in percent of its own step: at world
 size 1 the collective is a local copy, so for gradblock's rows it is the codec's share of the
 step. bf16 autocast and channels_last are on unless --no-bf16 / --no-channels-last. Every
@@ -32,8 +33,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-METHODS = ("allreduce", "fp16", "powersgd1", "powersgd4", "coarse1", "global1")
-GRADBLOCK = ("coarse1", "global1")
+METHODS = ("allreduce", "fp16", "powersgd1", "powersgd4", "coarse1", "coarse1g", "global1")
+GRADBLOCK = ("coarse1", "coarse1g", "global1")
 # model -> (input shape, batch) on a GPU, and the tiny CPU configuration
 FULL = {"resnet50": ((3, 224, 224), 32), "lenet5": ((1, 28, 28), 64)}
 TINY = {"resnet50": ((3, 32, 32), 2), "lenet5": ((1, 28, 28), 8)}
@@ -64,7 +65,9 @@ def _hook_state(method: str, ddp, model, device):
     from gradblock.shim.compress.compressors import build_compressor, layers_of
     from gradblock.shim.exchange.hook import register
     exchange = "allreduce" if method == "global1" else "allgather"
-    return register(ddp, build_compressor("coarse", layers_of(model), 1, k=1, exchange=exchange))
+    comp = build_compressor("coarse", layers_of(model), 1, k=1, exchange=exchange)
+    comp.graphs = method == "coarse1g"        # each bucket's encode and decode one CUDA graph
+    return register(ddp, comp)
 
 
 def _counts(prof, device: torch.device) -> dict:

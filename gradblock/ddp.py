@@ -82,7 +82,9 @@ class GradblockState:
     dense_below: layers with fewer elements go as float32; nonfinite: raise (a NaN is a named
     error on every rank) | skip (with torch's GradScaler: an Inf / NaN makes the bucket NaN on
     every rank so the scaler skips the step, no state moving); codec: auto | device | host
-    (where the codec runs for device tensors); process_group: None = the default group, looked
+    (where the codec runs for device tensors); graphs: the device codec's encode and decode of
+    a bucket each captured as one CUDA graph (far fewer launches; docs/gpu.md); process_group:
+    None = the default group, looked
     up at the first bucket; timed: per-step compress / exchange seconds in `state.times`
     (synchronises the device). A bad setting raises its named error here."""
 
@@ -91,7 +93,7 @@ class GradblockState:
                  norm: str | None = None, local_momentum: float = LOCAL_MOMENTUM,
                  momentum_mask: bool = True, exchange: str = "allgather", dense_below: int = 0,
                  lmax_log2: int = 8, nonfinite: str = "raise", codec: str = "auto",
-                 process_group=None, timed: bool = False):
+                 graphs: bool = False, process_group=None, timed: bool = False):
         from gradblock.shim.compress.compressors import build_compressor
         self.settings = dict(
             name=compressor, k=k, block_size=block_size,
@@ -109,7 +111,9 @@ class GradblockState:
             raise UsageError(f"gradblock.ddp: nonfinite must be raise or skip, got {nonfinite!r}")
         if codec not in ("auto", "device", "host"):
             raise UsageError(f"gradblock.ddp: codec must be auto, device or host, got {codec!r}")
-        self.nonfinite, self.codec = nonfinite, codec
+        if not isinstance(graphs, bool):
+            raise UsageError(f"gradblock.ddp: graphs must be True or False, got {graphs!r}")
+        self.nonfinite, self.codec, self.graphs = nonfinite, codec, graphs
         self.process_group = process_group
         self.timed = bool(timed)
         self._model = None
@@ -161,6 +165,7 @@ class GradblockState:
             world = dist.get_world_size(self.process_group)
             comp = build_compressor(**self._compressor_kw(), layers=[], n_workers=world)
             comp.nonfinite, comp.codec = self.nonfinite, self.codec
+            comp.graphs = self.graphs
             if comp.frame_coded and comp.host_fast and comp.momentum is not None:
                 # the plain codec's kernels now (the momentum encoder's load at the first bucket)
                 build_compressor("coarse", [], world).warm_host()

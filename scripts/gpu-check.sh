@@ -14,7 +14,8 @@
 #   1 codec     the device codec bit for bit against the numpy reference on real gradients
 #               (ResNet-50 on CUDA), residuals carried, k 1 and 0.01, L1/L2, momentum
 #               correction off/on, the all_gather and allreduce exchanges
-#               and the DDP hook's own codec (on CUDA the device codec) on the same gradients
+#               and the DDP hook's own codec (on CUDA the device codec, eager and as CUDA
+#               graphs) on the same gradients
 #   2 ddp       the hook under DDP (2 gloo ranks; NCCL at world size 1), DDP vs simulation
 #               bit for bit, the shim's own self-check; the simulated-worker path with N = 3
 #   3 validate  `gradblock validate` dense vs coarse with momentum correction on digits, on the
@@ -192,14 +193,14 @@ if [ -n "$gpu" ]; then
     row "1 codec" cuda "$T_CODEC" "$PY" -m gradblock.bench.gpu_check codec --device cuda \
         --model resnet50 --steps 3 --workers 2 --json "$out/codec_cuda.json"
     row "1 hook" cuda "$T_CODEC" "$PY" -m gradblock.bench.gpu_check hook --device cuda \
-        --model resnet50 --steps 3 --json "$out/hook_cuda.json"
+        --model resnet50 --steps 3 --graphs both --json "$out/hook_cuda.json"
 else
     row "1 codec" cpu "$T_CODEC" "$PY" -m gradblock.bench.gpu_check codec --device cpu \
         --model resnet20 --steps 2 --workers 2 --json "$out/codec_cpu.json"
     nogpu "1 codec"
     # the device codec's own code on CPU tensors: what the GPU runs
     row "1 hook" cpu "$T_CODEC" "$PY" -m gradblock.bench.gpu_check hook --device cpu \
-        --model resnet20 --steps 2 --codec device --json "$out/hook_cpu.json"
+        --model resnet20 --steps 2 --codec device --graphs both --json "$out/hook_cpu.json"
     nogpu "1 hook"
 fi
 row "2 ddp" cpu "$T_DDP" bash -c 'ddp_pair cpu 2'

@@ -4,7 +4,8 @@ gloo group (CPU, 2 ranks).
     torchrun --nproc-per-node 2 -m device_ddp_case OUT_DIR
 
 Each rank writes OUT_DIR/rank{r}.json with:
-* "device": per configuration and check mode, whether DDP with the device codec
+* "device": per configuration and check mode (and with the CUDA graphs' plumbing), whether DDP
+  with the device codec
   (compressor.codec = "device", the code a GPU runs) equals the single-process simulation
   (the reference's host decode) and every rank's parameters -- a channels_last model among them;
 * "allreduce_channels_last": the allreduce exchange with --dense-below on a channels_last model
@@ -71,12 +72,13 @@ def optimiser(model, kw):
 
 
 def run_ddp(channels_last, kw, rank, world, data, *, codec=None, check=None, exchange="allgather",
-            groups=None):
+            groups=None, graphs=False):
     model = make(channels_last)
     ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.001)
     comp = build_compressor("coarse", layers_of(model), world, exchange=exchange, **kw)
     if codec is not None:
         comp.codec = codec
+    comp.graphs = graphs
     if groups is not None:
         from gradblock.shim.systems.merge_hook import register_merged
         hook = register_merged(ddp, comp, groups)
@@ -111,11 +113,12 @@ def compare(rank, ddp_state, sim_state) -> dict:
     return {"equal_to_simulation": bool(equal), "equal_on_all_ranks": same_on_all_ranks(params)}
 
 
-def error_case(rank, world, data, *, codec, check="auto", nan_rank=None, corrupt_rank=None):
+def error_case(rank, world, data, *, codec, check="auto", nan_rank=None, corrupt_rank=None,
+               graphs=False):
     model = make(False)
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     comp = build_compressor("coarse", layers_of(model), world, k=2)
-    comp.codec = codec
+    comp.codec, comp.graphs = codec, graphs
 
     def flip_last_crc(message, layers, sender):
         if sender != corrupt_rank:
@@ -175,6 +178,10 @@ def main(out: str) -> int:
             for check in ("bucket", "step"):
                 got = run_ddp(cl, kw, rank, world, data, codec="device", check=check)
                 report["device"][f"{name}/{check}"] = compare(rank, got, sim)
+            if name in ("momentum", "channels_last_dense_below"):   # the CUDA graphs' plumbing
+                got = run_ddp(cl, kw, rank, world, data, codec="device", check="step",
+                              graphs=True)
+                report["device"][f"{name}/graphs"] = compare(rank, got, sim)
         groups = [[0, 1], [2, 3, 4, 5]]      # groups spanning DDP's one-layer buckets
         kw = dict(k=1, dense_below=12)
         sim = run_simulation(True, kw, world, data, groups=groups)
@@ -186,6 +193,8 @@ def main(out: str) -> int:
             rank, got, run_simulation(True, kw, world, data, exchange="allreduce"))
         report["nan"] = {codec: error_case(rank, world, data, codec=codec, nan_rank=world - 1)
                          for codec in ("host", "device")}
+        report["nan"]["device_graphs"] = error_case(rank, world, data, codec="device",
+                                                    nan_rank=world - 1, graphs=True)
         report["corrupt"] = {check: error_case(rank, world, data, codec="device", check=check,
                                                corrupt_rank=1) for check in ("bucket", "step")}
         report["corrupt"]["host"] = error_case(rank, world, data, codec="host", corrupt_rank=1)

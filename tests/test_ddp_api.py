@@ -43,6 +43,7 @@ def test_state_builds_from_settings_alone_with_the_recipe():
 
 @pytest.mark.parametrize("kw, match", [
     (dict(nonfinite="ignore"), "nonfinite"), (dict(codec="gpu"), "codec"),
+    (dict(graphs="yes"), "graphs"),
     (dict(k=0), "k"), (dict(range=-1.0), "range"), (dict(norm="l3"), "norm"),
     (dict(local_momentum=1.5), "momentum"), (dict(compressor="zip"), "compressor"),
     (dict(exchange="allreduce", norm="l2"), "norm"), (dict(exchange="ring"), "exchange")])

@@ -230,14 +230,18 @@ def test_view_map_keeps_strides_with_one_op_per_storage(channels_last):
     assert (vm.parts[0][1] is not None) == channels_last       # an index only when permuted
 
 
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graphs"])
 @pytest.mark.parametrize("momentum,dense_below", [(0.0, 0), (0.0, 20), (0.9, 0)])
-def test_device_bucket_equals_the_host_path_with_state_carried(momentum, dense_below):
+def test_device_bucket_equals_the_host_path_with_state_carried(momentum, dense_below, graphs):
+    # graphs: the CUDA-graph plumbing (static inputs and outputs, state in the graph's
+    # tensors), run eagerly on the CPU: the same bits over steps with the state carried
     shapes = [(8, 3, 3, 3), (8,), (16, 8, 3, 3), (16,), (10, 16), (10,)]
     layers = [LayerInfo(i, f"l{i}", s) for i, s in enumerate(shapes)]
     n = 3
     comp = build_compressor("coarse", layers, n, k=0.5, dense_below=dense_below,
                             local_momentum=momentum)
     comp.host_fast = False              # the reference decoder (no numba start-up here)
+    comp.graphs = graphs
     host_ws = [comp.new_worker_state() for _ in range(n)]
     dev_ws = [comp.new_worker_state() for _ in range(n)]
     bufs = [_views(shapes, channels_last=True) for _ in range(n)]
@@ -263,14 +267,17 @@ def test_device_bucket_equals_the_host_path_with_state_carried(momentum, dense_b
                     assert torch.equal(t, dev_ws[r].layers[lay.index][key])
 
 
-def test_nan_is_the_references_error_and_leaves_the_state():
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graphs"])
+def test_nan_is_the_references_error_and_leaves_the_state(graphs):
     shapes = [(6, 4), (6,)]
     layers = [LayerInfo(i, f"l{i}", s) for i, s in enumerate(shapes)]
     comp = build_compressor("coarse", layers, 2, k=1)
     comp.host_fast = False              # the torch reference path (no numba start-up here)
+    comp.graphs = graphs                # then the state before the step is the graph's input
     ws = comp.new_worker_state()
     grads = [torch.ones(s) for s in shapes]
     sent0 = encode_bucket(comp, layers, grads, ws, comp.message_bound(layers, ws) + 1)
+    sent0 = encode_bucket(comp, layers, grads, ws, sent0.width)   # state from a replay
     before = {i: {k: v.clone() for k, v in d.items()} for i, d in ws.layers.items()}
     steps = dict(ws.steps)
     bad = [g.clone() for g in grads]
@@ -288,6 +295,13 @@ def test_nan_is_the_references_error_and_leaves_the_state():
     for i, d in before.items():
         for k, v in d.items():
             assert torch.equal(ws.layers[i][k], v)
+    if graphs:                          # and the next step starts from it
+        ref = comp.new_worker_state()
+        encode_group(comp, layers, grads, ref)
+        encode_group(comp, layers, grads, ref)
+        want = encode_group(comp, layers, grads, ref)[0]
+        got = encode_bucket(comp, layers, grads, ws, sent0.width).slot
+        assert torch.equal(got[1:1 + int(got[0])], want)
 
 
 # ------------------------------------------------------------------------------ counts

@@ -40,7 +40,7 @@ def reports(tmp_path_factory):
 
 def test_device_codec_equals_simulation_on_every_rank(reports):
     for r, rep in reports.items():
-        assert len(rep["device"]) == 10, rep["device"]      # the merged hook's two included
+        assert len(rep["device"]) == 12, rep["device"]      # merged hook's two, graphs' two
         for name, res in rep["device"].items():
             assert res == {"equal_to_simulation": True, "equal_on_all_ranks": True}, (r, name)
 
@@ -54,7 +54,7 @@ def test_allreduce_exchange_writes_channels_last_through_the_views(reports):
 def test_nan_on_one_rank_raises_on_every_rank(reports):
     # the case's process group times out after 20 s: a rank left waiting in the collective
     # would report a gloo timeout, not these classes
-    for codec in ("host", "device"):
+    for codec in ("host", "device", "device_graphs"):
         assert reports[1]["nan"][codec]["raised"] == "NonFiniteError", codec
         assert reports[0]["nan"][codec]["raised"] == "PeerNonFiniteError", codec
         assert "peer rank 1" in reports[0]["nan"][codec]["message"]

@@ -51,8 +51,9 @@ def case_hook_check_passes_and_names_a_planted_difference():
     """The DDP hook's device codec on CPU tensors against the reference at world size 1; a
     planted one-bit difference in the reference's residual is found and named."""
     rep = gpu_check.check_hook(torch.device("cpu"), "lenet5", 2, 4, "device", configs=FEW,
-                               jobs=0, log=lambda *a, **k: None)
+                               jobs=0, log=lambda *a, **k: None, graphs="both")
     assert rep["ok"] and all(c["compared"] > 0 for c in rep["configs"]), rep
+    assert len(rep["configs"]) == 2 * len(FEW)         # eager and the CUDA graphs' plumbing
     real = gpu_check._reference_allgather
 
     def off_by_one(grads_np, res, vel, layers, cfg):
@@ -90,12 +91,12 @@ def test_gpu_step_tiny_runs_every_method_on_the_cpu(tmp_path):
     out = tmp_path / "timing.json"
     run_in_own_process("test_gpu_check", "case_gpu_step_tiny", str(out))
     rep = json.loads(out.read_text())
-    from gradblock.bench.gpu_step import METHODS
+    from gradblock.bench.gpu_step import GRADBLOCK, METHODS
     assert [r["method"] for r in rep["rows"]] == list(METHODS)
     for r in rep["rows"]:
         assert r["median_ms"] > 0 and r["steps"] == 2 and r["aten_ops"] > 0
         assert r["overhead_pct"] is not None
-    assert all(r["bytes_sent"] > 0 for r in rep["rows"] if r["method"] in ("coarse1", "global1"))
+    assert all(r["bytes_sent"] > 0 for r in rep["rows"] if r["method"] in GRADBLOCK)
     assert "| lenet5 | coarse1 |" in rep["table"]
 
 

@@ -110,6 +110,8 @@ class WorkerState:
     """One worker's compressor state: per-layer tensors (residuals, thresholds) and counters."""
     layers: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
     steps: dict[int, int] = field(default_factory=dict)   # compress calls per layer
+    # the device codec's CUDA graphs of this worker (shim/exchange/bucket_graphs.py); not state
+    graphs: dict = field(default_factory=dict, repr=False, compare=False)
 
     def state_dict(self) -> dict:
         return {"layers": {int(i): {k: v.detach().cpu().clone() for k, v in d.items()}
@@ -169,6 +171,9 @@ class Compressor:
     # where the DDP hook runs the codec (shim/exchange/device_codec.py): "auto" (the device
     # for gradients off the CPU, numba on it), "device" or "host"
     codec = "auto"
+    # the device codec's encode and decode of a bucket each as one CUDA graph (on the CPU the
+    # same static-buffer plumbing, eagerly): shim/exchange/bucket_graphs.py
+    graphs = False
     # a non-finite gradient in the DDP hook: "raise" (the contract: a NaN is NonFiniteError on
     # its rank, PeerNonFiniteError on the others; an Inf saturates) or "skip" (mixed precision
     # with torch's GradScaler: a NaN or Inf on any rank makes the bucket's averages NaN on

@@ -28,6 +28,8 @@ from gradblock.refmodel.quantiser import NonFiniteError
 from gradblock.torchstep.bucket import (NONFINITE_WORD, SKIP_WORD, BucketLayout, bucket_layout,
                                         decode_slots, encode_slot)
 
+from .bucket_graphs import graphed
+
 from ..compress.compressors import (Compressor, LayerInfo, PacketError, StepStats, WorkerState,
                                     decode_group, widen)
 
@@ -221,6 +223,7 @@ class DeviceSend:
     nan_masks: tuple                 # (dense NaN mask, coarse NaN mask) for the error's message
     old_layers: dict                 # the compressor state before this step, for a NaN
     old_steps: dict
+    graphs: dict | None = None       # the worker's CUDA graphs when the compressor has them
 
     def rollback(self, ws: WorkerState) -> None:
         for i, d in self.old_layers.items():
@@ -254,7 +257,8 @@ def encode_bucket(comp: Compressor, layers: list[LayerInfo], grads: list[torch.T
                   ws: WorkerState, width: int) -> DeviceSend:
     """This rank's slot for `layers` (gradients `grads`, views of one bucket or several),
     encoded on the device without a host sync; `ws` takes the new residuals (and velocities)
-    at once, and DeviceSend.rollback restores it if a NaN shows after the collective."""
+    at once, and DeviceSend.rollback restores it if a NaN shows after the collective. With
+    `comp.graphs` the encode is one CUDA graph per bucket (bucket_graphs.py)."""
     dev = grads[0].device
     for lay, g in zip(layers, grads):
         if g.dtype not in (torch.float32, torch.bfloat16, torch.float16):
@@ -266,63 +270,108 @@ def encode_bucket(comp: Compressor, layers: list[LayerInfo], grads: list[torch.T
     layout = _layout(comp, layers)
     T = layout.tensors(dev)
     coarse = [lay for lay, f in zip(layers, layout.framed) if f]
-    vm = view_map(list(grads))
-    flat_all = widen(vm.gather().detach())
+    flat_in = view_map(list(grads)).gather().detach()
     skip = getattr(comp, "nonfinite", "raise") == "skip"
     flag_word = SKIP_WORD if skip else NONFINITE_WORD
+    old_layers = {lay.index: ws.layers.get(lay.index) for lay in layers}
+    old_steps = {lay.index: ws.steps.get(lay.index, 0) for lay in coarse}
+    graphs = ws.graphs if getattr(comp, "graphs", False) else None
+    if not coarse:
+        flat_all = widen(flat_in)
+        dense_f = flat_all.index_select(0, T["dense_map"])
+        dense_nan = torch.isnan(dense_f)
+        nonfinite = (~torch.isfinite(flat_all)).any() if skip else dense_nan.any()
+        slot, _ = encode_slot(layout, None, flat_all[:0].view(torch.int32),
+                              dense_f.view(torch.int32), width, 1 << comp.lmax_log2, nonfinite,
+                              flag_word)
+        stats = torch.tensor([4 * T["dense_total"], T["dense_total"], 0, 0, 0],
+                             dtype=torch.int64, device=dev)
+        return DeviceSend(slot, width, layout, list(layers), list(grads), stats,
+                          (dense_nan, None), old_layers, old_steps, graphs)
+    ks = comp._ks(coarse, comp.compressed_step(coarse[0], ws))
+    plan = comp._plan(coarse, dev, ks)
+    flat_r = _flat_state(ws, coarse, "residual", dev)
+    flat_u = None if comp.momentum is None else _flat_state(ws, coarse, "velocity", dev)
+
+    def encode(flat_in, flat_r, flat_u):
+        return _encode_core(comp, layout, plan, width, skip, flag_word, flat_in, flat_r, flat_u)
+    if graphs is None:
+        out = encode(flat_in, flat_r, flat_u)
+    else:
+        key = ("encode", id(comp), id(layout), tuple(ks) if isinstance(ks, list) else ks, width,
+               flat_in.dtype, skip)
+        out, g = graphed(graphs, key, encode, (flat_in, flat_r, flat_u),
+                         keep=(comp, layout, plan))
+        if g is not None:       # the state before this step now lives in the graph's inputs
+            old_layers = _state_views(old_layers, coarse, *g.static_in[1:])
+    slot, stats, residual, velocity, dense_nan, coarse_nan = out
+    residuals = torch.split(residual, [lay.numel for lay in coarse])
+    velocities = None if velocity is None else torch.split(velocity, [lay.numel for lay in coarse])
+    for j, lay in enumerate(coarse):
+        st = {"residual": residuals[j].view(lay.shape)}
+        if velocities is not None:
+            st["velocity"] = velocities[j].view(lay.shape)
+        ws.layers[lay.index] = st
+        ws.steps[lay.index] = ws.steps.get(lay.index, 0) + 1
+    return DeviceSend(slot, width, layout, list(layers), list(grads), stats,
+                      (dense_nan, coarse_nan), old_layers, old_steps, graphs)
+
+
+def _encode_core(comp: Compressor, layout: BucketLayout, plan, width: int, skip: bool,
+                 flag_word: int, flat_in: torch.Tensor, flat_r: torch.Tensor,
+                 flat_u: torch.Tensor | None) -> tuple:
+    """The encode's device work, tensors in and out (what a CUDA graph captures): the flat
+    gradients (any float dtype), residuals and velocities -> (slot, stats, residuals,
+    velocities or None, dense NaN mask or None, coarse NaN mask)."""
+    T = layout.tensors(flat_in.device)
+    flat_all = widen(flat_in)
     flat_g = flat_all if T["identity"] else flat_all.index_select(0, T["coarse_map"])
     dense_words = dense_nan = None
     if T["dense_total"]:
         dense_f = flat_all.index_select(0, T["dense_map"])
         dense_words = dense_f.view(torch.int32)
         dense_nan = torch.isnan(dense_f)
-    old_layers = {lay.index: ws.layers.get(lay.index) for lay in layers}
-    old_steps = {lay.index: ws.steps.get(lay.index, 0) for lay in coarse}
-    stats = torch.zeros(5, dtype=torch.int64, device=dev)
-    coarse_nan = None
-    if coarse:
-        ks = comp._ks(coarse, comp.compressed_step(coarse[0], ws))
-        plan = comp._plan(coarse, dev, ks)
-        flat_r = _flat_state(ws, coarse, "residual", dev)
-        m_fix = flat_u = None
-        if comp.momentum is not None:
-            m_fix = comp.momentum.m_fix
-            flat_u = _flat_state(ws, coarse, "velocity", dev)
-        fs = tc.step_flat(plan, flat_g, flat_r, comp.cfg, flat_u, m_fix, comp.momentum_mask)
-        coarse_nan = fs.flags[0]
-        nonfinite = (~torch.isfinite(flat_all)).any() if skip else coarse_nan.any()
-        if dense_nan is not None and not skip:
-            nonfinite = nonfinite | dense_nan.any()
-        slot, frame_len = encode_slot(layout, plan, fs.payload, dense_words, width,
-                                      1 << comp.lmax_log2, nonfinite, flag_word)
-        sat = [f.sum() for f in fs.flags[1:]] + ([] if len(fs.flags) > 3 else
-                                                 [torch.zeros((), dtype=torch.int64, device=dev)])
-        stats = torch.stack([4 * (frame_len.sum() + T["dense_total"]),
-                             (fs.payload != 0).sum() + T["dense_total"], *sat])
-        residuals = torch.split(fs.residual, [lay.numel for lay in coarse])
-        velocities = None if fs.velocity is None else \
-            torch.split(fs.velocity, [lay.numel for lay in coarse])
-        for j, lay in enumerate(coarse):
-            st = {"residual": residuals[j].view(lay.shape)}
-            if velocities is not None:
-                st["velocity"] = velocities[j].view(lay.shape)
-            ws.layers[lay.index] = st
-            ws.steps[lay.index] = ws.steps.get(lay.index, 0) + 1
-    else:
-        nonfinite = (~torch.isfinite(flat_all)).any() if skip else dense_nan.any()
-        slot, _ = encode_slot(layout, None, flat_g[:0].view(torch.int32), dense_words, width,
-                              1 << comp.lmax_log2, nonfinite, flag_word)
-        stats = torch.tensor([4 * T["dense_total"], T["dense_total"], 0, 0, 0],
-                             dtype=torch.int64, device=dev)
-    return DeviceSend(slot, width, layout, list(layers), list(grads), stats,
-                      (dense_nan, coarse_nan), old_layers, old_steps)
+    m_fix = None if comp.momentum is None else comp.momentum.m_fix
+    fs = tc.step_flat(plan, flat_g, flat_r, comp.cfg, flat_u, m_fix, comp.momentum_mask)
+    coarse_nan = fs.flags[0]
+    nonfinite = (~torch.isfinite(flat_all)).any() if skip else coarse_nan.any()
+    if dense_nan is not None and not skip:
+        nonfinite = nonfinite | dense_nan.any()
+    slot, frame_len = encode_slot(layout, plan, fs.payload, dense_words, width,
+                                  1 << comp.lmax_log2, nonfinite, flag_word)
+    zero = torch.zeros((), dtype=torch.int64, device=flat_in.device)
+    sat = [f.sum() for f in fs.flags[1:]] + ([] if len(fs.flags) > 3 else [zero])
+    stats = torch.stack([4 * (frame_len.sum() + T["dense_total"]),
+                         (fs.payload != 0).sum() + T["dense_total"], *sat])
+    return slot, stats, fs.residual, fs.velocity, dense_nan, coarse_nan
+
+
+def _state_views(old_layers: dict, coarse, flat_r: torch.Tensor, flat_u) -> dict:
+    """`old_layers` with the coarse layers' tensors as views of the flat state `flat_r` /
+    `flat_u` (the same values: the graph's copies of them); absent stays absent."""
+    out, at = dict(old_layers), 0
+    for lay in coarse:
+        d = old_layers.get(lay.index)
+        if d is not None:
+            seg = {"residual": flat_r[at:at + lay.numel].view(lay.shape)}
+            if "velocity" in d and flat_u is not None:
+                seg["velocity"] = flat_u[at:at + lay.numel].view(lay.shape)
+            out[lay.index] = {**d, **seg}
+        at += lay.numel
+    return out
 
 
 def decode_bucket(sent: DeviceSend, gathered: torch.Tensor) -> torch.Tensor:
     """Decode and average the gathered slots (world, width) and write the averages into the
     bucket's views, all on the device; -> `bad` (0-d bool): the averages are void and
-    bucket_error must run. No host sync."""
-    flat, bad = decode_slots(sent.layout, gathered)
+    bucket_error must run. No host sync. One CUDA graph when the encode had them."""
+    if sent.graphs is None:
+        flat, bad = decode_slots(sent.layout, gathered)
+    else:
+        key = ("decode", id(sent.layout), tuple(gathered.shape))
+        layout = sent.layout
+        (flat, bad), _ = graphed(sent.graphs, key, lambda g: decode_slots(layout, g),
+                                 (gathered,), keep=layout)
     write_views(sent.views, flat)
     return bad
 
