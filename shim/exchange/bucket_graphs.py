@@ -44,6 +44,7 @@ class Graphed:
 
     def __init__(self, fn: Callable, inputs: tuple, keep=None):
         self.fn, self.keep = fn, keep
+        self.memo: dict = {}         # the caller's per-graph derived objects (views of outputs)
         self.static_in = tuple(None if x is None else x.detach().clone() for x in inputs)
         self.static_out = None
         self.graph = None

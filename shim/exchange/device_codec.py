@@ -18,6 +18,7 @@ reference's error class and message. A NaN leaves every rank's compressor state 
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -222,11 +223,13 @@ class DeviceSend:
     stats: torch.Tensor              # (5,) int64: StepStats' fields, read when stats are read
     nan_masks: tuple                 # (dense NaN mask, coarse NaN mask) for the error's message
     old_layers: dict                 # the compressor state before this step, for a NaN
+    # (with graphs: a function that builds it, views of the graph's inputs, on a rollback only)
     old_steps: dict
     graphs: dict | None = None       # the worker's CUDA graphs when the compressor has them
 
     def rollback(self, ws: WorkerState) -> None:
-        for i, d in self.old_layers.items():
+        old = self.old_layers() if callable(self.old_layers) else self.old_layers
+        for i, d in old.items():
             if d is None:
                 ws.layers.pop(i, None)
             else:
@@ -295,6 +298,7 @@ def encode_bucket(comp: Compressor, layers: list[LayerInfo], grads: list[torch.T
 
     def encode(flat_in, flat_r, flat_u):
         return _encode_core(comp, layout, plan, width, skip, flag_word, flat_in, flat_r, flat_u)
+    g = None
     if graphs is None:
         out = encode(flat_in, flat_r, flat_u)
     else:
@@ -303,15 +307,16 @@ def encode_bucket(comp: Compressor, layers: list[LayerInfo], grads: list[torch.T
         out, g = graphed(graphs, key, encode, (flat_in, flat_r, flat_u),
                          keep=(comp, layout, plan))
         if g is not None:       # the state before this step now lives in the graph's inputs
-            old_layers = _state_views(old_layers, coarse, *g.static_in[1:])
+            old_layers = functools.partial(_state_views, old_layers, coarse, *g.static_in[1:])
     slot, stats, residual, velocity, dense_nan, coarse_nan = out
-    residuals = torch.split(residual, [lay.numel for lay in coarse])
-    velocities = None if velocity is None else torch.split(velocity, [lay.numel for lay in coarse])
-    for j, lay in enumerate(coarse):
-        st = {"residual": residuals[j].view(lay.shape)}
-        if velocities is not None:
-            st["velocity"] = velocities[j].view(lay.shape)
-        ws.layers[lay.index] = st
+    # a graph's outputs are the same tensors every step: their per-layer views are made once
+    views = None if g is None else g.memo.get("state")
+    if views is None:
+        views = _layer_views(coarse, residual, velocity)
+        if g is not None:
+            g.memo["state"] = views
+    for lay, st in zip(coarse, views):
+        ws.layers[lay.index] = dict(st)
         ws.steps[lay.index] = ws.steps.get(lay.index, 0) + 1
     return DeviceSend(slot, width, layout, list(layers), list(grads), stats,
                       (dense_nan, coarse_nan), old_layers, old_steps, graphs)
@@ -344,6 +349,20 @@ def _encode_core(comp: Compressor, layout: BucketLayout, plan, width: int, skip:
     stats = torch.stack([4 * (frame_len.sum() + T["dense_total"]),
                          (fs.payload != 0).sum() + T["dense_total"], *sat])
     return slot, stats, fs.residual, fs.velocity, dense_nan, coarse_nan
+
+
+def _layer_views(coarse, residual: torch.Tensor, velocity: torch.Tensor | None) -> list[dict]:
+    """Each coarse layer's state as views of the flat residuals (and velocities)."""
+    sizes = [lay.numel for lay in coarse]
+    rs = torch.split(residual, sizes)
+    us = None if velocity is None else torch.split(velocity, sizes)
+    out = []
+    for j, lay in enumerate(coarse):
+        st = {"residual": rs[j].view(lay.shape)}
+        if us is not None:
+            st["velocity"] = us[j].view(lay.shape)
+        out.append(st)
+    return out
 
 
 def _state_views(old_layers: dict, coarse, flat_r: torch.Tensor, flat_u) -> dict:
