@@ -86,7 +86,7 @@ def _counts(prof, device: torch.device) -> dict:
 
 def time_method(model_name: str, method: str, device: torch.device, shape, batch: int,
                 warmup: int, steps: int, bf16: bool, channels_last: bool, base,
-                top: int = 0, log=print) -> dict:
+                top: int = 0, log=print, trace: str | None = None) -> dict:
     model = copy.deepcopy(base).to(device)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
@@ -125,10 +125,14 @@ def time_method(model_name: str, method: str, device: torch.device, shape, batch
             times.append(ms)
     from torch.profiler import ProfilerActivity, profile
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=acts) as prof:
+    with profile(activities=acts, with_stack=trace is not None) as prof:
         step()
         if cuda:
             torch.cuda.synchronize(device)
+    if trace:               # the step's timeline with Python stacks (chrome://tracing, Perfetto)
+        import os
+        os.makedirs(trace, exist_ok=True)
+        prof.export_chrome_trace(os.path.join(trace, f"{model_name}_{method}.json"))
     if top:     # where the profiled step's time goes: device kernels, then host operators
         for key in (("self_cuda_time_total",) if cuda else ()) + ("self_cpu_time_total",):
             log(f"-- {model_name} {method}: top {top} by {key}")
@@ -142,7 +146,8 @@ def time_method(model_name: str, method: str, device: torch.device, shape, batch
 
 
 def run(device: torch.device, models, methods, warmup: int, steps: int, tiny: bool,
-        bf16: bool, channels_last: bool, log=print, top: int = 0) -> dict:
+        bf16: bool, channels_last: bool, log=print, top: int = 0,
+        trace: str | None = None) -> dict:
     from gradblock.shim.setup.models import build_model
     shapes = TINY if tiny else FULL
     own_group = not dist.is_initialized()
@@ -156,7 +161,7 @@ def run(device: torch.device, models, methods, warmup: int, steps: int, tiny: bo
             base = build_model(name, num_classes=10, in_shape=shape, seed=0)
             for method in methods:
                 row = time_method(name, method, device, shape, batch, warmup, steps, bf16,
-                                  channels_last, base, top=top, log=log)
+                                  channels_last, base, top=top, log=log, trace=trace)
                 rows.append(row)
                 log(f"  {name:9s} {method:10s} {row['median_ms']:9.2f} ms", flush=True)
     finally:
@@ -201,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None)
     p.add_argument("--top", type=int, default=0,
                    help="print the profiled step's N costliest operators per method")
+    p.add_argument("--trace", default=None, metavar="DIR",
+                   help="write each profiled step's timeline, Python stacks included, here")
     a = p.parse_args(argv)
     if a.warmup < 0 or a.steps < 1:
         p.error("--warmup must be >= 0 and --steps >= 1")
@@ -214,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         torch.set_num_threads(1)
     rep = run(device, a.models, a.methods, a.warmup, a.steps, a.tiny, a.bf16, a.channels_last,
-              top=a.top)
+              top=a.top, trace=a.trace)
     table = format_table(rep)
     print(table)
     if a.json:
