@@ -186,7 +186,11 @@ DUTS: dict[str, Dut] = {d.name: d for d in [
         tests=("decode_cases", "decode_errors", "reset_mid_frame", "ready_paths", "throughput"),
         builds={"w1": {"W": 1}, "w4": {"W": 4}, "w16": {"W": 16}},
         dedicated=(Run("decode_cases,decode_errors,reset_mid_frame,ready_paths", None,
-                       env={"TB_FUZZ": "200"}),)),
+                       env={"TB_FUZZ": "200"}),),
+        # its mutants judged at W = 4: the sharp pair first (frames cut at every lane, every
+        # error code, fuzz), so a killed mutant stops there; then resets, ready path and rate
+        mutation=(Run("decode_cases,decode_errors", None, {"W": 4, "QUEUE_AW": 4}),
+                  Run("reset_mid_frame,ready_paths,throughput", None, {"W": 4, "QUEUE_AW": 4}))),
     # W-lane codec (issue 31): W words a cycle; the lane builds W 1, 4, 16
     Dut("crc32_lanes", "crc32_lanes", _tb("crc32_lanes"), parameters={"W": 4},
         needs_vectors=False, tests=("known_values", "random_streams", "long_streams"),
@@ -205,7 +209,13 @@ DUTS: dict[str, Dut] = {d.name: d for d in [
                "config_clamp", "ready_paths", "throughput"),
         builds={"w1": {"W": 1}, "w4": {"W": 4}, "w16": {"W": 16}},
         dedicated=(Run("encode_cases,lane_sweep,ring_full,random_cases,reset_mid_frame,"
-                       "config_clamp,ready_paths", None),)),
+                       "config_clamp,ready_paths", None),),
+        # its mutants judged at W = 4: the frame tests first (a killed mutant stops there),
+        # then the ring, resets, the clamp, the ready paths and the rate
+        mutation=(Run("encode_cases,lane_sweep,random_cases", None,
+                      {"W": 4, "LMAX_LOG2_MAX": 8}),
+                  Run("ring_full,reset_mid_frame,config_clamp,ready_paths,throughput", None,
+                      {"W": 4, "LMAX_LOG2_MAX": 8}))),
     # datapath blocks (their testbenches read TB_GOLDEN_DIR / TB_GOLDEN_DIRS, sim/benches/tb_util.py)
     Dut("quantiser", "quantiser", _tb("quantiser"), "quantiser",
         arrays=("grad_bits", "quantised", "quant_sat", "quant_nan"),

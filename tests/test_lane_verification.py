@@ -192,7 +192,8 @@ def test_crc32_lanes_registered_stage_bug_fails_the_proof(tmp_path):
 
 
 # ------------------------------------------------------------------ mutation checks
-@pytest.mark.parametrize("name", ["crc32_lanes", "block_norm_lanes"])
+@pytest.mark.parametrize("name", ["crc32_lanes", "block_norm_lanes", "zrle_lane_decoder",
+                                  "zrle_lane_encoder"])
 def test_lane_blocks_are_mutated_at_w4(name):
     """`gradblock mutate --modules crc32_lanes block_norm_lanes` judges them at W = 4 with
     tests their benches have."""
