@@ -11,9 +11,12 @@ Tests
                    splits, n = 0 and 1, or the frames of a golden directory (TB_GOLDEN_DIR).
   decode_errors    every error code of spec §3.5 on purpose (tb_zrle_decoder's targeted cases,
                    every truncation point, more LMAX-split and trailer cases), then TB_FUZZ
-                   fixed-seed corruptions: the code and word must match codec.zrle and the
-                   values that did come out must be a prefix of what the tokens describe
-  reset_mid_frame  reset in the header, in a run under backpressure and while draining
+                   fixed-seed corruptions: the code and word must match codec.zrle, token_count
+                   the tokens whose L word was read (tokens_read), and the values that did
+                   come out must be a prefix of what the tokens describe; overruns whose
+                   z + L passes 2^32
+  reset_mid_frame  reset in the header, in a run under backpressure and while draining; the
+                   status outputs read zero after it (zrle_decoder's reset state)
   ready_paths      s_tready does not change when only m_tready does
   throughput       unthrottled frames: frame words per cycle (TB_METRICS), >= 0.9·W on long
                    dense frames (LMAX 256), the beats exactly one per cycle
@@ -199,6 +202,33 @@ class LaneDecoderEnv:
         raise AssertionError("decoder output did not go quiet")
 
 
+def tokens_read(words, expected_n=None) -> int:
+    """token_count at a frame's error report: the tokens whose L word the decoder read, the
+    failing token included (hw/zrle_lane_decoder.sv; codec.zrle.decode_frame's token loop): 0
+    for a header error, the failing token's index + 1 for an error in its (z, L) or literals,
+    the index alone when the frame ends before its L word, every token for a trailer error."""
+    w = [int(x) & MASK for x in words]
+    code, word = expected_status(words, expected_n)
+    if len(w) < zrle.HEADER_WORDS or (code and word < zrle.HEADER_WORDS):
+        return 0
+    lmax, n = 1 << ((w[1] >> 8) & 0xFF), w[3]
+    pos, produced, count, prev_l = zrle.HEADER_WORDS, 0, 0, lmax
+    while produced < n:
+        if pos + 1 >= len(w):
+            return count
+        count += 1
+        z, L = w[pos], w[pos + 1]
+        rem = n - produced
+        if L > lmax or (z == 0 and L == 0) or (z == 0 and prev_l != lmax) or z + L > rem \
+                or (L == 0 and z < rem) or pos + 2 + L > len(w) \
+                or any(x == 0 for x in w[pos + 2:pos + 2 + L]):
+            return count
+        produced += z + L
+        pos += 2 + L
+        prev_l = L
+    return count
+
+
 def frame_of(words) -> AxiStreamFrame:
     """A frame as cocotbext-axi sends it on a bus of W 32-bit "bytes": dense beats, the last
     beat's tkeep a run of ones from lane 0 (the lane convention)."""
@@ -263,6 +293,12 @@ def extra_error_cases(W: int):
         ("split_ok_then_zero_run", build_frame([(0, [5, 6]), (0, [7]), (2, [])], 5, 1), None),
         ("t0_wrong_big", build_frame([(2, lits)], 2 + len(lits), 8, t0=0xFFFFFFFF), None),
         ("extra_beat_after_t1", f + [1] * (W + 1), None),
+        # z + L past 2^32: the overrun compare must see the sum's carry (rem - z - L below
+        # -2^32 looks positive in 33 bits), also after a token and when the sum wraps to rem
+        ("overrun_z_wraps", build_frame([(0xFFFFFFFF, [5, 6, 7])], 1, 8), None),
+        ("overrun_z_wraps_late", build_frame([(2, [5]), (0xFFFFFFFF, [1, 2, 3, 4])], 5, 8),
+         None),
+        ("overrun_sum_wraps_to_rem", build_frame([(0xFFFFFFFF, [5, 6])], 1, 8), None),
         ("n0_truncated_t1", build_frame([], 0)[:6], None),
         ("size_ok_n0", build_frame([], 0), 0),
         ("size_mismatch_n0", build_frame([], 0), 1),
@@ -357,6 +393,9 @@ async def run_one(env, dut, name, words, expected_n, slack=10.0):
             problems.append(f"{name}: expected {E.ERROR_NAMES[code]} ({code}) at word {word}, got "
                             + (f"{E.ERROR_NAMES.get(st.code, '?')} ({st.code}) at word {st.word}"
                                if st.kind == "err" else "done"))
+        elif st.tokens != tokens_read(words, expected_n):
+            problems.append(f"{name}: token_count {st.tokens} at the error, expected "
+                            f"{tokens_read(words, expected_n)} (tokens whose L word was read)")
         got = env.out.words
         allowed = segments_before_error(words)
         if not is_prefix_of_segments(got, allowed):
@@ -417,6 +456,11 @@ async def reset_mid_frame(dut):
         await env.source.send(frame_of(frame))
         await ClockCycles(dut.clk, when)
         await tb.reset_endpoints_idle(dut, env.source, env.sink)
+        # the status outputs read as nothing decoded, as zrle_decoder's do after a reset
+        status = {s: int(getattr(dut, s).value) for s in (
+            "hdr_layer_id", "hdr_n", "hdr_range_bits", "hdr_lmax_log2", "token_count",
+            "err_code", "err_word", "hdr_valid", "done", "err_valid")}
+        assert not any(status.values()), f"after reset at {when}: status outputs {status}"
         env.traffic(0.0, 0.0, prng)
         problems = await run_one(env, dut, f"clean after reset at {when}", clean.frame, clean.n)
         assert not problems, "\n".join(problems)
