@@ -279,7 +279,7 @@ module aggregate_engine #(
     // ---- sum beats: what each taken value adds where ---------------------------------------
     // o_*: a beat of sums to read, add to and write back (o_keep its lanes holding literals),
     // at most one a cycle. W = 1: a literal is such a beat; W > 1: `assemble` (the header).
-    logic              frame_bad, layer_bad, discard, lit_in, push_ok;
+    logic              frame_bad, layer_bad, discard, lit_in, push_ok, take_ok;
     logic              o_push, o_consec, o_gap, o_page_last, o_last;
     logic [ADDR_W-1:0] o_addr;
     logic   [32*W-1:0] o_data;
@@ -301,7 +301,7 @@ module aggregate_engine #(
 
     assign discard = frame_bad || layer_bad;
     assign push_ok = !lit_full && !desc_full;
-    assign val_ready = in_frames && push_ok;
+    assign val_ready = in_frames && take_ok;
     assign val_fire = val_valid && val_ready;
     assign lit_in = val_fire && !discard && val_nz;
 
@@ -316,6 +316,7 @@ module aggregate_engine #(
         // a burst is closed by a zero (or a dropped value) after it
         assign o_gap = val_fire && !lit_in;
         assign ob_valid = 1'b0;
+        assign take_ok = push_ok;
         assign dec_quiet = !dec_valid;
         logic unused_beat;
         assign unused_beat = ^{val_keep, bf_next};
@@ -327,8 +328,16 @@ module aggregate_engine #(
         logic [2*W-1:0]  wkeep;
         logic [32*W-1:0] m_data, ob_data;           // the open beat with the chunk's first part
         logic    [W-1:0] m_keep, ob_keep;
-        logic [ADDR_W-1:0] cur_beat, ob_addr, next_addr;
+        logic [ADDR_W-1:0] cur_beat, ob_addr;
+        logic     [OW:0] off_end;                   // off + the run's count, when below 2W
         logic            ob_v, leaves, flush, dec_valid_q;
+        // the beat that leaves, as decided this cycle (c_*), and the register stage it waits
+        // in (st_*) before the burst gathering and the literal FIFO: the lane shift and the
+        // decision end at a register, not at the FIFOs' flags (ECP5, W = 4)
+        logic              c_push, c_last, st_v, st_last, st_go;
+        logic [ADDR_W-1:0] c_addr, st_addr;
+        logic   [32*W-1:0] c_data, st_data;
+        logic      [W-1:0] c_keep, st_keep;
 
         for (genvar l = 0; l < W; l++) begin : g_mask
             assign val_m[32 * l +: 32] = val[32 * l +: 32] & {32{val_keep[l]}};
@@ -339,24 +348,53 @@ module aggregate_engine #(
         assign m_data = (ob_v ? ob_data : '0) | wide[32*W-1:0];
         assign m_keep = (ob_v ? ob_keep : '0) | wkeep[W-1:0];
         assign cur_beat = {v_addr[ADDR_W-1:LB], {LB{1'b0}}};
-        assign next_addr = v_addr + ADDR_W'({val_count, 3'b000});
-        // a run (or a dropped chunk) that leaves the open beat's index behind
-        assign leaves = next_addr[ADDR_W-1:LB] != v_addr[ADDR_W-1:LB];
+        assign off_end = {1'b0, off} + {1'b0, val_count[OW-1:0]};
+        // a run (or a dropped chunk) that leaves the open beat's index behind: off + count
+        // reaches W (the same as comparing the beat of v_addr + 8 * count, without the carry
+        // chain: a configuration's sums end inside the address space, so that sum never wraps)
+        assign leaves = (|val_count[31:OW]) || off_end[OW];
         // the frame's values are all in: the open beat goes
         assign flush = ob_v && in_frames && tlast_in && (dec_done_seen || dec_err_seen)
-                       && dec_quiet && !val_valid && push_ok;
+                       && dec_quiet && !val_valid && take_ok;
         assign dec_quiet = !dec_valid && !dec_valid_q;
-        assign ob_valid = ob_v;
+        assign ob_valid = ob_v || st_v;
 
         // a beat leaves when a chunk reaches its last lane, when a value leaves it behind,
         // or at the frame's end; a chunk's beat is the open one merged with it
-        assign o_push = (lit_in && wkeep[W-1]) || (val_fire && !lit_in && ob_v && leaves) || flush;
-        assign o_addr = lit_in ? cur_beat : ob_addr;
-        assign o_data = lit_in ? m_data : ob_data;
-        assign o_keep = lit_in ? m_keep : ob_keep;
-        assign o_page_last = &o_addr[11:LB];
-        assign o_last = flush;
+        assign c_push = (lit_in && wkeep[W-1]) || (val_fire && !lit_in && ob_v && leaves) || flush;
+        assign c_addr = lit_in ? cur_beat : ob_addr;
+        assign c_data = lit_in ? m_data : ob_data;
+        assign c_keep = lit_in ? m_keep : ob_keep;
+        assign c_last = flush;
+        // the stage goes on when both FIFOs have room; a value is taken only when the stage
+        // is free for what it may push
+        assign st_go = st_v && push_ok;
+        assign take_ok = !st_v || st_go;
+        assign o_push = st_go;
+        assign o_addr = st_addr;
+        assign o_data = st_data;
+        assign o_keep = st_keep;
+        assign o_page_last = &st_addr[11:LB];
+        assign o_last = st_last;
         assign o_consec = o_addr == bf_next;
+
+        always_ff @(posedge clk) begin
+            if (rst) begin
+                st_v <= 1'b0;
+            end else if (c_push) begin
+                st_v <= 1'b1;
+            end else if (st_go) begin
+                st_v <= 1'b0;
+            end
+            // loaded whenever the stage is free (st_v says whether it holds a beat): the
+            // enable is then the early `take_ok`, not the late decision
+            if (take_ok) begin
+                st_addr <= c_addr;
+                st_data <= c_data;
+                st_keep <= c_keep;
+                st_last <= c_last;
+            end
+        end
         // a beat that does not follow the open burst's last one closes it
         assign o_gap = o_push && !o_consec;
 
@@ -376,18 +414,24 @@ module aggregate_engine #(
                     ob_keep <= m_keep;
                     ob_addr <= cur_beat;
                 end
-            end else if (o_push) begin
+            end else if (c_push) begin
                 ob_v <= 1'b0;
             end
         end
         logic unused_beat;
-        assign unused_beat = ^{v_page_last, val_last, next_addr[LB-1:0]};
+        assign unused_beat = ^{v_page_last, val_last};
 
 `ifndef SYNTHESIS
         // the open beat is the one the next value's index is in; a beat carries a literal
         always @(posedge clk) begin
             if (!rst && ob_v) assert (ob_addr == cur_beat && ob_keep != '0);
             if (!rst && o_push) assert (o_keep != '0 && o_addr[LB-1:0] == '0);
+            if (!rst && c_push) assert (take_ok);     // the stage never drops a beat
+            // `leaves` is the beat comparison it stands for, where it is used (an open beat
+            // and a value that is not a chunk of literals)
+            if (!rst && val_fire && !lit_in && ob_v)
+                assert (leaves == (((v_addr + ADDR_W'({val_count, 3'b000})) >> LB)
+                                   != (v_addr >> LB)));
             if (!rst && val_valid && val_nz) assert (val_count != 32'd0
                                                      && val_count <= 32'(W));
         end
