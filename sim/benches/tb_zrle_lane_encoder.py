@@ -19,6 +19,7 @@ lane, element i in lane (start + i) % W, as a selected block starting mid-beat),
 stretches as zero-run beats of random length, the rest aligned), "random" (each beat a random
 lane range, zero stretches sometimes as counts). Lanes outside s_tkeep carry junk.
 Every output beat is checked for density (full but the last; the last keeps lanes 0..k-1).
+A run of frames fails once no beat (config, input or output) has moved for STALL_CYCLES cycles.
 W and LMAX_LOG2_MAX are the build's own (tb_util.hdl_parameter).
 """
 from __future__ import annotations
@@ -37,6 +38,10 @@ from gradblock.sim.functional_bins import record as record_bins
 from gradblock.sim.benches.tb_zrle_encoder import lmax_log2_max, runnable
 
 PLANS = ("aligned", "blocks", "random")
+# liveness: with frames outstanding, some beat (config, input or output) must move within this
+# many cycles (the bench's gaps and backpressure are random per cycle, never this long), so a
+# stuck encoder fails in a thousand cycles, not at the whole run's time limit
+STALL_CYCLES = 1000
 
 
 # ------------------------------------------------------------------ beat plans
@@ -98,6 +103,7 @@ class LaneEncoderEnv:
         self.out_cycles: list[int] = []          # cycle of every output beat
         self.out_words_at: list[int] = []        # words in each output beat
         self.in_cycles: list[int] = []           # cycle of every input beat taken
+        self.moved = 0                           # cycle of the last handshake of any kind
         self.p_in = 0.0
         self.p_out = 0.0
         self.rng = random.Random(1)
@@ -153,6 +159,10 @@ class LaneEncoderEnv:
                     self._cur = []
             if dut.s_tvalid.value == 1 and dut.s_tready.value == 1:
                 self.in_cycles.append(tb.cycle_now())
+                self.moved = tb.cycle_now()
+            if dut.m_tvalid.value == 1 and dut.m_tready.value == 1 \
+                    or dut.cfg_valid.value == 1 and dut.cfg_ready.value == 1:
+                self.moved = tb.cycle_now()
             dut.m_tready.value = int(not (self.p_out and self.rng.random() < self.p_out))
 
     async def configure(self, case: tb.CodecCase, lmax_log2: int | None = None) -> int:
@@ -211,8 +221,12 @@ class LaneEncoderEnv:
             await self.send_beats(beats)
 
     async def wait_frames(self, count: int) -> None:
+        self.moved = tb.cycle_now()
         while len(self.frames) < count:
             await RisingEdge(self.dut.clk)
+            if tb.cycle_now() - self.moved > STALL_CYCLES:
+                raise AssertionError(f"{len(self.frames)} of {count} frames out, and no beat "
+                                     f"in or out for {STALL_CYCLES} cycles (stuck)")
 
 
 def time_limit_ns(cases, slack: float = 12.0) -> int:
@@ -310,7 +324,8 @@ async def lane_sweep(dut):
 async def ring_full(dut):
     """The literal ring and the token queue full: long dense payloads (a few zeros) against
     heavy output backpressure with no input gaps, so the input keeps pressing on a full ring
-    (a write while stalled would overwrite literals not yet out), at LMAX 256 and LMAX 2."""
+    (a write while stalled would overwrite literals not yet out), at LMAX 256 and LMAX 2; then
+    one-literal tokens, which fill the token queue (a token past it would be lost)."""
     w = tb.hdl_parameter("W")
     limit = lmax_log2_max()
     rng = random.Random(21)
@@ -326,6 +341,14 @@ async def ring_full(dut):
         payload = vals.astype(np.uint32).view(np.int32)
         cases.append(tb.make_case(f"ring_full_lg{lg}", payload, lg, rng.getrandbits(32)))
         plans.append(plan_beats(payload, w, "aligned", rng))
+    # the token queue full: one-literal tokens (x, 0, x, 0, ...) close up to one a cycle and
+    # leave at 3 words each, so with the output stalled the queue fills before the ring does
+    n = 256 + 2 * w + 1                      # ~130 tokens: far more than the queue holds
+    vals = nrng.integers(1, 2**32, size=n, dtype=np.int64)
+    vals[1::2] = 0
+    payload = vals.astype(np.uint32).view(np.int32)
+    cases.append(tb.make_case("queue_full_short_tokens", payload, 8, rng.getrandbits(32)))
+    plans.append(plan_beats(payload, w, "aligned", rng))
     got = await run_frames(env, cases, plans, 60.0)
     assert not got, "\n".join(got.values())
 
