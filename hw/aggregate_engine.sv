@@ -669,20 +669,26 @@ module aggregate_engine #(
     // failed (err, read to s_tlast, the values already offered delivered)
     assign ending = in_frames && tlast_in && (dec_done_seen || dec_err_seen) && dec_quiet
                     && !val_valid && !ob_valid;
-    if (W == 1) begin : g_hdr1
-        // compared every cycle and registered: zrle_decoder's hdr_* are set two cycles before
-        // its hdr_valid, and frames_done and worker 0's fields do not move while a frame's
-        // header is read
-        always_ff @(posedge clk) begin
-            range_bad <= frames_done != 32'd0 && dec_range_bits != hdr_range_bits;
-            id_bad <= frames_done != 32'd0 && dec_layer_id != hdr_layer_id;
-        end
-    end else begin : g_hdrw
-        // zrle_lane_decoder's hdr_* are documented as held while hdr_valid is high (not how
-        // many cycles before it they are set): compared in hdr_valid's cycle
-        assign range_bad = frames_done != 32'd0 && dec_range_bits != hdr_range_bits;
-        assign id_bad = frames_done != 32'd0 && dec_layer_id != hdr_layer_id;
+    // compared every cycle and registered (off the error record's enables, for timing): the
+    // decoders' hdr_* are set at least a cycle before their hdr_valid (zrle_decoder two,
+    // zrle_lane_decoder one; asserted below), and frames_done and worker 0's fields do not
+    // move while a frame's header is read
+    always_ff @(posedge clk) begin
+        range_bad <= frames_done != 32'd0 && dec_range_bits != hdr_range_bits;
+        id_bad <= frames_done != 32'd0 && dec_layer_id != hdr_layer_id;
     end
+`ifndef SYNTHESIS
+    logic [31:0] dec_range_q, dec_id_q;
+    logic        hdr_seen_q;
+    always @(posedge clk) begin
+        dec_range_q <= dec_range_bits;
+        dec_id_q <= dec_layer_id;
+        hdr_seen_q <= !rst;
+        // what the registered comparison relies on
+        if (!rst && hdr_seen_q && hdr_valid)
+            assert (dec_range_bits == dec_range_q && dec_layer_id == dec_id_q);
+    end
+`endif
 
     logic       mem_err;            // SLVERR / DECERR on R or B
     assign mem_err = (rd_push && m_axi_rresp[1]) || (b_fire && m_axi_bresp[1]);
