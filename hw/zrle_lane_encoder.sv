@@ -33,12 +33,16 @@
 //               literals a cycle; a token's last literal cycle, when it has at most W-2
 //               literals, also carries the next queued token's z, L and first literals (a token
 //               leaves the queue as it starts); then t0, and t1 once the CRC holds t0. The
-//               queue's head waits in a register with min(L, 3W) beside L, the drain keeps
-//               min(lit_rem, 2W+1) and lit_rem - W, and each bank's read row is a register.
+//               queue's head waits in a register with min(L, 3W) beside L and what a token
+//               start needs (L - (W-2), its saturated copy and - W, computed as the head
+//               loads), the drain keeps min(lit_rem, 2W+1) and lit_rem - W, and each bank's
+//               read row is a register.
 //   plan reg    the decision is registered with the banks' words read in its cycle; the next
 //               cycle rotates them into the chunk's literal lanes (chunk register).
-//   chunk reg   the CRC (crc32_lanes, data term registered: DATA_REG = 1) absorbs each chunk as
-//               it leaves the register; t1 is the CRC register two cycles after t0 left.
+//   chunk reg   as a chunk enters it, a copy aligned to end in lane W-1 is registered for the
+//               CRC (crc32_lanes' DATA_REG = 1 scheme, inline: data term and power registered,
+//               no shift before the XOR trees); t1 is the CRC register two cycles after t0 left
+//               the chunk register.
 //   packer      lane_packer turns the chunks into dense beats behind a skid buffer, so no path
 //               runs from m_tready to s_tready or cfg_ready.
 //
@@ -125,7 +129,8 @@ module zrle_lane_encoder #(
     localparam int TW   = 32 + LW + SW;                 // token queue entry {z, L, Ls}
     localparam int FIRST_MAX = (W > 2) ? W - 2 : 0;     // literals beside a token's z, L
     localparam int RS   = 2 * W + 1;                    // the drain keeps min(lit_rem, RS)
-    localparam int CRC_LAT = 2;                         // cycles from en to the CRC register
+    localparam int CRC_LAT = 2;                         // cycles from t0 leaving the chunk
+                                                        // register to the CRC register
 
     localparam logic [1:0] IN_IDLE = 2'd0;
     localparam logic [1:0] IN_RUN  = 2'd1;   // payload beats still to come or in the register
@@ -172,7 +177,7 @@ module zrle_lane_encoder #(
     logic [RW:0]     rp;                     // drain: absolute read position (frees slots)
     logic            dn2, dn3;               // IN_DONE a cycle / two cycles ago (the last
                                              // token has then reached the queue)
-    logic [RW:0]     wp1;                    // decide: literals claimed so far
+    logic [RW:0]     wp1;                    // decide: literals claimed so far (wire)
     logic [RW:0]     wp2;                    // commit: ring position of the next literal
     logic            ring_low;               // (registered) fewer than 2W slots were free
     logic [RW:0]     ring_used1;             // literals decided and not yet read out
@@ -191,16 +196,30 @@ module zrle_lane_encoder #(
     logic [LW-1:0]   head_len;
     logic [SW-1:0]   head_ls;                // min(head_len, SAT)
     logic [TOKEN_QUEUE_AW:0] tq;             // tokens decided and not yet popped by the drain
+    // tq from registers only: the count two cycles ago plus last cycle's issue and pop (both
+    // ends of long decisions, so neither reaches an adder in its own cycle)
+    logic [TOKEN_QUEUE_AW:0] tq_d;
+    logic            issue_q, pop_q;
     logic            q_low;                  // (registered) the queue may lack room for one more
 
-    assign ring_used1 = wp1 - rp;
+    assign tq = tq_d + (TOKEN_QUEUE_AW+1)'(issue_q) - (TOKEN_QUEUE_AW+1)'(pop_q);
     assign head_z    = q_head[TW-1 -: 32];
     assign head_len  = q_head[SW +: LW];
     assign head_ls   = q_head[SW-1:0];
 
-    // the queue's head waits in a register (hv, q_head), so the drain decides from flops
+    // the queue's head waits in a register (hv, q_head), so the drain decides from flops;
+    // beside it, what a token's start needs, computed as the head loads: the start from
+    // D_TOK (its literals in the first chunk, more to come) and the literals left after a
+    // first chunk of FIRST_MAX (L - FIRST_MAX, - W, saturated): a start in a last literal
+    // cycle leaves these plus the lanes lrs the previous token took
     logic            hv, f_pop, f_empty;
     logic [TW-1:0]   f_head;
+    logic [LW-1:0]   f_len, h_lfm, h_lfmw;   // h_lfm = L - FIRST_MAX, h_lfmw = h_lfm - W
+    logic [SW-1:0]   f_ls, h_lfms;           // h_lfms = min(h_lfm, RS)
+    logic [PW-1:0]   h_d0;                   // min(Ls, FIRST_MAX)
+    logic            h_more0;                // Ls > FIRST_MAX
+    assign f_len = f_head[SW +: LW];
+    assign f_ls  = f_head[SW-1:0];
     sync_fifo #(.W(TW), .AW(TOKEN_QUEUE_AW)) u_tokens (
         .clk     (clk),
         .rst     (rst),
@@ -218,7 +237,15 @@ module zrle_lane_encoder #(
         if (rst || cfg_take) hv <= 1'b0;
         else if (f_pop)      hv <= 1'b1;
         else if (q_pop)      hv <= 1'b0;
-        if (f_pop) q_head <= f_head;
+        if (f_pop) begin
+            q_head  <= f_head;
+            h_lfm   <= f_len - LW'(FIRST_MAX);
+            h_lfmw  <= f_len - LW'(FIRST_MAX) - LW'(W);
+            // (L < FIRST_MAX wraps to a large value: read only when L > FIRST_MAX - lrs)
+            h_lfms  <= (f_len >= LW'(FIRST_MAX + RS)) ? SW'(RS) : SW'(f_len - LW'(FIRST_MAX));
+            h_d0    <= (f_ls <= SW'(FIRST_MAX)) ? PW'(f_ls) : PW'(FIRST_MAX);
+            h_more0 <= (f_ls > SW'(FIRST_MAX));
+        end
     end
 
     // read: ring position rp + l is in bank (rp + l) mod W
@@ -488,6 +515,11 @@ module zrle_lane_encoder #(
     assign c_data  = ib_data[32*W*r_idx +: 32*W];
     assign c_run   = ib_run[32*r_idx +: 32];
     assign c_tok_z = r_open ? open_z : zrun + 32'(r_zb);
+    // wp1, the literals the decide step has claimed, is the commit's wp2 plus the span it
+    // commits this cycle (the commit runs a cycle behind the decide step): from registers,
+    // so no adder follows the decision
+    assign wp1        = wp2 + ((r_span) ? (RW+1)'(r_nlit) : '0);
+    assign ring_used1 = wp1 - rp;
     assign c_tok_l = lit_cnt + LW'(r_nlit);
     assign c_push  = (r_span && r_close) || (r_zbeat && r_open) || (r_tail && (r_open || r_zpend));
     assign c_wdata = r_span ? {c_tok_z, c_tok_l, ls_of(c_tok_l)}
@@ -525,6 +557,14 @@ module zrle_lane_encoder #(
     logic            ck_valid, ck_last, ck_t0, ck_ready, pk_ready, pk_take;
     logic [32*W-1:0] ck_data;
     logic [PW-1:0]   ck_cnt;
+    // The CRC's copy of the chunk (cc_al, cc_n): loaded as the chunk enters the chunk
+    // register, its words already moved up to end in lane W-1 (zeros below; cc_n = 0 when no
+    // chunk entered), so the CRC's data term is XOR trees from flops with no shift before
+    // them. The CRC thus absorbs a chunk the cycle after it enters the chunk register, not as
+    // it leaves it: the chunks and their order are the same, and t1 still waits for t0 to
+    // leave the chunk register (t0_in), by which time the CRC holds it.
+    logic [32*W-1:0] cc_al, cc_al_next;
+    logic [PW-1:0]   cc_n, cc_n_next;
     logic            produce, p_last, p_t0;
     logic [32*W-1:0] p_data;                 // the chunk's words that are not literals
     logic [W-1:0]    p_lit, p_sh2;           // lane l: the literal at rp + l / rp + l - 2
@@ -541,10 +581,13 @@ module zrle_lane_encoder #(
     logic [2:0]      d_next;
     logic            tok_start;              // a token's z goes out this cycle
     logic            trailer_now;
-    logic [31:0]     crc, crc_unused;
+    logic [31:0]     crc;                    // the CRC of the words absorbed so far
     logic [1:0]      t0_in;                  // t0 left the chunk register 1, 2 cycles ago
     logic            crc_done;               // the CRC register holds every word up to t0
-    logic [SW-1:0]   dr_d;                   // the new token's literals in this chunk
+    logic [PW-1:0]   dr_d;                   // the new token's literals in this chunk
+    logic [PW-1:0]   dr_n;                   // a last literal cycle's literals, both tokens
+    logic [SW:0]     lr_ls;                  // Ls + lrs
+    assign lr_ls  = (SW+1)'(head_ls) + (SW+1)'(lrs);
     logic            r_le_fm, r_le_w;
 
     assign hdr_w[0 +: 32]   = gradblock_pkg::ZRLE_MAGIC;
@@ -574,19 +617,62 @@ module zrle_lane_encoder #(
         sat_rs = (v >= LW'(RS)) ? SW'(RS) : SW'(v);
     endfunction
 
+    // The chunk's words other than literals and its literal lanes, by state alone: they are
+    // read only with produce (pl_valid) and only in lanes 0 .. p_cnt-1, so the conditions
+    // that decide whether a chunk goes out (pl_ready, a queued token, the trailer's turn,
+    // crc_done) need not reach these 32W-bit selects. Lane layouts (docs/hw.md):
+    //   D_HDR  header words hdr_idx ..;  D_TOK  z, L, the first literals (or t0 in lane 0
+    //   when no token is queued);  D_L  L;  D_T1  t1;  D_LIT  W literals, or a token's last
+    //   lrs literals, the next token's z, L and its first literals (lrs <= FIRST_MAX).
+    logic p_start;                           // D_LIT: the next token starts in this chunk
+    assign p_start = r_le_fm && !q_empty && W > 2;
+    always_comb begin
+        p_data = '0;
+        p_lit  = '0;
+        p_sh2  = '0;
+        case (d_state)
+            D_HDR: begin
+                for (int l = 0; l < W; l++) begin
+                    if (5'(hdr_idx) + 5'(l) < 5'd5)
+                        p_data[32*l +: 32] = hdr_w[32*(5'(hdr_idx) + 5'(l)) +: 32];
+                end
+            end
+            D_TOK: begin
+                p_data[31:0] = q_empty ? tok_count : head_z;
+                for (int l = 1; l < W; l++) begin
+                    if (l == 1) p_data[32*l +: 32] = 32'(head_len);
+                    else        {p_lit[l], p_sh2[l]} = 2'b11;
+                end
+            end
+            D_L:  p_data[31:0] = 32'(head_len);
+            D_T1: p_data[31:0] = crc;
+            D_LIT: begin
+                if (p_start) begin
+                    for (int l = 0; l < W; l++) begin
+                        if (SW'(l) < lrs)           p_lit[l] = 1'b1;
+                        else if (SW'(l) == lrs)     p_data[32*l +: 32] = head_z;
+                        else if (SW'(l) == lrs + 1) p_data[32*l +: 32] = 32'(head_len);
+                        else {p_lit[l], p_sh2[l]} = 2'b11;     // l >= 2 here
+                    end
+                end else begin
+                    p_lit = '1;
+                end
+            end
+            default: ;
+        endcase
+    end
+
     always_comb begin
         tok_start    = 1'b0;
         produce      = 1'b0;
         p_last       = 1'b0;
         p_t0         = 1'b0;
-        p_data       = '0;
-        p_lit        = '0;
-        p_sh2        = '0;
         p_cnt        = '0;
         q_pop        = 1'b0;
         rd_n         = '0;
         d_next       = d_state;
         dr_d         = '0;
+        dr_n         = '0;
         lit_rem_next = lit_rem;
         lr_mw_next   = lr_mw;
         lrs_next     = lrs;
@@ -594,10 +680,6 @@ module zrle_lane_encoder #(
             case (d_state)
                 D_HDR: begin
                     produce = 1'b1;
-                    for (int l = 0; l < W; l++) begin
-                        if (5'(hdr_idx) + 5'(l) < 5'd5)
-                            p_data[32*l +: 32] = hdr_w[32*(5'(hdr_idx) + 5'(l)) +: 32];
-                    end
                     p_cnt = (5'd5 - 5'(hdr_idx) < 5'(W)) ? PW'(5'd5 - 5'(hdr_idx)) : PW'(W);
                     if (5'(hdr_idx) + 5'(W) >= 5'd5) d_next = D_TOK;
                 end
@@ -605,33 +687,25 @@ module zrle_lane_encoder #(
                     if (!q_empty) begin
                         produce = 1'b1;
                         if (W == 1) begin
-                            p_data[31:0] = head_z;
                             p_cnt  = PW'(1);
                             d_next = D_L;
                         end else begin
                             // the token leaves the queue as it starts: its head is then the
                             // next token, which the last literal cycle may already start
-                            dr_d = (head_ls <= SW'(FIRST_MAX)) ? head_ls : SW'(FIRST_MAX);
-                            // lanes from p_cnt on are not taken (the packer and the CRC
-                            // read lanes 0 .. p_cnt-1), so they need no zeros
-                            for (int l = 0; l < W; l++) begin
-                                if (l == 0)      p_data[32*l +: 32] = head_z;
-                                else if (l == 1) p_data[32*l +: 32] = 32'(head_len);
-                                else {p_lit[l], p_sh2[l]} = 2'b11;
-                            end
+                            dr_d = h_d0;
                             tok_start    = 1'b1;
                             q_pop        = 1'b1;
-                            p_cnt        = PW'(dr_d) + PW'(2);
-                            rd_n         = PW'(dr_d);
-                            lit_rem_next = head_len - LW'(dr_d);
-                            lr_mw_next   = head_len - LW'(dr_d) - LW'(W);
-                            lrs_next     = (head_ls >= SW'(SAT)) ? SW'(RS) : sat_rs(LW'(head_ls - dr_d));
-                            if (head_ls > SW'(FIRST_MAX)) d_next = D_LIT;
+                            p_cnt        = dr_d + PW'(2);
+                            rd_n         = dr_d;
+                            // (read only when literals are left: L > FIRST_MAX)
+                            lit_rem_next = h_lfm;
+                            lr_mw_next   = h_lfmw;
+                            lrs_next     = h_lfms;
+                            if (h_more0) d_next = D_LIT;
                         end
                     end else if (trailer_now) begin
                         produce = 1'b1;
                         p_t0    = 1'b1;
-                        p_data[31:0] = tok_count;
                         p_cnt  = PW'(1);
                         d_next = D_T1;
                     end
@@ -640,7 +714,6 @@ module zrle_lane_encoder #(
                     produce      = 1'b1;
                     tok_start    = 1'b1;
                     q_pop        = 1'b1;
-                    p_data[31:0] = 32'(head_len);
                     p_cnt        = PW'(1);
                     lit_rem_next = head_len;
                     lr_mw_next   = head_len - LW'(W);
@@ -649,27 +722,24 @@ module zrle_lane_encoder #(
                 end
                 D_LIT: begin
                     produce = 1'b1;
-                    if (r_le_fm && !q_empty && W > 2) begin
+                    if (p_start) begin
                         // the token's last dr_r literals, then the next token's z, L and as
                         // many of its literals as fill the chunk (they follow in the ring)
                         tok_start = 1'b1;
                         q_pop     = 1'b1;
-                        dr_d      = (head_ls <= SW'(FIRST_MAX) - lrs) ? head_ls
-                                                                      : SW'(FIRST_MAX) - lrs;
-                        for (int l = 0; l < W; l++) begin
-                            if (SW'(l) < lrs)           p_lit[l] = 1'b1;
-                            else if (SW'(l) == lrs)     p_data[32*l +: 32] = head_z;
-                            else if (SW'(l) == lrs + 1) p_data[32*l +: 32] = 32'(head_len);
-                            else {p_lit[l], p_sh2[l]} = 2'b11;     // l >= 2 here
-                        end
-                        p_cnt        = PW'(lrs) + PW'(dr_d) + PW'(2);
-                        rd_n         = PW'(lrs) + PW'(dr_d);
-                        lit_rem_next = head_len - LW'(dr_d);
-                        lr_mw_next   = head_len - LW'(dr_d) - LW'(W);
-                        lrs_next     = (head_ls >= SW'(SAT)) ? SW'(RS) : sat_rs(LW'(head_ls - dr_d));
-                        d_next       = (head_ls > dr_d) ? D_LIT : D_TOK;
+                        // this chunk's literals: lrs of the last token, then up to
+                        // FIRST_MAX - lrs of the new one (lrs <= FIRST_MAX here)
+                        dr_n = (lr_ls > (SW+1)'(FIRST_MAX)) ? PW'(FIRST_MAX) : PW'(lr_ls);
+                        p_cnt        = dr_n + PW'(2);
+                        rd_n         = dr_n;
+                        // literals left: L - (FIRST_MAX - lrs) (read only when some are)
+                        lit_rem_next = h_lfm + LW'(lrs);
+                        lr_mw_next   = h_lfmw + LW'(lrs);
+                        // min(L - FIRST_MAX + lrs, RS) (L may be below FIRST_MAX here)
+                        lrs_next     = (lr_ls >= (SW+1)'(RS + FIRST_MAX)) ? SW'(RS)
+                                                                         : SW'(lr_ls - (SW+1)'(FIRST_MAX));
+                        d_next       = (lr_ls > (SW+1)'(FIRST_MAX)) ? D_LIT : D_TOK;
                     end else begin
-                        p_lit  = '1;
                         p_cnt  = r_le_w ? PW'(lrs) : PW'(W);
                         rd_n   = p_cnt;
                         lit_rem_next = lr_mw;
@@ -681,7 +751,6 @@ module zrle_lane_encoder #(
                 D_T1: begin
                     if (crc_done) begin
                         produce = 1'b1;
-                        p_data[31:0] = crc;
                         p_cnt  = PW'(1);
                         p_last = 1'b1;
                         d_next = D_IDLE;
@@ -692,17 +761,101 @@ module zrle_lane_encoder #(
         end
     end
 
-    // CRC over every frame word up to t0, as the chunks leave the chunk register
-    crc32_lanes #(.W(W), .DATA_REG(1)) u_crc (
-        .clk      (clk),
-        .rst      (rst),
-        .init     (cfg_take),
-        .en       (pk_take && !ck_last),
-        .data     (ck_data),
-        .count    (ck_cnt),
-        .crc      (crc),
-        .crc_next (crc_unused)
-    );
+    // CRC-32 over every frame word up to t0 (docs/spec.md §3), W words a cycle, in
+    // crc32_lanes' DATA_REG = 1 form (the register holds the CRC itself, ~s; the data term
+    // and the choice of M^p registered a cycle before the state), fed with the chunk already
+    // aligned: term_q <= M^c·SEED ^ SEED ^ (XOR over lanes j of M^(W-j)·cc_al lane j),
+    // sel_q <= one-hot of c (none on cfg_take), crc <= M^c·crc ^ term_q.
+    localparam logic [31:0] CRC_POLY = 32'hEDB88320;
+    localparam logic [31:0] CRC_SEED = 32'hFFFFFFFF;
+
+    function automatic logic [1023:0] crc_pow_cols(input int p);   // columns of M^p
+        logic [1023:0] m;
+        logic [31:0]   c;
+        m = '0;
+        for (int j = 0; j < 32; j++) begin
+            c = 32'd1 << j;
+            for (int k = 0; k < 32 * p; k++) c = c[0] ? ((c >> 1) ^ CRC_POLY) : (c >> 1);
+            m[32*j +: 32] = c;
+        end
+        crc_pow_cols = m;
+    endfunction
+
+    function automatic logic [31:0] crc_row(input logic [1023:0] cols, input int i);
+        logic [31:0] r;
+        for (int j = 0; j < 32; j++) r[j] = cols[32*j + i];
+        crc_row = r;
+    endfunction
+
+    function automatic logic [31:0] crc_seed_pow(input int p);        // M^p·SEED
+        logic [31:0] c;
+        c = CRC_SEED;
+        for (int k = 0; k < 32 * p; k++) c = c[0] ? ((c >> 1) ^ CRC_POLY) : (c >> 1);
+        crc_seed_pow = c;
+    endfunction
+
+    logic [32*(W+1)-1:0] crc_m_state;        // M^p·crc, p = 0 .. W
+    logic [32*(W+1)-1:0] crc_m_seed;         // M^p·SEED
+    logic [32*W-1:0]     crc_lane_term;      // M^(W-j)·cc_al lane j
+    logic [31:0]         crc_d_term, crc_term_d, crc_term_q, crc_s_term;
+    logic [W:0]          crc_sel_d, crc_sel_q;
+
+    for (genvar p = 0; p <= W; p++) begin : g_crc_pow
+        localparam logic [1023:0] COLS = crc_pow_cols(p);
+        assign crc_m_seed[32*p +: 32] = crc_seed_pow(p);
+        for (genvar i = 0; i < 32; i++) begin : g_rows
+            localparam logic [31:0] ROW = crc_row(COLS, i);
+            assign crc_m_state[32*p + i] = ^(crc & ROW);
+            if (p >= 1) begin : g_lane
+                assign crc_lane_term[32*(W-p) + i] = ^(cc_al[32*(W-p) +: 32] & ROW);
+            end
+        end
+    end
+
+    always_comb begin
+        crc_d_term = '0;
+        for (int j = 0; j < W; j++) crc_d_term = crc_d_term ^ crc_lane_term[32*j +: 32];
+        crc_term_d = crc_d_term;
+        crc_sel_d  = '0;
+        for (int p = 0; p <= W; p++) begin
+            if (32'(cc_n) == p) begin
+                crc_sel_d[p] = !cfg_take;
+                crc_term_d   = crc_term_d ^ crc_m_seed[32*p +: 32] ^ CRC_SEED;
+            end
+        end
+        crc_s_term = '0;
+        for (int p = 0; p <= W; p++) begin
+            if (crc_sel_q[p]) crc_s_term = crc_s_term ^ crc_m_state[32*p +: 32];
+        end
+    end
+
+    // the chunk entering the chunk register, aligned to end in lane W-1
+    always_comb begin
+        cc_n_next  = (ck_ready && pl_valid && !pl_last) ? pl_cnt : '0;
+        cc_al_next = '0;
+        for (int c = 1; c <= W; c++) begin
+            if (32'(cc_n_next) == c) begin
+                for (int j = W - c; j < W; j++)
+                    cc_al_next[32*j +: 32] = ck_next[32*(j - (W - c)) +: 32];
+            end
+        end
+    end
+
+    always_ff @(posedge clk) begin
+        if (rst) begin
+            crc_term_q <= '0;
+            crc_sel_q  <= (W+1)'(1);             // M^0: the CRC stays
+            crc        <= ~CRC_SEED;
+            cc_n       <= '0;
+            cc_al      <= '0;
+        end else begin
+            crc_term_q <= crc_term_d;
+            crc_sel_q  <= crc_sel_d;
+            crc        <= crc_s_term ^ crc_term_q;
+            cc_n       <= cc_n_next;
+            cc_al      <= cc_al_next;
+        end
+    end
 
     lane_packer #(.W(W)) u_pack (
         .clk      (clk),
@@ -734,9 +887,10 @@ module zrle_lane_encoder #(
             room      <= LW'(2);
             room_small <= (W >= 2);
             zpend     <= 1'b0;
-            wp1       <= '0;
             ring_low  <= 1'b0;
-            tq        <= '0;
+            tq_d      <= '0;
+            issue_q   <= 1'b0;
+            pop_q     <= 1'b0;
             q_low     <= 1'b0;
             r_span    <= 1'b0;
             r_zbeat   <= 1'b0;
@@ -787,7 +941,6 @@ module zrle_lane_encoder #(
             if (step) pos <= f_done ? '0 : LB'(f_next);
             if (step_z) pos <= '0;
             if (step) begin
-                wp1 <= wp1 + (RW+1)'(f_nlit);
                 if (f_close) begin
                     lit_open   <= 1'b0;
                     room       <= lmax;
@@ -820,7 +973,9 @@ module zrle_lane_encoder #(
             // and one more token can be decided before these see them
             ring_low <= (32'(ring_used1) > RING - 2*W);
             q_low    <= (32'(tq) >= QD - 1);
-            tq       <= tq + (TOKEN_QUEUE_AW+1)'(issue) - (TOKEN_QUEUE_AW+1)'(q_pop);
+            tq_d     <= tq;
+            issue_q  <= issue;
+            pop_q    <= q_pop;
 
             // ---- commit (the span decided last cycle)
             r_span   <= step;
@@ -870,9 +1025,10 @@ module zrle_lane_encoder #(
                 room_small <= (cfg_lmax_clamped <= 5'(LOGW));  // LMAX <= W
                 t_valid    <= 1'b0;
                 zpend      <= 1'b0;
-                wp1        <= '0;
                 ring_low   <= 1'b0;
-                tq         <= '0;
+                tq_d       <= '0;
+                issue_q    <= 1'b0;
+                pop_q      <= 1'b0;
                 q_low      <= 1'b0;
                 zrun       <= 32'd0;
                 lit_cnt    <= '0;
@@ -902,7 +1058,7 @@ module zrle_lane_encoder #(
                     default: ;
                 endcase
             end
-            // t0 has left the chunk register (the CRC absorbs it that cycle)
+            // t0 has left the chunk register (the CRC absorbed it then or earlier)
             if (cfg_take || (produce && d_state == D_T1)) t0_in <= '0;
             else t0_in <= {t0_in[0], t0_in[0] || (pk_take && ck_t0)};
 
