@@ -2,7 +2,7 @@
 
 Why not `torch.cummax` / `torch.cummin` directly: on CUDA their scan gives each row of the
 last dimension to one thread block, so a bucket-sized row (millions of words) scans on one
-block -- 5 to 14 ms a call on an H200, 87 % of a ResNet-50 coarse step's device time
+block -- 5 to 14 ms a call on an H200, together 87 % of a ResNet-50 coarse step's device time
 (docs/gpu.md). Here the row is cut into blocks of `block` values that scan side by side, the
 blocks' last values are scanned the same way (recursively), and each block is combined with
 the running value of the blocks before it. Integer max and min are exact in any order, so the
