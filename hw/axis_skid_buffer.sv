@@ -45,11 +45,13 @@ module axis_skid_buffer #(
         end else if (s_fire) begin
             skid_valid <= 1'b1;
         end
-        // data registers need no reset: they are only read while their valid flag is high
+        // data registers need no reset: they are only read while their valid flag is high.
+        // The spare loads whenever it is free and the output stalls, offered word or not, so
+        // its enable comes from registers and m_tready only, never from s_tvalid.
         if (main_free) begin
             m_tdata <= skid_valid ? skid_data : s_tdata;
         end
-        if (!main_free && s_fire) begin
+        if (!main_free && !skid_valid) begin
             skid_data <= s_tdata;
         end
     end

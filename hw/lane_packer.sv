@@ -114,35 +114,13 @@ module lane_packer #(
         end
     end
 
-    // Output skid buffer (axis_skid_buffer's behaviour), inline so that its spare register
-    // loads whenever it is free and the output stalls, whether or not a beat is offered: the
-    // enable of its 32W + W + 1 flops then comes from registers and m_tready only, not from
-    // beat_valid (the chunk's count against fill). Its contents count only with skid_valid.
-    logic [32*W+W:0] skid_data;
-    logic            skid_valid, s_fire, main_free;
-
-    assign out_ready = !skid_valid;
-    assign s_fire    = beat_valid && out_ready;
-    assign main_free = !m_tvalid || m_tready;
-
-    always_ff @(posedge clk) begin
-        if (rst) begin
-            m_tvalid   <= 1'b0;
-            skid_valid <= 1'b0;
-        end else if (main_free) begin
-            m_tvalid   <= skid_valid || s_fire;
-            skid_valid <= 1'b0;
-        end else if (s_fire) begin
-            skid_valid <= 1'b1;
-        end
-        if (main_free) begin
-            {m_tlast, m_tkeep, m_tdata} <= skid_valid ? skid_data
-                                                      : {beat_last, beat_keep, beat_data};
-        end
-        if (!main_free && !skid_valid) begin
-            skid_data <= {beat_last, beat_keep, beat_data};
-        end
-    end
+    // the output register slice: its spare's enable comes from registers and m_tready only,
+    // not from beat_valid (the chunk's count against fill)
+    axis_skid_buffer #(.W(32 * W + W + 1)) u_out (
+        .clk, .rst,
+        .s_tdata({beat_last, beat_keep, beat_data}), .s_tvalid(beat_valid), .s_tready(out_ready),
+        .m_tdata({m_tlast, m_tkeep, m_tdata}), .m_tvalid, .m_tready
+    );
 
 `ifndef SYNTHESIS
     // ---- assertions (simulation; docs/hw.md "Verification")
@@ -160,7 +138,6 @@ module lane_packer #(
             if (m_tvalid && !m_tlast) assert (m_tkeep == '1);
             if (m_tvalid && m_tlast) assert (m_tkeep != '0 && (m_tkeep & (m_tkeep + 1'b1)) == '0);
             assert (int'(fill) < W);
-            assert (!skid_valid || m_tvalid);      // the spare beat only behind an offered one
         end
     end
 `endif
