@@ -139,7 +139,6 @@ module zrle_lane_decoder #(
     logic [NB-1:0]    win_zero, win_lew;
     logic [PW-1:0]    rp;               // window position of the next word (= lane 0's index)
     logic [PW*SW-1:0] ixs;              // rp + j for each read lane j, kept as registers
-    logic [RB-1:0]    wrow;
     logic [CW-1:0]    cnt;              // valid words in the window
     logic             last_in;          // the frame's last beat is in the window
     logic             at_h0;            // the next beat taken starts a frame
@@ -155,9 +154,16 @@ module zrle_lane_decoder #(
                            I_END = 5'b01000, I_DRAIN = 5'b10000;
     logic [4:0] ist;
 
-    assign s_tready = ist[B_DRAIN] || (!last_in && cnt <= CW'(2 * W));
-    assign take_in  = s_tvalid && s_tready;
-    assign append   = take_in && !ist[B_DRAIN];
+    // s_tready = ist[B_DRAIN] || (!last_in && cnt <= 2W), held in a register (rdy_q) computed
+    // from the next cycle's state, and beside it app_q = rdy_q && !ist[B_DRAIN]: a beat is
+    // written into its row (wrow_oh, one-hot) from three flops and s_tvalid, one LUT before
+    // the window's clock enables (hundreds of flops) instead of the count compare and the
+    // row decode
+    logic             rdy_q, app_q;
+    logic [3:0]       wrow_oh;          // the row the next beat fills
+    assign s_tready = rdy_q;
+    assign take_in  = s_tvalid && rdy_q;
+    assign append   = s_tvalid && app_q;
 
     // (no always_comb reads what it writes here: Icarus 11 would re-run it forever at time 0)
     function automatic logic [KW-1:0] ones(input logic [W-1:0] keep);
@@ -232,7 +238,7 @@ module zrle_lane_decoder #(
     logic             s2_ok_hdr, s2_ok_zl, s2_ok_lit, s2_ok_tr, s2_cut;
     logic [1:0]       s2_kind;
     logic [W-1:0]     s2_keep;          // lanes 0 .. need-1 (a literal step's lanes)
-    logic [31:0]      s2_nz, s2_nl;     // ~z, ~L: copies for the rem arithmetic, so its inputs
+    logic [31:0]      s2_nz, s2_nl;     // ~z, ~L: copies for the checks, so their inputs
                                         // do not share the step words' fanout
     logic [4:0]       s2_hdr;
     logic [CW-1:0]    s2_cnt;
@@ -280,8 +286,10 @@ module zrle_lane_decoder #(
     assign is_zl  = s2_kind == K_ZL;
     assign is_lit = s2_kind == K_LIT;
     assign tchk   = tr_pend && crc_quiet && !flush_q;
-    assign z      = s2_words[31:0];
-    assign l_w    = s2_words[63:32];
+    // the checks read z and L from the inverted copies (s2_nz, s2_nl), not from the step's
+    // words: those fan out to the queue entry and the header registers, placed elsewhere
+    assign z      = ~s2_nz;
+    assign l_w    = ~s2_nl;
 
     // rem - z - L in one carry chain: rem + ~z + ~L + 2 as a carry-save sum (one LUT level)
     // plus one adder, whose carry-in (the LSB pair appended) and the free bit 0 of the carries
@@ -358,7 +366,7 @@ module zrle_lane_decoder #(
     // a token with zeros: one run beat (the n-th value's when L = 0); literals up to the first
     // zero (a zero is never a value of a valid frame)
     assign push_ok    = is_zl ? !s2_zero[0] : (is_lit && !zero_seen && !any_zero);
-    assign push_entry = is_zl ? {s2_zero[1], {W{1'b0}}, z, {(32 * W){1'b0}}}
+    assign push_entry = is_zl ? {s2_zero[1], {W{1'b0}}, s2_words[31:0], {(32 * W){1'b0}}}
                               : {s2_chunk_last && rem_zero, lit_keep, 32'(s2_k), lanes};
 
     // the error reported, chosen in the flush cycle from the registered flags (spec order)
@@ -540,14 +548,33 @@ module zrle_lane_decoder #(
     logic unused;
     assign unused = ^{crc_next_unused, queue_full, rd_lew, csa_r[33], csa_r[0]};
 
+    // The next cycle's s_tready and ist[B_DRAIN], by the updates below. The end of a frame
+    // (flush_q, or done) empties the window: ready. Otherwise the count's next value is
+    // compared with 2W without its adder: a beat appended without s_tlast holds W words (the
+    // lane convention), and one with s_tlast closes the input (last_next) whatever the count,
+    // so next <= 2W is base <= W after such a beat and base <= 2W without one, base being the
+    // count after this cycle's step (cnt - need when a step takes its words, else cnt): two
+    // compares of registers each, chosen by go and append.
+    logic            frame_end, drain_next, last_next, cnt_le, rdy_next;
+    logic            le_w_go, le_2w_go;     // cnt - need <= W, <= 2W (or the step is cut short)
+    assign frame_end  = flush_q || (wait_done && !pend_valid && queue_empty);
+    assign drain_next = flush_q ? !(last_in || (take_in && s_tlast))
+                                : ist[B_DRAIN] && !(take_in && s_tlast);
+    assign last_next  = last_in || (append && s_tlast);
+    assign le_w_go    = !have || (CW+1)'(cnt) <= (CW+1)'(W) + (CW+1)'(need);
+    assign le_2w_go   = !have || (CW+1)'(cnt) <= (CW+1)'(2 * W) + (CW+1)'(need);
+    assign cnt_le     = go ? (append ? le_w_go : le_2w_go)
+                           : (append ? cnt <= CW'(W) : cnt <= CW'(2 * W));
+    assign rdy_next = frame_end || drain_next || (!last_next && cnt_le);
+
     // the window: beats in, words out by the issue stage (restarted by flush_q and done)
     for (genvar r = 0; r < 4; r++) begin : g_rows
         always_ff @(posedge clk) begin
-            if (append && wrow == RB'(r)) win[32*W*r +: 32*W] <= s_tdata;
+            if (append && wrow_oh[r]) win[32*W*r +: 32*W] <= s_tdata;
             if (rst) begin
                 win_zero[W*r +: W] <= '0;
                 win_lew[W*r +: W]  <= '0;
-            end else if (append && wrow == RB'(r)) begin
+            end else if (append && wrow_oh[r]) begin
                 win_zero[W*r +: W] <= in_zero;
                 win_lew[W*r +: W]  <= in_lew;
             end
@@ -592,7 +619,9 @@ module zrle_lane_decoder #(
             hdr_oh         <= 5'b00001;
             rp             <= '0;
             for (int j = 0; j < SW; j++) ixs[PW*j +: PW] <= PW'(j);
-            wrow           <= '0;
+            wrow_oh        <= 4'b0001;
+            rdy_q          <= 1'b1;
+            app_q          <= 1'b1;
             cnt            <= '0;
             last_in        <= 1'b0;
             at_h0          <= 1'b1;
@@ -642,9 +671,11 @@ module zrle_lane_decoder #(
                     expected_n_r <= cfg_expected_n;
                 end
             end
-            if (append) wrow <= wrow + RB'(1);
+            if (append) wrow_oh <= {wrow_oh[2:0], wrow_oh[3]};
             if (append && s_tlast) last_in <= 1'b1;
             cnt <= go ? cnt_left + cnt_in : cnt + cnt_in;      // both sums before go
+            rdy_q <= rdy_next;
+            app_q <= rdy_next && !drain_next;
 
             // ---- issue stage
             s2_ok_hdr   <= go && have && ist[B_HDR];
@@ -704,14 +735,14 @@ module zrle_lane_decoder #(
                             hdr_lmax_log2 <= z[12:8];
                             lmax          <= 32'd1 << z[12:8];
                         end
-                        if (s2_hdr[2]) hdr_layer_id <= z;
+                        if (s2_hdr[2]) hdr_layer_id <= s2_words[31:0];
                         if (s2_hdr[3]) begin
-                            hdr_n      <= z;
+                            hdr_n      <= s2_words[31:0];
                             rem        <= z;
                             rem_zero   <= s2_zero[0];
                             n_mismatch <= z != expected_n_r;
                         end
-                        if (s2_hdr[4]) hdr_range_bits <= z;
+                        if (s2_hdr[4]) hdr_range_bits <= s2_words[31:0];
                     end
                     K_ZL: begin
                         rem         <= rem_new;
@@ -727,7 +758,7 @@ module zrle_lane_decoder #(
                         end
                     end
                     default: begin                          // K_TR
-                        t1_r     <= l_w;
+                        t1_r     <= s2_words[63:32];
                         t1_w     <= s2_widx + 32'd1;
                         t1_w1    <= s2_widx + 32'd2;
                         t1_final <= s2_ends;
@@ -750,7 +781,7 @@ module zrle_lane_decoder #(
                 widx      <= 32'd0;
                 rp        <= '0;
                 for (int j = 0; j < SW; j++) ixs[PW*j +: PW] <= PW'(j);
-                wrow      <= '0;
+                wrow_oh   <= 4'b0001;
                 cnt       <= '0;
                 last_in   <= 1'b0;
             end
@@ -765,7 +796,7 @@ module zrle_lane_decoder #(
                 widx      <= 32'd0;
                 rp        <= '0;
                 for (int j = 0; j < SW; j++) ixs[PW*j +: PW] <= PW'(j);
-                wrow      <= '0;
+                wrow_oh   <= 4'b0001;
                 cnt       <= '0;
                 last_in   <= 1'b0;
                 wait_done <= 1'b0;
@@ -776,6 +807,13 @@ module zrle_lane_decoder #(
 
 `ifndef SYNTHESIS
     // ---- assertions (simulation and hw/formal/; docs/hw.md "Verification")
+    // s_tready's register is the formula from the current state, and app_q follows it
+    always @(posedge clk) begin
+        if (!rst) begin
+            assert (rdy_q == (ist[B_DRAIN] || (!last_in && cnt <= CW'(2 * W))));
+            assert (app_q == (rdy_q && !ist[B_DRAIN]));
+        end
+    end
     // m_tvalid: a beat offered stays offered, unchanged, until m_tready takes it
     logic          chk_m_stall;
     logic [QW-1:0] chk_m_beat;

@@ -449,11 +449,21 @@ module zrle_lane_encoder #(
     logic [PW-1:0]   f_next, f_a, f_zb, f_nlit;
     logic            f_done, f_close, f_zclose, f_litend;
 
-    assign h_zero = ib_zero[ib_rp];
-    assign h_last = ib_last[ib_rp];
-    assign h_hi   = ib_hi[PW*ib_rp +: PW];
-    assign h_t    = ib_tab[TB*(W*32'(ib_rp) + 32'(pos)) +: TB];
-    assign {o_enext, o_run, o_span, o_lo, o_zc, o_zdone} = ib_open[OB*ib_rp +: OB];
+    // The head entry's fields by explicit muxes: an index product such as TB*(W*ib_rp + pos)
+    // is a multiplication that synth_ecp5 maps to a MULT18X18D, 3 ns inside the decide loop
+    logic [TB*W-1:0] h_tabs;                 // the head beat's table, every position
+    assign h_zero = ib_rp ? ib_zero[1] : ib_zero[0];
+    assign h_last = ib_rp ? ib_last[1] : ib_last[0];
+    assign h_hi   = ib_rp ? ib_hi[PW +: PW] : ib_hi[0 +: PW];
+    assign h_tabs = ib_rp ? ib_tab[TB*W +: TB*W] : ib_tab[0 +: TB*W];
+    always_comb begin
+        h_t = h_tabs[0 +: TB];
+        for (int p = 1; p < W; p++) begin
+            if (32'(pos) == p) h_t = h_tabs[TB*p +: TB];
+        end
+    end
+    assign {o_enext, o_run, o_span, o_lo, o_zc, o_zdone} = ib_rp ? ib_open[OB +: OB]
+                                                                 : ib_open[0 +: OB];
     assign o_lc   = room_small && (PW'(room) <= o_run);
     assign room_mo = room - LW'(o_run);
 
