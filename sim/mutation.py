@@ -443,7 +443,7 @@ def _load_script(files: list[str], top: str, params: dict, name: str) -> list[st
             *([f"chparam {chparam} {top}"] if chparam else []),
             f"hierarchy -check -top {top}", "proc", "flatten",
             # -nordff: read registers stay the RTL's own (named) flip-flops
-            "memory -nomap -nordff", "memory_map", "opt_clean", "expose -evert-dff t:$*dff*", f"rename {top} {name}",
+            "memory -nomap -nordff", "memory_map", "opt_clean", "expose -evert-dff t:$*dff*", f"rename -top {name}",
             f"design -stash {name}"]
 
 

@@ -193,7 +193,7 @@ def test_crc32_lanes_registered_stage_bug_fails_the_proof(tmp_path):
 
 # ------------------------------------------------------------------ mutation checks
 @pytest.mark.parametrize("name", ["crc32_lanes", "block_norm_lanes", "zrle_lane_decoder",
-                                  "zrle_lane_encoder"])
+                                  "zrle_lane_encoder", "aggregate_engine"])
 def test_lane_blocks_are_mutated_at_w4(name):
     """`gradblock mutate --modules crc32_lanes block_norm_lanes` judges them at W = 4 with
     tests their benches have."""

@@ -86,7 +86,7 @@ def test_checks_name_tests_their_testbenches_have():
     assert set(mutation.CHECKS) == {"quantiser", "ef_add", "momentum", "block_l1",
                                     "topk_select", "zrle_run_encoder", "crc32_word",
                                     "crc32_lanes", "block_norm_lanes", "zrle_lane_decoder",
-                                    "zrle_lane_encoder"}
+                                    "zrle_lane_encoder", "aggregate_engine"}
     for f, checks in mutation.CHECKS.items():
         assert checks, f
         for c in checks:
