@@ -153,23 +153,28 @@ def late_endpoints(report_text: str, period_ns: float, top_n: int = 8) -> dict:
     return {"late_endpoints": sum(counts.values()), "late_by_instance": dict(ranked)}
 
 
+def synthesise(run: Ecp5Run, workdir: Path, timeout: int = 3600) -> dict:
+    """synth_ecp5 of one top in `workdir` (its netlist net.json there); the cell figures."""
+    # the wasm tools write only below their working directory: run them there, and read the
+    # sources from there too (the wasm sandbox's mounts shadow a checkout that shares a root
+    # folder, e.g. /tmp, with the working directory)
+    local = []
+    for src in sources(run.top):
+        shutil.copyfile(src, Path(workdir) / src.name)
+        local.append(src.name)
+    proc = subprocess.run([YOSYS, "-q", "-p", yosys_script(run, Path("net.json"), local)],
+                          capture_output=True, text=True, timeout=timeout, cwd=workdir)
+    if proc.returncode != 0:
+        raise Ecp5FlowError(f"yosys failed on {run.top}:\n{(proc.stdout + proc.stderr)[-3000:]}")
+    return parse_netlist_cells((Path(workdir) / "net.json").read_text(), run.top)
+
+
 def run_ecp5(run: Ecp5Run, freq_mhz: float = DEFAULT_FREQ_MHZ, seed: int = 1,
              timeout: int = 3600) -> dict:
     """Synthesise and place-and-route one top; its figures (see the module docstring)."""
     with tempfile.TemporaryDirectory(prefix=f"ecp5-{run.top}-") as tmp:
-        # the wasm tools write only below their working directory: run them in tmp
         netlist, report = Path(tmp) / "net.json", Path(tmp) / "rep.json"
-        # ... and read the sources from there too: the wasm sandbox's mounts shadow a checkout that
-        # shares a root folder (e.g. /tmp) with the working directory
-        local = []
-        for src in sources(run.top):
-            shutil.copyfile(src, Path(tmp) / src.name)
-            local.append(src.name)
-        proc = subprocess.run([YOSYS, "-q", "-p", yosys_script(run, Path(netlist.name), local)],
-                              capture_output=True, text=True, timeout=timeout, cwd=tmp)
-        if proc.returncode != 0:
-            raise Ecp5FlowError(f"yosys failed on {run.top}:\n{(proc.stdout + proc.stderr)[-3000:]}")
-        figures = parse_netlist_cells(netlist.read_text(), run.top)
+        figures = synthesise(run, Path(tmp), timeout)
         proc = subprocess.run([NEXTPNR, *DEVICE_ARGS, "--json", netlist.name, "--report",
                                report.name, "--detailed-timing-report", "--freq", str(freq_mhz),
                                "--seed", str(seed)],

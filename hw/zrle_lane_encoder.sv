@@ -288,7 +288,9 @@ module zrle_lane_encoder #(
 
     // The input passes a skid buffer, so s_tready comes from registers; the word count, the
     // last flag and the lanes' != 0 are settled as a beat enters it.
-    assign s_tready  = (in_state == IN_RUN) && in_more && sk_ready;
+    // (in_more implies IN_RUN, asserted: the input side does not read the fill state, which
+    // the decide loop updates)
+    assign s_tready  = in_more && sk_ready;
     assign accept    = s_tvalid && s_tready;
 
     // the kept lanes of the beat being taken
@@ -323,6 +325,7 @@ module zrle_lane_encoder #(
     logic [PW-1:0]   t_lo, t_hi, t_e0;
     logic [PW*W-1:0] t_a, t_e;
     logic            ib_push, ib_pop, ib_wp, ib_rp, ib_full, ib_empty;
+    logic            ib_rn;                  // !ib_rp, a second flop: the table's select
     logic [1:0]      ib_n;
     logic [64*W-1:0] ib_data;
     logic [63:0]     ib_run;
@@ -450,12 +453,14 @@ module zrle_lane_encoder #(
     logic            f_done, f_close, f_zclose, f_litend;
 
     // The head entry's fields by explicit muxes: an index product such as TB*(W*ib_rp + pos)
-    // is a multiplication that synth_ecp5 maps to a MULT18X18D, 3 ns inside the decide loop
+    // is a multiplication that synth_ecp5 maps to a MULT18X18D, 3 ns inside the decide loop.
+    // The table (TB*W bits) selects on ib_rn, an inverted copy of ib_rp (synthesis merges
+    // identical flops, not complementary ones), so neither pointer drives every mux.
     logic [TB*W-1:0] h_tabs;                 // the head beat's table, every position
     assign h_zero = ib_rp ? ib_zero[1] : ib_zero[0];
     assign h_last = ib_rp ? ib_last[1] : ib_last[0];
     assign h_hi   = ib_rp ? ib_hi[PW +: PW] : ib_hi[0 +: PW];
-    assign h_tabs = ib_rp ? ib_tab[TB*W +: TB*W] : ib_tab[0 +: TB*W];
+    assign h_tabs = ib_rn ? ib_tab[0 +: TB*W] : ib_tab[TB*W +: TB*W];
     always_comb begin
         h_t = h_tabs[0 +: TB];
         for (int p = 1; p < W; p++) begin
@@ -892,6 +897,7 @@ module zrle_lane_encoder #(
             t_valid   <= 1'b0;
             ib_wp     <= 1'b0;
             ib_rp     <= 1'b0;
+            ib_rn     <= 1'b1;
             pos       <= '0;
             lit_open  <= 1'b0;
             room      <= LW'(2);
@@ -945,6 +951,7 @@ module zrle_lane_encoder #(
             if (t_ready) t_valid <= sk_valid;
             if (ib_push) ib_wp <= !ib_wp;
             if (ib_pop)  ib_rp <= !ib_rp;
+            if (ib_pop)  ib_rn <= !ib_rn;
             ib_n <= ib_n + 2'(ib_push) - 2'(ib_pop);
 
             // ---- decide
@@ -1029,6 +1036,7 @@ module zrle_lane_encoder #(
                 ib_n       <= 2'd0;
                 ib_wp      <= 1'b0;
                 ib_rp      <= 1'b0;
+                ib_rn      <= 1'b1;
                 pos        <= '0;
                 lit_open   <= 1'b0;
                 room       <= LW'(1) << cfg_lmax_clamped;
@@ -1160,6 +1168,9 @@ module zrle_lane_encoder #(
             if (lit_open) assert (pos == '0);
             if (in_state != IN_IDLE) assert (room_small == (room <= LW'(W)));
             if (step) assert (int'(f_next) > int'(pos) && int'(f_next) <= int'(h_hi));
+            // words still to take only while the fill side runs; the table's select is !ib_rp
+            if (in_more) assert (in_state == IN_RUN);
+            assert (ib_rn == !ib_rp);
         end
     end
 `endif

@@ -3,13 +3,15 @@ LFE5U-85F speed 8, out of context) and `gradblock synth`.
 
 Quick: the report parsers on hand-made inputs, the CLI's argument errors, and one small block
 (ef_add, seconds) through the real flow. Slow: compress_engine through the flow (tens of
-minutes on one core). The flow tests skip with the reason when the wheels are absent.
+minutes on one core); both engines' W = 4 synthesis (minutes): multipliers only where they
+multiply. The flow tests skip with the reason when the wheels are absent.
 """
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -114,3 +116,38 @@ def test_compress_engine_through_the_flow():
     fig = ecp5.run_ecp5(run)
     assert fig["fmax_mhz"] > 0 and fig["lut4"] > 1000 and fig["ff"] > 1000
     assert fig["mult18"] >= 1        # the quantiser's 24 x 32 multiply
+
+
+
+def multipliers_by_instance(netlist: Path) -> dict[str, int]:
+    """MULT18X18D cells of a synth_ecp5 netlist, counted by the instance path above them."""
+    modules = json.loads(netlist.read_text())["modules"]
+    counts: dict[str, int] = {}
+    for module in modules.values():
+        for name, cell in module.get("cells", {}).items():
+            if cell["type"] == "MULT18X18D":
+                inst = name.rsplit(".", 1)[0] if "." in name else "(top)"
+                counts[inst] = counts.get(inst, 0) + 1
+    return counts
+
+
+# The engines at W = 4 in context: multipliers only where the datapath multiplies (the
+# quantiser, momentum, the norms' squarers, the span and start products). An index product
+# such as the lane encoder's old TB*(W*ib_rp + pos) table read is mapped to a MULT18X18D in
+# context (not in the block's own synthesis), 3 ns inside compress_engine's critical loop.
+@pytest.mark.slow
+@pytest.mark.parametrize("top,allowed", [
+    ("compress_engine", ("u_quantiser", "u_momentum", "u_block_norms", "u_span_mul",
+                         "u_start_mul")),
+    ("aggregate_engine", ()),
+])
+def test_engines_map_multipliers_only_where_they_multiply(top, allowed, tmp_path):
+    need_tools()
+    base = next(r for r in ecp5.RUNS if r.top == top)
+    ecp5.synthesise(ecp5.Ecp5Run(top, {**base.parameters, "W": 4}), tmp_path)
+    counts = multipliers_by_instance(tmp_path / "net.json")
+    stray = {inst: n for inst, n in counts.items()
+             if not any(part in inst for part in allowed)}
+    assert not stray, f"{top} at W = 4 maps MULT18X18D outside its multipliers: {stray}"
+    if allowed:
+        assert counts, f"{top} at W = 4 maps no multiplier at all"
