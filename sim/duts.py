@@ -283,15 +283,17 @@ DUTS: dict[str, Dut] = {d.name: d for d in [
     # the golden "exchange" list: N worker frames -> int64 sums in an AxiRam (docs/hw.md)
     Dut("aggregate_engine", "aggregate_engine", _tb("aggregate_engine"), "exchange",
         arrays=("frames", "sums"), parameters={"ADDR_W": 32, "MAX_BURST": 16},
-        tests=("golden_cases", "config_errors", "reset_mid_layer", "memory_errors",
-               "reset_in_every_state", "throughput"),
+        tests=("golden_cases", "config_errors", "config_edges", "reset_mid_layer",
+               "memory_errors", "reset_in_every_state", "throughput"),
         builds={"w4": {"W": 4}, "w16": {"W": 16}},
-        dedicated=(Run("config_errors,reset_mid_layer,memory_errors,reset_in_every_state"),),
+        dedicated=(Run("config_errors,config_edges,reset_mid_layer,memory_errors,"
+                       "reset_in_every_state"),),
         # its mutants judged at W = 4 (issue 31: the lane logic): the golden exchange cases
         # first (a killed mutant stops there), then the refused configurations, resets, memory
         # errors and the rate with its beat counts
         mutation=(Run("golden_cases", "golden", {"ADDR_W": 32, "MAX_BURST": 16, "W": 4}),
-                  Run("config_errors,reset_mid_layer,memory_errors,throughput", "golden",
+                  Run("config_errors,config_edges,reset_mid_layer,memory_errors,throughput",
+                      "golden",
                       {"ADDR_W": 32, "MAX_BURST": 16, "W": 4}))),
     # compress_engine behind its PeakRDL AXI4-Lite register block (hw/csr/, docs/registers.md):
     # Verilator only (Icarus 11 refuses the generated block's SV), so not in verify; its

@@ -134,6 +134,26 @@ EQUIVALENCE_NOTES: dict[tuple[str, str, str, str], str] = {
         "argued equivalent, not proven: the reset value of a configuration register that the "
         "config beat starting every frame overwrites before anything reads it; the proof "
         "compares next states under reset too",
+    ("aggregate_engine", "in_clear <= 1'b0;", "1'b0", "1'b1"):
+        "argued equivalent, not proven (when it is the `default:` branch's): state_t's two "
+        "unused codes are never entered from reset, so that branch never runs; the proof "
+        "starts from any register state, those codes included",
+    ("aggregate_engine", "frame_bad <= 1'b1;", "1'b1", "1'b0"):
+        "argued equivalent, not proven: frame_bad is only read through discard = frame_bad || "
+        "layer_bad, and every cycle that sets it also records the error (rec_err sets "
+        "layer_bad) or finds layer_bad set already; layer_bad holds until the next "
+        "configuration, longer than frame_bad, so from reset discard == layer_bad; the "
+        "proof's free register state has frame_bad without layer_bad",
+    ("aggregate_engine", "clr_len <= 9'd0;", "9'd0", "9'd1"):
+        "argued equivalent, not proven: the reset value of the clear walker's burst length, "
+        "seen only on AWLEN while AWVALID is low (no handshake carries it; it is reset so "
+        "that AWLEN is not X); the clear computes it again before its first AW",
+    ("aggregate_engine", "assign leaves = (|val_count[31:OW])", "31", "32"):
+        "argued equivalent, not proven: bit 32 of the 32-bit val_count is out of range (x in "
+        "simulation, 0 or anything in synthesis); it only joins the OR when the other bits "
+        "are 0 and the run stays in the beat, where an x `leaves` reaches nothing but the if "
+        "conditions of st_v and ob_v, which take it as false (the original's 0); the proof "
+        "counts an x in the mutant as a difference",
 }
 
 

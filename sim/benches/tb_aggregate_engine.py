@@ -18,6 +18,8 @@ random int64 start values (expected = start + sums).
 """
 from __future__ import annotations
 
+import types
+
 import numpy as np
 
 import cocotb
@@ -92,6 +94,26 @@ def touched_beats(case) -> int:
 
 def tokens(case) -> int:
     return sum(fr.n_tokens for fr in decoded(case))
+
+
+# the AXI master's outputs besides the constant ones: the idle address, length and W lines are
+# reset on purpose (no X on the bus while nothing is offered, hw/aggregate_engine.sv)
+AXI_OUTPUTS = ("m_axi_araddr", "m_axi_arlen", "m_axi_arvalid", "m_axi_rready", "m_axi_awaddr",
+               "m_axi_awlen", "m_axi_awvalid", "m_axi_wdata", "m_axi_wstrb", "m_axi_wlast",
+               "m_axi_wvalid", "m_axi_bready")
+
+
+def check_resolved(dut, when: str) -> None:
+    """No X or Z on the AXI master's outputs (sharp after a simulation's first reset, when the
+    unreset data registers still hold X on a four-state simulator)."""
+    bad = [n for n in AXI_OUTPUTS if set(str(getattr(dut, n).value)) - set("01")]
+    assert not bad, f"X or Z on {bad} {when}"
+
+
+async def start_engine(dut) -> None:
+    """Clock and reset (tb_util.start_streams), then the master's outputs checked resolved."""
+    await tb_util.start_streams(dut)
+    check_resolved(dut, "after the reset")
 
 
 class Engine(tb_util.AxiEngineBench):
@@ -201,7 +223,7 @@ async def golden_cases(dut, traffic):
     error case is followed by a clean layer (with clear) that must be exact."""
     cases = load_exchange_cases()
     tb = Engine(dut, mem_bytes_for(cases))
-    await tb_util.start_streams(dut)
+    await start_engine(dut)
     # the smallest valid layer with elements: what must come out exact after an error
     clean = min([c for c in good_cases(cases) if c.meta["n"]] or cases, key=lambda c: c.meta["n"])
     layer = 0
@@ -228,7 +250,7 @@ async def config_errors(dut):
     exact layer."""
     cases = good_cases(load_exchange_cases())
     tb = Engine(dut, mem_bytes_for(cases))
-    await tb_util.start_streams(dut)
+    await start_engine(dut)
     case = tb_util.medium_case(cases, 256)
     n, workers = case.meta["n"], case.meta["n_workers"]
     bad = [("base not 8-aligned", BASE + 4, workers),
@@ -253,12 +275,63 @@ async def config_errors(dut):
 
 
 @cocotb.test()
+async def config_edges(dut):
+    """Configurations at the edges that must be accepted: sums ending exactly at the top of the
+    address space (all-zero frames, so nothing touches the memory: done, no error, every frame
+    taken; one beat further is AGG_ERR_CONFIG, config_errors); layers with clear whose base
+    lies in an odd 4 KiB page (address bit 12 set) off the burst grid, so the first clear burst
+    ends at the page end; and layers with clear of n = 8W + r for every tail r = 1 .. W - 1 (the
+    golden n are mostly multiples of 4), so the last clear beat keeps lanes 0 .. r - 1 only:
+    exact, guards untouched."""
+    cases = good_cases(load_exchange_cases())
+    pool = [c for c in cases if literals(c)] or cases
+    case = tb_util.medium_case(pool, 256)
+    bases = [0x4000 - BEAT * 5, 0x6000 - BEAT * 11]     # 4 KiB pages 3 and 5
+    top = max(bases) + 8 * (case.meta["n"] + GUARD_WORDS) + 4096
+    tb = Engine(dut, 1 << max(16, top.bit_length()))
+    await start_engine(dut)
+    n, workers = 16 * 6, 2
+    frames = [zrle.encode_frame(np.zeros(n, np.int32), layer_id=9, R=3.0).tolist()] * workers
+    before = tb.done_seen
+    await tb.configure(n, workers, 2 ** param("ADDR_W") - 8 * n, False)
+    for f in frames:
+        await tb.src.send(AxiStreamFrame(tdata=f))
+    await tb.wait_done(before, 60 * sum(map(len, frames)) + 2000, "sums at the address top")
+    st = tb.status()
+    what = "sums ending at the top of the address space"
+    tb_util.check_value(what, "err_code", 0, st["err_code"])
+    tb_util.check_value(what, "frames_done", workers, st["frames_done"])
+    tb_util.check_value(what, "memory beats", 0, st["rd_beats"] + st["wr_beats"])
+    for base in bases:
+        start_vals, status, _ = await tb.run_layer(case, True, base=base)
+        tb.check(case, start_vals, status, True, base=base)
+    rng = np.random.default_rng(31)
+    for r in range(1, W) if W > 1 else [1]:
+        tail = synthetic_case(rng, f"clear_tail_{r}", 8 * W + r, 2)
+        start_vals, status, _ = await tb.run_layer(tail, True)
+        tb.check(tail, start_vals, status, True)
+
+
+def synthetic_case(rng, name: str, n: int, workers: int):
+    """A valid exchange case made here: each worker's sparse random int32 payload (a third of
+    the elements nonzero) as its frame (codec.zrle), the sums their int64 total."""
+    payloads = [np.where(rng.random(n) < 0.34, rng.integers(-2**31, 2**31, n), 0).astype(np.int32)
+                for _ in range(workers)]
+    frames = [zrle.encode_frame(p, layer_id=5, R=2.0) for p in payloads]
+    meta = {"name": name, "n": n, "n_workers": workers, "frame_words": [len(f) for f in frames],
+            "error": None, "layer_id": 5, "range_bits": zrle.range_bits(2.0)}
+    arrays = {"frames": np.concatenate(frames),
+              "sums": np.sum([p.astype(np.int64) for p in payloads], axis=0)}
+    return types.SimpleNamespace(name=name, meta=meta, arrays=arrays)
+
+
+@cocotb.test()
 async def reset_mid_layer(dut):
     """Resets in the clear phase and in the middle of the frames with bursts in flight, each
     followed by an exact layer (a layer cut short leaves its sums partly added, by design)."""
     cases = good_cases(load_exchange_cases())
     tb = Engine(dut, mem_bytes_for(cases))
-    await tb_util.start_streams(dut)
+    await start_engine(dut)
     case = max(cases, key=lambda c: sum(c.meta["frame_words"]) if c.meta["n"] <= 2048 else 0)
     n = case.meta["n"]
     for salt, when in enumerate(("clear", "frames")):
@@ -284,6 +357,13 @@ async def reset_mid_layer(dut):
         assert dut.busy.value == 0, f"busy after a reset in {when}"
         assert dut.m_axi_arvalid.value == 0 and dut.m_axi_awvalid.value == 0 \
             and dut.m_axi_wvalid.value == 0, f"AXI requests pending after a reset in {when}"
+        # the status a host reads after a reset, before any configuration: the reset state
+        # (every status output 0), not what the aborted layer left
+        after = {**tb.status(), **{k: int(getattr(dut, k).value)
+                                   for k in ("done", "err_valid", "busy")}}
+        assert after == dict.fromkeys(after, 0), f"status after a reset in {when}: {after}"
+        assert dut.cfg_ready.value == 1, f"cfg_ready low after a reset in {when}"
+        check_resolved(dut, f"after a reset in {when}")
         await ClockCycles(dut.clk, 20)          # let the feeder see the reset and stop
         tb_util.no_traffic(tb.inputs)
         start_vals, status, _ = await tb.run_layer(case, salt == 0)
@@ -298,7 +378,7 @@ async def memory_errors(dut):
     with err_code MEMORY, and the next layer, on a healthy memory, is exact."""
     cases = good_cases(load_exchange_cases())
     tb = Engine(dut, mem_bytes_for(cases))
-    await tb_util.start_streams(dut)
+    await start_engine(dut)
     pool = [c for c in cases if literals(c)]
     case = tb_util.medium_case(pool, 256)
     for side in ("read", "write"):
@@ -321,7 +401,7 @@ async def reset_in_every_state(dut):
     reset.aggregate_engine.<STATE> (sim/functional_bins.py)."""
     cases = good_cases(load_exchange_cases())
     tb = Engine(dut, mem_bytes_for(cases))
-    await tb_util.start_streams(dut)
+    await start_engine(dut)
     case = tb_util.medium_case([c for c in cases if literals(c)], 256)
     n, workers = case.meta["n"], case.meta["n_workers"]
 
@@ -358,7 +438,7 @@ async def throughput(dut):
     so a frame costs its words, not n."""
     cases = good_cases(load_exchange_cases())
     tb = Engine(dut, mem_bytes_for(cases))
-    await tb_util.start_streams(dut)
+    await start_engine(dut)
     tb_util.no_traffic(tb.inputs)
     for case in cases:
         n, workers = case.meta["n"], case.meta["n_workers"]
