@@ -461,12 +461,14 @@ module zrle_lane_encoder #(
     assign h_last = ib_rp ? ib_last[1] : ib_last[0];
     assign h_hi   = ib_rp ? ib_hi[PW +: PW] : ib_hi[0 +: PW];
     assign h_tabs = ib_rn ? ib_tab[0 +: TB*W] : ib_tab[TB*W +: TB*W];
-    always_comb begin
-        h_t = h_tabs[0 +: TB];
-        for (int p = 1; p < W; p++) begin
-            if (32'(pos) == p) h_t = h_tabs[TB*p +: TB];
+    // (a function, not an always_comb: Icarus 11 cannot sense constant selects there)
+    function automatic logic [TB-1:0] tab_at(input logic [TB*W-1:0] tabs, input logic [LB-1:0] at);
+        tab_at = tabs[0 +: TB];
+        for (int i = 1; i < W; i++) begin
+            if (32'(at) == i) tab_at = tabs[TB*i +: TB];
         end
-    end
+    endfunction
+    assign h_t = tab_at(h_tabs, pos);
     assign {o_enext, o_run, o_span, o_lo, o_zc, o_zdone} = ib_rp ? ib_open[OB +: OB]
                                                                  : ib_open[0 +: OB];
     assign o_lc   = room_small && (PW'(room) <= o_run);
