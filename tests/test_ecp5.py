@@ -94,11 +94,22 @@ def test_cli_refuses_unknown_top_and_target():
 
 
 def test_ef_add_through_the_flow(tmp_path):
-    """A real (small) run: figures present and sane, JSON in the documented shape."""
+    """A real (small) run: figures present and sane, JSON in the documented shape; --keep saves
+    the work folder once and refuses to replace it."""
     need_tools()
     out = tmp_path / "ecp5.json"
-    proc = run_cli("--target", "ecp5", "--tops", "ef_add", "--json", str(out))
+    keep = tmp_path / "runs"
+    proc = run_cli("--target", "ecp5", "--tops", "ef_add", "--json", str(out),
+                   "--keep", str(keep))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    saved = keep / "ef_add-W1-seed1"
+    assert {"net.json", "rep.json", "nextpnr.log", "ef_add.sv"} <= {f.name for f in saved.iterdir()}
+    assert "detailed_net_timings" in json.loads((saved / "rep.json").read_text())
+    assert [f.name for f in keep.iterdir()] == ["ef_add-W1-seed1"]     # no staging left
+    (saved / "mine.txt").write_text("a user's file")
+    again = run_cli("--target", "ecp5", "--tops", "ef_add", "--keep", str(keep))
+    assert again.returncode == 2 and "exists" in again.stderr and again.stderr.count("\n") == 1
+    assert (saved / "mine.txt").read_text() == "a user's file"
     fig = json.loads(out.read_text())["modules"]["ef_add"]
     assert fig["fmax_mhz"] > 50 and fig["ff"] == 35 and fig["lut4"] > 0
     assert fig["ebr"] == 0 and fig["mult18"] == 0
