@@ -28,7 +28,6 @@ with a target clock (`--freq`, default 150 MHz) and writes its report JSON. Figu
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import tempfile
@@ -205,16 +204,16 @@ def run_ecp5(run: Ecp5Run, freq_mhz: float = DEFAULT_FREQ_MHZ, seed: int = 1,
 
 
 def save_folder(src: Path, dest: Path) -> None:
-    """Copy src to dest, which must not exist: into a hidden sibling first, then one rename."""
-    if dest.exists():
-        raise UsageError(f"{dest} exists: --keep never replaces a folder")
-    staging = dest.parent / f".{dest.name}.{os.getpid()}.tmp"
-    shutil.copytree(src, staging)
+    """Copy the files of src into a new folder dest (refused if it exists), each written
+    atomically by gradblock.codec.fileio."""
+    from gradblock.codec.fileio import atomic_write
     try:
-        os.rename(staging, dest)
-    except OSError:
-        shutil.rmtree(staging)          # our own copy, not the user's
-        raise
+        dest.mkdir()
+    except FileExistsError:
+        raise UsageError(f"{dest} exists: --keep never replaces a folder") from None
+    for f in sorted(src.iterdir()):
+        if f.is_file():
+            atomic_write(dest / f.name, lambda tmp, f=f: shutil.copyfile(f, tmp))
 
 
 def format_table(modules: dict) -> str:
